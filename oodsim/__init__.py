@@ -1,0 +1,27 @@
+"""oodsim: evaluate out-of-distribution detectors as a Monte Carlo process.
+
+The public API is imported lazily so that ``import oodsim`` stays cheap in worker processes.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+__version__ = "0.1.0"
+
+_LAZY = {
+    "run": "oodsim.executor",
+    "load_spec": "oodsim.specs",
+    "open_results": "oodsim.results",
+    "Outputs": "oodsim.outputs",
+    "Store": "oodsim.store",
+}
+
+__all__ = ["__version__", *_LAZY]
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        return getattr(importlib.import_module(_LAZY[name]), name)
+    raise AttributeError(f"module 'oodsim' has no attribute {name!r}")

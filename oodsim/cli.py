@@ -1,0 +1,132 @@
+"""The ``oodsim`` command: ``run``, ``report``, ``cache ls|verify|gc``, ``imagenet21k-classes``."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+from oodsim.errors import OodsimError
+
+
+def _cmd_run(args: argparse.Namespace) -> int:
+    from oodsim.executor import run
+    from oodsim.report import format_summary_table
+    from oodsim.specs import load_spec
+
+    spec = load_spec(args.spec)
+    out = Path(args.out) if args.out else Path("results") / f"{spec.name}.zarr"
+    started = time.perf_counter()
+    results = run(
+        spec,
+        address=args.address,
+        n_workers=args.workers,
+        cache=args.cache,
+        out=out,
+        progress=not args.quiet,
+    )
+    print(format_summary_table(results))
+    counts = results.attrs["store"]
+    print(
+        f"\n{results.sizes['seed']} simulations in {time.perf_counter() - started:.1f} s "
+        f"(store: {counts}); results written to {out}"
+    )
+    return 0
+
+
+def _cmd_report(args: argparse.Namespace) -> int:
+    from oodsim.report import write_report
+    from oodsim.results import open_results
+
+    path = write_report(open_results(args.results), Path(args.out or Path(args.results).parent))
+    print(f"report written to {path}")
+    return 0
+
+
+def _cmd_cache(args: argparse.Namespace) -> int:
+    from oodsim.store import Store, default_root
+
+    store = Store(args.cache or default_root())
+    if args.action == "ls":
+        total = 0
+        for info in store.entries():
+            total += info.size
+            print(f"{info.kind:12s} {info.key[:16]}  {info.size / 1e6:8.2f} MB  {info.describe}")
+        print(f"total {total / 1e6:.2f} MB in {store.root}")
+    elif args.action == "verify":
+        problems = store.verify(repair=args.repair)
+        for info, problem in problems:
+            action = "removed" if args.repair else "corrupt"
+            print(f"{action}: {info.kind}/{info.key}: {problem}")
+        print(f"{len(problems)} corrupt entries" + (" removed" if args.repair and problems else ""))
+        return 1 if problems and not args.repair else 0
+    elif args.action == "gc":
+        removed = store.gc(older_than=args.older_than)
+        print(f"removed {len(removed)} leftovers of interrupted writes")
+    return 0
+
+
+def _cmd_imagenet21k(args: argparse.Namespace) -> int:
+    from oodsim.data.wordnet import filter_ood_classes, write_class_table
+
+    result = filter_ood_classes(None, None, wordnet_root=args.wordnet_root)
+    write_class_table(result, args.out)
+    for reason, count in sorted(result.counts().items()):
+        print(f"{reason:24s} {count:6d}")
+    print(f"class table written to {args.out}")
+    return 0
+
+
+def parser() -> argparse.ArgumentParser:
+    main = argparse.ArgumentParser(prog="oodsim", description=__doc__)
+    commands = main.add_subparsers(dest="command", required=True)
+
+    run = commands.add_parser("run", help="run (or resume) an experiment spec")
+    run.add_argument("spec", help="experiment spec (TOML)")
+    run.add_argument("--address", help="address of an existing Dask scheduler")
+    run.add_argument("--workers", type=int, help="worker processes of the local cluster")
+    run.add_argument("--cache", help="store root (default: $OODSIM_CACHE or ./cache)")
+    run.add_argument("--out", help="where to write results (default: results/<name>.zarr)")
+    run.add_argument("--quiet", action="store_true", help="no progress line")
+    run.set_defaults(func=_cmd_run)
+
+    report = commands.add_parser("report", help="plots and a summary of saved results")
+    report.add_argument("results", help="results written by `oodsim run`")
+    report.add_argument("--out", help="output folder (default: beside the results)")
+    report.set_defaults(func=_cmd_report)
+
+    cache = commands.add_parser("cache", help="inspect and maintain the store")
+    cache.add_argument("action", choices=("ls", "verify", "gc"))
+    cache.add_argument("--cache", help="store root (default: $OODSIM_CACHE or ./cache)")
+    cache.add_argument("--repair", action="store_true", help="verify: remove corrupt entries")
+    cache.add_argument(
+        "--older-than",
+        type=float,
+        default=3600.0,
+        help="gc: seconds a temporary leftover must be old",
+    )
+    cache.set_defaults(func=_cmd_cache)
+
+    classes = commands.add_parser(
+        "imagenet21k-classes", help="filter ImageNet-21k classes with WordNet (CSV)"
+    )
+    classes.add_argument("--out", default="imagenet21k_classes.csv")
+    classes.add_argument("--wordnet-root", help="WordNet 3.0 WNDB folder")
+    classes.set_defaults(func=_cmd_imagenet21k)
+    return main
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    try:
+        return args.func(args)
+    except OodsimError as error:
+        print(f"oodsim: error: {error}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,38 @@
+"""Errors a user sees, and the close-match helper that makes them actionable."""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Iterable
+
+
+class OodsimError(Exception):
+    """Base class of every error oodsim raises on purpose."""
+
+
+class SpecError(OodsimError, ValueError):
+    """A spec field holds a value that cannot work; raised before any compute."""
+
+    def __init__(self, field: str, value: object, allowed: str, hint: str = "") -> None:
+        self.field, self.value, self.allowed = field, value, allowed
+        message = f"{field}: {value!r} is not allowed; expected {allowed}"
+        if hint:
+            message += f". {hint}"
+        super().__init__(message)
+
+
+class DataNotFoundError(OodsimError, FileNotFoundError):
+    """A dataset's files are not where oodsim looked."""
+
+
+class UnknownNameError(SpecError, KeyError):
+    """A name (dataset, model, detector, metric) that no registry knows."""
+
+    def __init__(self, field: str, value: str, known: Iterable[str]) -> None:
+        known = sorted(known)
+        close = difflib.get_close_matches(str(value), known, n=1)
+        hint = f"Did you mean {close[0]!r}?" if close else ""
+        super().__init__(field, value, "one of " + ", ".join(map(repr, known)), hint)
+
+    def __str__(self) -> str:  # KeyError would otherwise quote the message
+        return self.args[0]

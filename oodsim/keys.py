@@ -1,0 +1,75 @@
+"""Content keys: sha256 over a canonical JSON encoding (a Merkle DAG over specs and artifacts).
+
+A key is ``sha256(json([tag, schema_version, component_version, fields]))`` with sorted keys, no
+NaN and no whitespace. Nested specs enter their parent by their own key, so a parent's key changes
+exactly when one of its inputs does. Fields marked ``key=False`` in attrs metadata (execution
+settings such as data roots) never enter a key. Python's ``hash()`` is never used: it changes with
+``PYTHONHASHSEED``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+from collections.abc import Mapping
+from typing import Any, Protocol
+
+import attrs
+
+SCHEMA_VERSION = 1
+
+
+class Keyed(Protocol):
+    """Anything with a stable content key."""
+
+    @property
+    def key(self) -> str: ...
+
+
+def no_key(**kwargs: Any) -> dict[str, Any]:
+    """attrs field metadata marking an execution setting that must not enter the key."""
+    return {"key": False, **kwargs}
+
+
+def canonical(value: Any) -> Any:
+    """Convert a value into plain JSON types, replacing nested specs by their keys."""
+    if attrs.has(type(value)):
+        return {"$key": content_key(value)}
+    if isinstance(value, bool) or value is None or isinstance(value, str | int):
+        return value
+    if isinstance(value, float):
+        if not math.isfinite(value):
+            raise ValueError(f"cannot key a non-finite float: {value!r}")
+        return value
+    if isinstance(value, Mapping):
+        return {str(k): canonical(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [canonical(v) for v in value]
+    if hasattr(value, "item") and getattr(value, "shape", None) == ():  # numpy scalar
+        return canonical(value.item())
+    raise TypeError(f"cannot key a value of type {type(value).__name__}: {value!r}")
+
+
+def key_fields(obj: Any) -> dict[str, Any]:
+    """The fields of an attrs object that enter its key, canonicalized."""
+    return {
+        f.name: canonical(getattr(obj, f.name))
+        for f in attrs.fields(type(obj))
+        if f.metadata.get("key", True)
+    }
+
+
+def digest(tag: str, version: str | int, fields: Mapping[str, Any]) -> str:
+    """The sha256 hex digest of a tagged, versioned record."""
+    record = [tag, SCHEMA_VERSION, str(version), canonical(fields)]
+    text = json.dumps(record, sort_keys=True, separators=(",", ":"), allow_nan=False)
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def content_key(obj: Any) -> str:
+    """Key of an attrs spec: tagged by its class's ``TAG`` and ``VERSION`` class attributes."""
+    cls = type(obj)
+    tag = getattr(cls, "TAG", cls.__name__)
+    version = getattr(cls, "VERSION", "1")
+    return digest(tag, version, key_fields(obj))

@@ -1,0 +1,494 @@
+"""One open set simulation: split, train (or load), infer (or load), score every detector.
+
+:func:`simulate` is the unit of work the executor sends to a Dask worker. It consults the store
+for every artifact first and computes only what is missing:
+
+- ``checkpoint``: trained weights + input normalization, per (dataset, split, model, training,
+  training streams);
+- ``outputs``: logits, features, labels and sample indices of every subset of the split;
+- ``ood_outputs``: the same for each extra OOD test set (another dataset, noise);
+- ``kappa``: κ of a model-based detector (ODIN, MC dropout) on one evaluated subset.
+
+Scoring logit/feature detectors is cheap and never cached: adding such a detector to a finished
+experiment reads the cached arrays only.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import attrs
+import numpy as np
+
+from oodsim.data.registry import ImageData, dataset_info, load_dataset
+from oodsim.data.splits import SUBSETS, OpenSetSplit, make_split
+from oodsim.errors import OodsimError
+from oodsim.keys import digest
+from oodsim.outputs import Outputs
+from oodsim.seeds import TRAINING_STREAMS, SeedStreams
+from oodsim.specs import DetectorSpec, ExperimentSpec, OODSetSpec
+from oodsim.store import Store
+
+CHECKPOINT = "checkpoint"
+OUTPUTS = "outputs"
+OOD_OUTPUTS = "ood_outputs"
+KAPPA = "kappa"
+HELD_OUT = "held_out"
+
+
+class SimulationFailed(OodsimError):
+    """A seed that cannot produce scores (diverged training, non-finite outputs)."""
+
+
+@attrs.frozen
+class SeedOutcome:
+    """What one simulation returns to the executor (small: no arrays but the scores)."""
+
+    seed: int
+    scores: np.ndarray | None  # (method, metric, ood); None when failed
+    class_split: str
+    failure: str
+    events: tuple[tuple[str, str, str], ...]
+    seconds: float
+
+    @property
+    def failed(self) -> bool:
+        return bool(self.failure)
+
+
+# --------------------------------------------------------------------------- keys
+
+
+def checkpoint_key(spec: ExperimentSpec, streams: SeedStreams) -> str:
+    from oodsim.models import architectures, training
+
+    return digest(
+        CHECKPOINT,
+        f"{training.VERSION}/{architectures.ARCHITECTURES[spec.model.arch][1]}",
+        {
+            "dataset": spec.dataset.key,
+            "split": spec.split.key,
+            "model": spec.model.key,
+            "training": spec.training.key,
+            "streams": streams.entropies(TRAINING_STREAMS),
+        },
+    )
+
+
+def outputs_key(checkpoint: str) -> str:
+    from oodsim.models import inference
+
+    return digest(OUTPUTS, inference.VERSION, {"checkpoint": checkpoint})
+
+
+def ood_outputs_key(checkpoint: str, ood: OODSetSpec, streams: SeedStreams) -> str:
+    from oodsim.models import inference
+
+    return digest(
+        OOD_OUTPUTS,
+        inference.VERSION,
+        {"checkpoint": checkpoint, "ood": ood.key, "ood_sampling": streams.entropy("ood_sampling")},
+    )
+
+
+def kappa_key(source: str, subset: str, detector: DetectorSpec, streams: SeedStreams) -> str:
+    return digest(
+        KAPPA,
+        detector.version,
+        {
+            "source": source,
+            "subset": subset,
+            "detector": detector.key,
+            "inference": streams.entropy("inference"),
+        },
+    )
+
+
+def _needs_model(detector: DetectorSpec) -> bool:
+    from oodsim.detectors import get_detector
+
+    return "model" in get_detector(detector.name).needs
+
+
+@attrs.frozen
+class EvalSet:
+    """A set of test samples scored against in-distribution test samples."""
+
+    label: str
+    entry: tuple[str, str]  # (kind, key) of the store entry holding its outputs
+    prefix: str  # array name prefix inside that entry
+
+
+def eval_sets(spec: ExperimentSpec, streams: SeedStreams, checkpoint: str) -> list[EvalSet]:
+    """The in-distribution test set first, then each OOD test set of the spec."""
+    split_entry = (OUTPUTS, outputs_key(checkpoint))
+    sets = [EvalSet("in_test", split_entry, "in_test")]
+    for ood in spec.ood:
+        if ood.kind == HELD_OUT:
+            sets.append(EvalSet(ood.label, split_entry, "out_test"))
+        else:
+            sets.append(
+                EvalSet(ood.label, (OOD_OUTPUTS, ood_outputs_key(checkpoint, ood, streams)), "ood")
+            )
+    return sets
+
+
+def plan(spec: ExperimentSpec, seed: int) -> list[tuple[str, str]]:
+    """Every (kind, key) a finished simulation of ``seed`` has in the store."""
+    streams = SeedStreams(seed, dict(spec.seeds.pinned))
+    checkpoint = checkpoint_key(spec, streams)
+    needed = [(CHECKPOINT, checkpoint)]
+    sets = eval_sets(spec, streams, checkpoint)
+    needed += sorted({s.entry for s in sets})
+    for detector in spec.detectors:
+        if _needs_model(detector):
+            needed += [(KAPPA, kappa_key(s.entry[1], s.prefix, detector, streams)) for s in sets]
+    return needed
+
+
+# --------------------------------------------------------------------------- compute
+
+
+def _device() -> str:
+    import torch
+
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+@attrs.define
+class _Simulation:
+    """Lazily loaded state of one simulation; each piece is read or computed at most once."""
+
+    spec: ExperimentSpec
+    seed: int
+    store: Store
+    streams: SeedStreams
+    checkpoint: str
+    _data: ImageData | None = None
+    _split: OpenSetSplit | None = None
+    _model: Any = None
+    _norm: tuple[np.ndarray, np.ndarray] | None = None
+
+    @property
+    def data(self) -> ImageData:
+        if self._data is None:
+            ds = self.spec.dataset
+            self._data = load_dataset(ds.name, ds.root, ds.download, ds.image_size)
+        return self._data
+
+    @property
+    def split(self) -> OpenSetSplit:
+        if self._split is None:
+            self._split = make_split(
+                self.data.labels,
+                self.data.n_classes,
+                self.spec.split,
+                self.streams,
+                self.spec.dataset.max_per_class,
+            )
+        return self._split
+
+    def _build(self) -> Any:
+        from oodsim.models.architectures import build_model
+
+        height, _, channels = self.data.shape
+        model_spec = self.spec.model
+        return build_model(
+            model_spec.arch,
+            in_channels=channels,
+            n_classes=len(self.split.classes.known),
+            image_size=height,
+            dropout=model_spec.dropout,
+            width=model_spec.width,
+            init_seed=self.streams.torch_seed("init"),
+        )
+
+    def model(self) -> tuple[Any, np.ndarray, np.ndarray]:
+        """The trained model and its input normalization: loaded, or trained and stored."""
+        if self._model is None:
+            entry = self.store.get(CHECKPOINT, self.checkpoint)
+            if entry is None:
+                self._train()
+            else:
+                import torch
+
+                model = self._build()
+                state = {
+                    name.removeprefix("state."): torch.from_numpy(value)
+                    for name, value in entry.arrays.items()
+                    if name.startswith("state.")
+                }
+                model.load_state_dict(state)
+                self._model = model.eval().to(_device())
+                self._norm = (entry.arrays["norm_mean"], entry.arrays["norm_std"])
+        assert self._norm is not None
+        return self._model, *self._norm
+
+    def _train(self) -> None:
+        from oodsim.models.tensors import channel_stats
+        from oodsim.models.training import TrainingDiverged, train
+
+        split, data = self.split, self.data
+        labels = split.known_labels(data.labels)
+        train_idx, val_idx = split.indices["in_train"], split.indices["in_val"]
+        if len(train_idx) == 0 or len(val_idx) == 0:
+            raise SimulationFailed(
+                "the split leaves no in-distribution training or validation "
+                "samples; raise dataset.max_per_class or the fractions"
+            )
+        mean, std = channel_stats(data.images[train_idx])
+        model = self._build()
+        hflip = self.spec.training.augment.hflip
+        hflip = dataset_info(self.spec.dataset.name).hflip if hflip is None else hflip
+        try:
+            log = train(
+                model,
+                data.images[train_idx],
+                labels[train_idx],
+                data.images[val_idx],
+                labels[val_idx],
+                mean=mean,
+                std=std,
+                spec=self.spec.training,
+                hflip=hflip,
+                streams=self.streams,
+                device=_device(),
+            )
+        except TrainingDiverged as error:
+            raise SimulationFailed(f"training diverged: {error}") from None
+        arrays = {f"state.{k}": v.detach().cpu().numpy() for k, v in model.state_dict().items()}
+        arrays |= {"norm_mean": mean, "norm_std": std}
+        self.store.put(
+            CHECKPOINT,
+            self.checkpoint,
+            arrays,
+            {
+                "describe": f"{self.spec.dataset.name} {self.spec.model.arch} seed={self.seed} "
+                f"known={split.classes.label}",
+                "class_split": attrs.asdict(split.classes),
+                "training": attrs.asdict(log),
+                "streams": self.streams.entropies(TRAINING_STREAMS),
+            },
+        )
+        self._model, self._norm = model, (mean, std)
+
+    def _infer(self, images: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        from oodsim.models.inference import infer
+
+        model, mean, std = self.model()
+        logits, features = infer(model, images, mean=mean, std=std, device=_device())
+        if not (np.isfinite(logits).all() and np.isfinite(features).all()):
+            raise SimulationFailed("the model produced non-finite logits or features")
+        return logits, features
+
+    def ensure_outputs(self) -> None:
+        key = outputs_key(self.checkpoint)
+        if self.store.has(OUTPUTS, key):
+            return
+        labels = self.split.known_labels(self.data.labels)
+        arrays = {}
+        for subset in SUBSETS:
+            index = self.split.indices[subset]
+            if subset.startswith("out") and len(index) == 0:
+                continue
+            logits, features = self._infer(self.data.images[index])
+            arrays |= {
+                f"{subset}.logits": logits,
+                f"{subset}.features": features,
+                f"{subset}.labels": labels[index],
+                f"{subset}.index": index,
+            }
+        self.store.put(
+            OUTPUTS,
+            key,
+            arrays,
+            {"describe": f"seed={self.seed} split outputs", "checkpoint": self.checkpoint},
+        )
+
+    def ensure_ood_outputs(self, ood: OODSetSpec) -> None:
+        from oodsim.data.ood_sets import ood_images
+
+        key = ood_outputs_key(self.checkpoint, ood, self.streams)
+        if self.store.has(OOD_OUTPUTS, key):
+            return
+        logits, features = self._infer(ood_images(ood, self.data.shape, self.streams))
+        self.store.put(
+            OOD_OUTPUTS,
+            key,
+            {
+                "ood.logits": logits,
+                "ood.features": features,
+                "ood.labels": np.full(len(logits), -1, dtype=np.int64),
+            },
+            {"describe": f"seed={self.seed} {ood.label}", "checkpoint": self.checkpoint},
+        )
+
+    def inputs(self, eval_set: EvalSet) -> Any:
+        """Normalized input tensor of an evaluated subset (for model-based detectors)."""
+        from oodsim.data.ood_sets import ood_images
+        from oodsim.models.tensors import to_tensor
+
+        _, mean, std = self.model()
+        if eval_set.entry[0] == OUTPUTS:
+            images = self.data.images[self.split.indices[eval_set.prefix]]
+        else:
+            ood = next(o for o in self.spec.ood if o.label == eval_set.label)
+            images = ood_images(ood, self.data.shape, self.streams)
+        return to_tensor(images, mean, std, _device())
+
+
+def _outputs(arrays: dict[str, np.ndarray], prefix: str) -> Outputs:
+    return Outputs(
+        logits=arrays[f"{prefix}.logits"],
+        features=arrays[f"{prefix}.features"],
+        labels=arrays[f"{prefix}.labels"],
+    )
+
+
+def _class_split_label(store: Store, checkpoint: str) -> str:
+    meta = store.meta(CHECKPOINT, checkpoint) or {}
+    return "-".join(map(str, meta.get("class_split", {}).get("known", [])))
+
+
+def simulate(
+    spec: ExperimentSpec, seed: int, cache_root: str, *, torch_threads: int | None = None
+) -> SeedOutcome:
+    """Run (or load) one open set simulation and score every detector and metric."""
+    started = time.perf_counter()
+    store = Store(cache_root)
+    streams = SeedStreams(seed, dict(spec.seeds.pinned))
+    checkpoint = checkpoint_key(spec, streams)
+    sim = _Simulation(spec, seed, store, streams, checkpoint)
+    try:
+        missing = [entry for entry in plan(spec, seed) if not store.has(*entry)]
+        if missing and torch_threads:
+            import torch
+
+            torch.set_num_threads(torch_threads)
+            torch.use_deterministic_algorithms(True, warn_only=True)
+        if any(kind != KAPPA for kind, _ in missing):
+            if not store.has(CHECKPOINT, checkpoint):
+                sim.model()
+            sim.ensure_outputs()
+            for ood in spec.ood:
+                if ood.kind != HELD_OUT:
+                    sim.ensure_ood_outputs(ood)
+        scores = score(spec, sim)
+    except SimulationFailed as error:
+        return SeedOutcome(
+            seed,
+            None,
+            _class_split_label(store, checkpoint),
+            str(error),
+            tuple(store.events),
+            time.perf_counter() - started,
+        )
+    return SeedOutcome(
+        seed,
+        scores,
+        _class_split_label(store, checkpoint),
+        "",
+        tuple(store.events),
+        time.perf_counter() - started,
+    )
+
+
+# --------------------------------------------------------------------------- scoring
+
+
+def _load(store: Store, kind: str, key: str) -> dict[str, np.ndarray]:
+    entry = store.get(kind, key)
+    if entry is None:
+        raise SimulationFailed(
+            f"{kind} entry {key[:12]} vanished from the store (corrupt?); run again to recompute it"
+        )
+    return entry.arrays
+
+
+def _model_kappa(
+    sim: _Simulation,
+    detector: DetectorSpec,
+    eval_set: EvalSet,
+    fit: Outputs | None,
+    outputs: Outputs,
+) -> np.ndarray:
+    """κ of a model-based detector on one subset: cached, else computed and stored."""
+    from oodsim.detectors import confidence
+
+    key = kappa_key(eval_set.entry[1], eval_set.prefix, detector, sim.streams)
+    entry = sim.store.get(KAPPA, key)
+    if entry is not None:
+        return entry.arrays["kappa"]
+    model, _, _ = sim.model()
+    params = detector.kwargs
+    if "seed" in _detector_defaults(detector):
+        params.setdefault("seed", sim.streams.torch_seed("inference"))
+    kappa = confidence(
+        detector.name, outputs, fit=fit, model=model, inputs=sim.inputs(eval_set), **params
+    )
+    sim.store.put(
+        KAPPA,
+        key,
+        {"kappa": np.asarray(kappa, dtype=np.float64)},
+        {"describe": f"seed={sim.seed} {detector.label} on {eval_set.label}"},
+    )
+    return kappa
+
+
+def _detector_defaults(detector: DetectorSpec) -> dict[str, Any]:
+    from oodsim.detectors import get_detector
+
+    return dict(get_detector(detector.name).defaults)
+
+
+def score(spec: ExperimentSpec, sim: _Simulation) -> np.ndarray:
+    """Metric values of shape (method, metric, ood) from cached outputs."""
+    from oodsim.detectors import confidence, get_detector
+    from oodsim.metrics import METRICS, NonFiniteScoreError
+
+    store = sim.store
+    sets = eval_sets(spec, sim.streams, sim.checkpoint)
+    entries = {entry: _load(store, *entry) for entry in sorted({s.entry for s in sets})}
+    split_arrays = entries[(OUTPUTS, outputs_key(sim.checkpoint))]
+    outputs = [_outputs(entries[s.entry], s.prefix) for s in sets]
+    sizes = np.cumsum([0] + [len(o) for o in outputs])
+    pooled = Outputs.concat(outputs)
+    fits = {"train": _outputs(split_arrays, "in_train"), "val": _outputs(split_arrays, "in_val")}
+
+    kappas = []
+    for detector in spec.detectors:
+        info = get_detector(detector.name)
+        fit = fits.get(info.fit_on) if info.fit_on else None
+        if "model" in info.needs:
+            kappa = np.concatenate(
+                [_model_kappa(sim, detector, s, fit, o) for s, o in zip(sets, outputs)]
+            )
+        else:
+            kappa = confidence(detector.name, pooled, fit=fit, **detector.kwargs)
+        kappas.append(np.asarray(kappa, dtype=np.float64))
+    kappa = np.stack(kappas)  # (method, samples)
+
+    id_part = slice(sizes[0], sizes[1])
+    id_outputs = outputs[0]
+    accuracy = float(np.mean(id_outputs.logits.argmax(axis=1) == id_outputs.labels))
+    result = np.empty((len(spec.detectors), len(spec.metrics), len(spec.ood)))
+    for j in range(len(spec.ood)):
+        ood_part = slice(sizes[j + 1], sizes[j + 2])
+        both = np.concatenate([kappa[:, id_part], kappa[:, ood_part]], axis=1)
+        is_ood = np.r_[
+            np.zeros(id_part.stop - id_part.start, bool),
+            np.ones(ood_part.stop - ood_part.start, bool),
+        ]
+        for m, metric in enumerate(spec.metrics):
+            if metric == "accuracy":
+                result[:, m, j] = accuracy
+                continue
+            try:
+                result[:, m, j] = METRICS[metric](both, is_ood)
+            except NonFiniteScoreError as error:
+                bad = [d.label for d, k in zip(spec.detectors, both) if not np.isfinite(k).all()]
+                raise SimulationFailed(
+                    f"detector {', '.join(bad)} gave non-finite κ on seed {sim.seed}: {error}"
+                ) from None
+    return result

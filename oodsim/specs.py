@@ -1,0 +1,496 @@
+"""Experiment specs: frozen attrs classes, validated at construction, keyed by content.
+
+A spec is data. It says *what* to compute (dataset, class/sample split, model, training recipe,
+detectors, metrics, OOD test sets, seeds and stopping rule), never *how* (workers, device, cache
+root): execution settings are arguments of :func:`oodsim.run`, or fields marked ``no_key`` that do
+not enter :attr:`key`. Specs load from TOML with :func:`load_spec` and build the same in Python.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import tomllib
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+import attrs
+import cattrs
+
+from oodsim.errors import SpecError, UnknownNameError
+from oodsim.keys import content_key, no_key
+from oodsim.seeds import STREAMS
+
+# --------------------------------------------------------------------------- validators
+
+
+def _positive(_: Any, attribute: attrs.Attribute, value: Any) -> None:
+    if value is not None and not value > 0:
+        raise SpecError(attribute.name, value, "a number > 0")
+
+
+def _non_negative(_: Any, attribute: attrs.Attribute, value: Any) -> None:
+    if value is not None and not value >= 0:
+        raise SpecError(attribute.name, value, "a number >= 0")
+
+
+def _unit_interval(_: Any, attribute: attrs.Attribute, value: float) -> None:
+    if not 0.0 <= value < 1.0:
+        raise SpecError(attribute.name, value, "a number in [0, 1)")
+
+
+def _one_of(*allowed: str) -> Callable[[Any, attrs.Attribute, Any], None]:
+    def check(_: Any, attribute: attrs.Attribute, value: Any) -> None:
+        if value not in allowed:
+            raise UnknownNameError(attribute.name, value, allowed)
+
+    return check
+
+
+def _registered(names: Callable[[], list[str]]) -> Callable[[Any, attrs.Attribute, Any], None]:
+    """Validate a name against a registry that is looked up lazily (plugins load late)."""
+
+    def check(_: Any, attribute: attrs.Attribute, value: Any) -> None:
+        known = names()
+        if value not in known:
+            raise UnknownNameError(attribute.name, value, known)
+
+    return check
+
+
+def _dataset_names() -> list[str]:
+    from oodsim.data.registry import DATASETS
+
+    return sorted(DATASETS)
+
+
+def _architecture_names() -> list[str]:
+    from oodsim.models.architectures import ARCHITECTURES
+
+    return sorted(ARCHITECTURES)
+
+
+def _metric_names() -> list[str]:
+    from oodsim.metrics import METRICS
+
+    return sorted(METRICS)
+
+
+def _int_tuple(value: Any) -> tuple[int, ...]:
+    return tuple(int(v) for v in value)
+
+
+class _Keyed:
+    """Mixin: a content key and dask tokenization by that key."""
+
+    @property
+    def key(self) -> str:
+        """sha256 content key (see :mod:`oodsim.keys`)."""
+        return content_key(self)
+
+    def __dask_tokenize__(self) -> str:
+        return self.key
+
+
+# --------------------------------------------------------------------------- components
+
+
+@attrs.frozen(kw_only=True)
+class DatasetSpec(_Keyed):
+    """A labelled image dataset from the registry in :mod:`oodsim.data.registry`."""
+
+    TAG = "dataset"
+    VERSION = "1"
+
+    name: str = attrs.field(validator=_registered(_dataset_names))
+    max_per_class: int | None = attrs.field(default=None, validator=_positive)
+    image_size: int | None = attrs.field(default=None, validator=_positive)
+    root: str | None = attrs.field(default=None, metadata=no_key())
+    download: bool = attrs.field(default=False, metadata=no_key())
+
+
+@attrs.frozen(kw_only=True)
+class SplitSpec(_Keyed):
+    """Class split (known / OOD train / OOD val / OOD test) and per-class sample split.
+
+    ``n_known`` classes are drawn at random per seed unless ``known_classes`` lists fixed
+    known-class sets; then the seed's ``class_split`` stream picks list ``entropy % len``, so
+    consecutive seeds cycle through the lists. ``n_ood_test=None`` takes all remaining classes.
+    """
+
+    TAG = "split"
+    VERSION = "1"
+
+    n_known: int | None = attrs.field(default=6, validator=_positive)
+    n_ood_train: int = attrs.field(default=0, validator=_non_negative)
+    n_ood_val: int = attrs.field(default=0, validator=_non_negative)
+    n_ood_test: int | None = attrs.field(default=None, validator=_non_negative)
+    known_classes: tuple[tuple[int, ...], ...] = attrs.field(
+        default=(), converter=lambda v: tuple(_int_tuple(c) for c in v)
+    )
+    fractions: tuple[float, float, float] = attrs.field(
+        default=(0.6, 0.2, 0.2), converter=lambda v: tuple(float(f) for f in v)
+    )
+
+    @fractions.validator
+    def _check_fractions(self, attribute: attrs.Attribute, value: tuple[float, ...]) -> None:
+        if len(value) != 3 or any(not f > 0 for f in value) or not math.isclose(sum(value), 1.0):
+            raise SpecError(
+                "fractions", value, "three fractions > 0 (train, val, test) summing to 1"
+            )
+
+    @known_classes.validator
+    def _check_known(self, attribute: attrs.Attribute, value: tuple[tuple[int, ...], ...]) -> None:
+        for classes in value:
+            if len(set(classes)) != len(classes) or not classes or min(classes) < 0:
+                raise SpecError("known_classes", classes, "non-empty lists of distinct class ids")
+            if self.n_known is not None and len(classes) != self.n_known:
+                raise SpecError(
+                    "known_classes", classes, f"lists of n_known={self.n_known} class ids"
+                )
+
+    def n_classes_needed(self) -> int:
+        """The fewest classes a dataset must have for this split."""
+        known = self.n_known or 0
+        return known + self.n_ood_train + self.n_ood_val + (self.n_ood_test or 1)
+
+
+@attrs.frozen(kw_only=True)
+class ModelSpec(_Keyed):
+    """A classifier architecture from :mod:`oodsim.models.architectures`."""
+
+    TAG = "model"
+    VERSION = "1"
+
+    arch: str = attrs.field(default="small_cnn", validator=_registered(_architecture_names))
+    dropout: float = attrs.field(default=0.2, validator=_unit_interval)
+    width: int = attrs.field(default=32, validator=_positive)
+
+
+@attrs.frozen(kw_only=True)
+class AugmentSpec(_Keyed):
+    """Training augmentation; ``hflip=None`` flips only datasets where a flip keeps the class."""
+
+    TAG = "augment"
+    VERSION = "1"
+
+    enabled: bool = True
+    hflip: bool | None = None
+    rotation: float = attrs.field(default=10.0, validator=_non_negative)
+    scale: tuple[float, float] = attrs.field(
+        default=(0.9, 1.1), converter=lambda v: tuple(float(s) for s in v)
+    )
+
+    @scale.validator
+    def _check_scale(self, attribute: attrs.Attribute, value: tuple[float, ...]) -> None:
+        if len(value) != 2 or not 0 < value[0] <= value[1]:
+            raise SpecError("scale", value, "(low, high) with 0 < low <= high")
+
+
+@attrs.frozen(kw_only=True)
+class TrainingSpec(_Keyed):
+    """SGD with cosine annealing and early stopping on the D_in_val loss (the paper's recipe)."""
+
+    TAG = "training"
+    VERSION = "1"
+
+    batch_size: int = attrs.field(default=128, validator=_positive)
+    lr: float = attrs.field(default=0.01, validator=_positive)
+    momentum: float = attrs.field(default=0.9, validator=_unit_interval)
+    weight_decay: float = attrs.field(default=5e-4, validator=_non_negative)
+    max_epochs: int = attrs.field(default=30, validator=_positive)
+    patience: int = attrs.field(default=3, validator=_positive)
+    augment: AugmentSpec = attrs.field(factory=AugmentSpec)
+
+
+Params = tuple[tuple[str, Any], ...]
+
+
+def _params(value: Any) -> Params:
+    items = value.items() if isinstance(value, Mapping) else value
+    return tuple(sorted((str(k), v) for k, v in items))
+
+
+@attrs.frozen(kw_only=True)
+class DetectorSpec(_Keyed):
+    """A confidence function κ by registry name, with parameters; ``label`` names it in results."""
+
+    TAG = "detector"
+    VERSION = "1"
+
+    name: str = attrs.field()
+    params: Params = attrs.field(default=(), converter=_params)
+    label: str = attrs.field(metadata=no_key())
+
+    @label.default
+    def _default_label(self) -> str:
+        if not self.params:
+            return self.name
+        return self.name + "(" + ",".join(f"{k}={v}" for k, v in self.params) + ")"
+
+    @name.validator
+    def _check_name(self, attribute: attrs.Attribute, value: str) -> None:
+        from oodsim.detectors import available
+
+        if value not in available():
+            raise UnknownNameError("detector", value, available())
+
+    @params.validator
+    def _check_params(self, attribute: attrs.Attribute, value: tuple) -> None:
+        from oodsim.detectors import get_detector
+
+        allowed = set(get_detector(self.name).defaults)
+        for name, _ in value:
+            if name not in allowed:
+                raise UnknownNameError(f"detector {self.name!r} parameter", name, allowed)
+
+    @property
+    def kwargs(self) -> dict[str, Any]:
+        return dict(self.params)
+
+    @property
+    def version(self) -> str:
+        """The detector implementation's version; enters the key of its cached κ."""
+        from oodsim.detectors import get_detector
+
+        return get_detector(self.name).version
+
+
+OOD_KINDS = ("held_out", "dataset", "uniform_noise", "gaussian_noise")
+
+
+@attrs.frozen(kw_only=True)
+class OODSetSpec(_Keyed):
+    """An OOD test set: the held-out classes, another dataset, or noise images.
+
+    Noise has the in-distribution image shape: uniform U(0, 255) or Gaussian N(128, 128) clipped
+    to [0, 255] (the study's σ = 128). ``n_samples`` bounds a dataset set (random subset).
+    """
+
+    TAG = "ood"
+    VERSION = "1"
+
+    kind: str = attrs.field(default="held_out", validator=_one_of(*OOD_KINDS))
+    dataset: DatasetSpec | None = None
+    n_samples: int | None = attrs.field(default=None, validator=_positive)
+    label: str = attrs.field(metadata=no_key())
+
+    @label.default
+    def _default_label(self) -> str:
+        return self.dataset.name if self.kind == "dataset" and self.dataset else self.kind
+
+    def __attrs_post_init__(self) -> None:
+        if (self.kind == "dataset") != (self.dataset is not None):
+            raise SpecError("ood.dataset", self.dataset, "a dataset exactly when kind = 'dataset'")
+
+    @property
+    def size(self) -> int | None:
+        """Number of samples; noise sets default to 1,000 as in the study."""
+        if self.kind in ("uniform_noise", "gaussian_noise"):
+            return self.n_samples or 1000
+        return self.n_samples
+
+
+@attrs.frozen(kw_only=True)
+class SeedsSpec(_Keyed):
+    """Which simulations to run: seeds ``start .. start+n-1`` (or ``values``), streams pinned."""
+
+    TAG = "seeds"
+    VERSION = "1"
+
+    n: int = attrs.field(default=50, validator=_positive)
+    start: int = attrs.field(default=0, validator=_non_negative)
+    values: tuple[int, ...] = attrs.field(default=(), converter=_int_tuple)
+    pinned: Params = attrs.field(default=(), converter=_params)
+
+    @pinned.validator
+    def _check_pinned(self, attribute: attrs.Attribute, value: tuple) -> None:
+        for stream, entropy in value:
+            if stream not in STREAMS:
+                raise UnknownNameError("seeds.pinned", stream, STREAMS)
+            if not isinstance(entropy, int) or entropy < 0:
+                raise SpecError(f"seeds.pinned.{stream}", entropy, "an integer >= 0")
+
+    def all(self) -> tuple[int, ...]:
+        """The seeds in the order they are submitted."""
+        return self.values or tuple(range(self.start, self.start + self.n))
+
+
+STOPPING_RULES = ("fixed", "ci_width", "ranking")
+
+
+@attrs.frozen(kw_only=True)
+class StoppingSpec(_Keyed):
+    """When to stop simulating: after all seeds, or by a sequential rule checked per batch."""
+
+    TAG = "stopping"
+    VERSION = "1"
+
+    rule: str = attrs.field(default="fixed", validator=_one_of(*STOPPING_RULES))
+    metric: str = attrs.field(default="auroc", validator=_registered(_metric_names))
+    epsilon: float = attrs.field(default=0.01, validator=_positive)
+    alpha: float = attrs.field(default=0.05, validator=_unit_interval)
+    min_seeds: int = attrs.field(default=5, validator=_positive)
+    batch_size: int = attrs.field(default=10, validator=_positive)
+
+
+# --------------------------------------------------------------------------- the experiment
+
+
+def _detectors(value: Any) -> tuple[DetectorSpec, ...]:
+    return tuple(DetectorSpec(name=v) if isinstance(v, str) else v for v in value)
+
+
+def _ood_sets(value: Any) -> tuple[OODSetSpec, ...]:
+    return tuple(OODSetSpec(kind=v) if isinstance(v, str) else v for v in value)
+
+
+@attrs.frozen(kw_only=True)
+class ExperimentSpec(_Keyed):
+    """An open set simulation experiment: everything that determines its results."""
+
+    TAG = "experiment"
+    VERSION = "1"
+
+    name: str = attrs.field(default="experiment", metadata=no_key())
+    dataset: DatasetSpec
+    split: SplitSpec = attrs.field(factory=SplitSpec)
+    model: ModelSpec = attrs.field(factory=ModelSpec)
+    training: TrainingSpec = attrs.field(factory=TrainingSpec)
+    detectors: tuple[DetectorSpec, ...] = attrs.field(default=("msp",), converter=_detectors)
+    metrics: tuple[str, ...] = attrs.field(default=("auroc", "accuracy"), converter=tuple)
+    ood: tuple[OODSetSpec, ...] = attrs.field(default=("held_out",), converter=_ood_sets)
+    seeds: SeedsSpec = attrs.field(factory=SeedsSpec)
+    stopping: StoppingSpec = attrs.field(factory=StoppingSpec)
+    on_failure: str = attrs.field(default="record", validator=_one_of("record", "abort"))
+
+    @metrics.validator
+    def _check_metrics(self, attribute: attrs.Attribute, value: tuple[str, ...]) -> None:
+        for metric in value:
+            if metric not in _metric_names():
+                raise UnknownNameError("metrics", metric, _metric_names())
+        if len(set(value)) != len(value) or not value:
+            raise SpecError("metrics", value, "a non-empty list of distinct metric names")
+
+    def __attrs_post_init__(self) -> None:
+        self._check_unique("detectors", [d.label for d in self.detectors])
+        self._check_unique("ood", [o.label for o in self.ood])
+        self._check_split_fits_dataset()
+
+    @staticmethod
+    def _check_unique(field: str, labels: list[str]) -> None:
+        if not labels or len(set(labels)) != len(labels):
+            raise SpecError(field, labels, "a non-empty list with distinct labels")
+
+    def _check_split_fits_dataset(self) -> None:
+        from oodsim.data.registry import DATASETS
+
+        n_classes = DATASETS[self.dataset.name].n_classes
+        if n_classes is None:  # image folders: checked when the data is read
+            return
+        if self.split.n_known is None and not self.split.known_classes:
+            raise SpecError("split.n_known", None, "a number of known classes or known_classes")
+        needed = self.split.n_classes_needed()
+        if needed > n_classes or (self.split.n_known or 0) >= n_classes:
+            raise SpecError(
+                "split",
+                f"n_known={self.split.n_known}, n_ood_train={self.split.n_ood_train}, "
+                f"n_ood_val={self.split.n_ood_val}, n_ood_test={self.split.n_ood_test}",
+                f"at most {n_classes} classes in total for dataset {self.dataset.name!r} "
+                "with at least one OOD test class",
+            )
+        for classes in self.split.known_classes:
+            if max(classes) >= n_classes:
+                raise SpecError("split.known_classes", classes, f"class ids in 0..{n_classes - 1}")
+
+    @property
+    def varies_ood(self) -> bool:
+        """Whether results get an ``ood`` dimension (more than one OOD test set)."""
+        return len(self.ood) > 1
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain-data form (round-trips through :func:`spec_from_dict`)."""
+        return _converter.unstructure(self)
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), sort_keys=True)
+
+
+# --------------------------------------------------------------------------- TOML / dict I/O
+
+_converter = cattrs.Converter(forbid_extra_keys=True)
+
+
+def _structure_detector(value: Any, _: type) -> DetectorSpec:
+    if isinstance(value, str):
+        return DetectorSpec(name=value)
+    if not isinstance(value, Mapping) or "name" not in value:
+        raise SpecError("detectors", value, "a name or a table with 'name' and parameters")
+    value = dict(value)
+    name, label = value.pop("name"), value.pop("label", None)
+    params = value.pop("params", {}) | value
+    return DetectorSpec(name=name, params=params, **({"label": label} if label else {}))
+
+
+def _unstructure_detector(spec: DetectorSpec) -> dict[str, Any]:
+    return {"name": spec.name, "label": spec.label, **spec.kwargs}
+
+
+def _structure_ood(value: Any, _: type) -> OODSetSpec:
+    if isinstance(value, str):
+        return OODSetSpec(kind=value)
+    value = dict(value)
+    if isinstance(value.get("dataset"), Mapping | str):
+        dataset = value["dataset"]
+        value["dataset"] = _converter.structure(
+            {"name": dataset} if isinstance(dataset, str) else dataset, DatasetSpec
+        )
+    return OODSetSpec(**value)
+
+
+_converter.register_structure_hook(DetectorSpec, _structure_detector)
+_converter.register_unstructure_hook(DetectorSpec, _unstructure_detector)
+_converter.register_structure_hook(OODSetSpec, _structure_ood)
+_converter.register_structure_hook_func(lambda t: t == Params, lambda v, _: _params(v))
+_converter.register_unstructure_hook_func(lambda t: t == Params, dict)
+
+
+def _first_spec_error(error: BaseException) -> SpecError | None:
+    if isinstance(error, SpecError):
+        return error
+    for inner in getattr(error, "exceptions", ()):
+        found = _first_spec_error(inner)
+        if found is not None:
+            return found
+    return None
+
+
+def spec_from_dict(data: Mapping[str, Any]) -> ExperimentSpec:
+    """Build an :class:`ExperimentSpec` from plain data, with field-path error messages."""
+    try:
+        return _converter.structure(dict(data), ExperimentSpec)
+    except SpecError:
+        raise
+    except cattrs.BaseValidationError as error:
+        found = _first_spec_error(error)
+        if found is not None:
+            raise found from None
+        messages = cattrs.transform_error(error, path="spec")
+        raise SpecError("spec", "; ".join(messages), "fields of the documented types") from None
+    except (TypeError, ValueError) as error:
+        raise SpecError("spec", str(error), "fields of the documented types") from None
+
+
+def load_spec(path: str | Path) -> ExperimentSpec:
+    """Read an experiment spec from a TOML file; errors name the line/column or the field."""
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise SpecError("spec file", str(path), "an existing TOML file") from None
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as error:
+        raise SpecError(f"spec file {path}", "TOML syntax", f"valid TOML ({error})") from None
+    return spec_from_dict(data)

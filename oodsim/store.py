@@ -1,0 +1,287 @@
+"""Content-addressed artifact store on disk: ``<root>/<kind>/<key[:2]>/<key>/``.
+
+An entry holds a zarr group ``arrays.zarr`` and ``meta.json`` (what was computed, from which spec,
+package versions, timings, and a sha256 per file). Entries are written into a temporary sibling
+and renamed into place, so a reader never sees a half-written entry and a crash leaves only a
+``.tmp-*`` folder that :meth:`Store.gc` removes. A corrupt entry (checksum mismatch) is reported
+with a warning, moved aside and treated as missing, so the next run recomputes it.
+
+The store records what it computed (``put``) and loaded (``get``) in :attr:`Store.events`; the
+executor gathers these into the result's provenance, which is how tests prove that a re-run
+computed nothing.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import time
+import uuid
+import warnings
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+import attrs
+import numpy as np
+import zarr
+
+from oodsim.errors import OodsimError
+
+META = "meta.json"
+ARRAYS = "arrays.zarr"
+TMP_PREFIX = ".tmp-"
+GITIGNORE = "*\n!.gitignore\n"
+
+
+class StoreError(OodsimError):
+    """The cache directory cannot be used (not writable, full, corrupt beyond repair)."""
+
+
+class CorruptEntryWarning(UserWarning):
+    """A store entry failed its checksum and will be recomputed."""
+
+
+@attrs.frozen
+class Entry:
+    """A loaded store entry."""
+
+    kind: str
+    key: str
+    arrays: dict[str, np.ndarray]
+    meta: dict[str, Any]
+
+
+@attrs.frozen
+class EntryInfo:
+    """One line of ``oodsim cache ls``."""
+
+    kind: str
+    key: str
+    path: Path
+    size: int
+    created: float
+    describe: str
+
+
+def default_root() -> Path:
+    """``$OODSIM_CACHE`` or ``./cache``."""
+    return Path(os.environ.get("OODSIM_CACHE", "cache"))
+
+
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def _files(folder: Path) -> Iterator[Path]:
+    for path in sorted(folder.rglob("*")):
+        if path.is_file() and path.name != META:
+            yield path
+
+
+def _checksums(folder: Path) -> dict[str, str]:
+    return {str(p.relative_to(folder)): _sha256(p) for p in _files(folder)}
+
+
+def _write_arrays(folder: Path, arrays: Mapping[str, np.ndarray]) -> None:
+    group = zarr.open_group(folder / ARRAYS, mode="w")
+    for name, value in arrays.items():
+        value = np.ascontiguousarray(value)
+        group.create_array(name, data=value, chunks=value.shape or "auto")
+
+
+def _read_arrays(folder: Path) -> dict[str, np.ndarray]:
+    group = zarr.open_group(folder / ARRAYS, mode="r")
+    return {name: np.asarray(group[name][...]) for name in group.array_keys()}
+
+
+@attrs.define
+class Store:
+    """Artifacts by (kind, content key) under ``root``; see the module docstring."""
+
+    root: Path = attrs.field(converter=lambda p: Path(p).expanduser())
+    verify_on_read: bool = True
+    events: list[tuple[str, str, str]] = attrs.field(factory=list)
+
+    # ----------------------------------------------------------------- paths
+    def path(self, kind: str, key: str) -> Path:
+        return self.root / kind / key[:2] / key
+
+    def has(self, kind: str, key: str) -> bool:
+        """Whether a complete entry exists (its meta file is written last, then renamed)."""
+        return (self.path(kind, key) / META).is_file()
+
+    def ensure_writable(self) -> None:
+        """Fail early, before any compute, when the cache root cannot take new entries."""
+        try:
+            self.root.mkdir(parents=True, exist_ok=True)
+            ignore = self.root / ".gitignore"
+            if not ignore.exists():
+                ignore.write_text(GITIGNORE)
+            probe = self.root / f"{TMP_PREFIX}probe-{uuid.uuid4().hex}"
+            probe.write_bytes(b"ok")
+            probe.unlink()
+        except OSError as error:
+            raise StoreError(f"cache directory {self.root} is not writable: {error}") from None
+
+    # ----------------------------------------------------------------- read
+    def get(self, kind: str, key: str) -> Entry | None:
+        """Load an entry, or None when it is missing or corrupt (corrupt ones are moved aside)."""
+        folder = self.path(kind, key)
+        if not (folder / META).is_file():
+            return None
+        try:
+            meta = json.loads((folder / META).read_text())
+            if self.verify_on_read:
+                problem = self._check(folder, meta)
+                if problem:
+                    raise ValueError(problem)
+            arrays = _read_arrays(folder)
+        except (ValueError, OSError, KeyError) as error:
+            self._quarantine(kind, key, str(error))
+            return None
+        self.events.append(("loaded", kind, key))
+        return Entry(kind, key, arrays, meta)
+
+    def meta(self, kind: str, key: str) -> dict[str, Any] | None:
+        """An entry's meta data without loading its arrays."""
+        try:
+            return json.loads((self.path(kind, key) / META).read_text())
+        except (OSError, ValueError):
+            return None
+
+    # ----------------------------------------------------------------- write
+    def put(
+        self,
+        kind: str,
+        key: str,
+        arrays: Mapping[str, np.ndarray],
+        meta: Mapping[str, Any] | None = None,
+    ) -> Path:
+        """Write an entry atomically; if another writer got there first, keep theirs."""
+        final = self.path(kind, key)
+        final.parent.mkdir(parents=True, exist_ok=True)
+        tmp = final.parent / f"{TMP_PREFIX}{key}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+        started = time.time()
+        try:
+            tmp.mkdir()
+            _write_arrays(tmp, arrays)
+            record = {
+                "kind": kind,
+                "key": key,
+                "created": started,
+                "write_seconds": round(time.time() - started, 4),
+                "shapes": {name: list(np.shape(v)) for name, v in arrays.items()},
+                **(meta or {}),
+                "files": _checksums(tmp),
+            }
+            with (tmp / META).open("w") as handle:
+                json.dump(record, handle, sort_keys=True, default=str)
+                handle.flush()
+                os.fsync(handle.fileno())
+            try:
+                os.rename(tmp, final)
+            except OSError:
+                if not self.has(kind, key):
+                    raise
+                shutil.rmtree(tmp, ignore_errors=True)  # a concurrent writer won
+        except BaseException as error:
+            shutil.rmtree(tmp, ignore_errors=True)
+            if isinstance(error, OSError):
+                raise StoreError(f"could not write {kind} entry to {final}: {error}") from error
+            raise
+        self.events.append(("computed", kind, key))
+        return final
+
+    # ----------------------------------------------------------------- maintenance
+    def _check(self, folder: Path, meta: Mapping[str, Any]) -> str:
+        expected = meta.get("files", {})
+        actual = _checksums(folder)
+        if set(expected) != set(actual):
+            return f"files differ from meta: missing {sorted(set(expected) - set(actual))}"
+        bad = [name for name, digest in expected.items() if actual[name] != digest]
+        return f"checksum mismatch in {bad}" if bad else ""
+
+    def _quarantine(self, kind: str, key: str, reason: str) -> None:
+        folder = self.path(kind, key)
+        warnings.warn(
+            f"corrupt cache entry {kind}/{key[:12]} ({reason}); it will be recomputed",
+            CorruptEntryWarning,
+            stacklevel=3,
+        )
+        aside = folder.parent / f"{TMP_PREFIX}corrupt-{key}-{uuid.uuid4().hex[:8]}"
+        try:
+            os.rename(folder, aside)
+            shutil.rmtree(aside, ignore_errors=True)
+        except OSError:
+            pass
+
+    def entries(self) -> Iterator[EntryInfo]:
+        """Every complete entry under the root."""
+        if not self.root.is_dir():
+            return
+        for meta_path in sorted(self.root.glob(f"*/??/*/{META}")):
+            folder = meta_path.parent
+            if folder.name.startswith(TMP_PREFIX):
+                continue
+            try:
+                meta = json.loads(meta_path.read_text())
+            except (OSError, ValueError):
+                meta = {}
+            size = sum(p.stat().st_size for p in folder.rglob("*") if p.is_file())
+            yield EntryInfo(
+                kind=folder.parent.parent.name,
+                key=folder.name,
+                path=folder,
+                size=size,
+                created=float(meta.get("created", 0.0)),
+                describe=str(meta.get("describe", "")),
+            )
+
+    def verify(self, *, repair: bool = False) -> list[tuple[EntryInfo, str]]:
+        """Check every entry's checksums; with ``repair``, remove the corrupt ones."""
+        problems = []
+        for info in self.entries():
+            try:
+                meta = json.loads((info.path / META).read_text())
+                problem = self._check(info.path, meta)
+            except (OSError, ValueError) as error:
+                problem = f"unreadable meta: {error}"
+            if problem:
+                problems.append((info, problem))
+                if repair:
+                    shutil.rmtree(info.path, ignore_errors=True)
+        return problems
+
+    def gc(self, *, older_than: float = 3600.0) -> list[Path]:
+        """Remove temporary leftovers of interrupted writes older than ``older_than`` seconds."""
+        removed = []
+        if not self.root.is_dir():
+            return removed
+        now = time.time()
+        for path in self.root.glob(f"**/{TMP_PREFIX}*"):
+            try:
+                if now - path.stat().st_mtime >= older_than:
+                    shutil.rmtree(path) if path.is_dir() else path.unlink()
+                    removed.append(path)
+            except OSError:
+                continue
+        return removed
+
+    def counts(self) -> dict[str, dict[str, int]]:
+        """``{"computed": {kind: n}, "loaded": {kind: n}}`` from this store's events."""
+        return summarize_events(self.events)
+
+
+def summarize_events(events: list[tuple[str, str, str]]) -> dict[str, dict[str, int]]:
+    """Count store events by action and kind."""
+    summary: dict[str, dict[str, int]] = {"computed": {}, "loaded": {}}
+    for action, kind, _ in events:
+        summary[action][kind] = summary[action].get(kind, 0) + 1
+    return summary

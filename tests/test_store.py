@@ -1,0 +1,109 @@
+"""The content-addressed store: atomic writes, checksums, maintenance."""
+
+from __future__ import annotations
+
+import json
+import multiprocessing
+import os
+import signal
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from oodsim.store import CorruptEntryWarning, Store, StoreError
+
+KEY = "ab" + "0" * 62
+
+
+def _arrays() -> dict[str, np.ndarray]:
+    return {"logits": np.arange(12, dtype=np.float32).reshape(4, 3), "labels": np.arange(4)}
+
+
+def test_put_get_roundtrip_records_events(tmp_path: Path) -> None:
+    store = Store(tmp_path)
+    assert not store.has("outputs", KEY)
+    store.put("outputs", KEY, _arrays(), {"describe": "x"})
+    entry = store.get("outputs", KEY)
+    assert entry is not None
+    np.testing.assert_array_equal(entry.arrays["logits"], _arrays()["logits"])
+    assert entry.meta["describe"] == "x" and entry.meta["shapes"]["labels"] == [4]
+    assert store.counts() == {"computed": {"outputs": 1}, "loaded": {"outputs": 1}}
+    assert store.path("outputs", KEY) == tmp_path / "outputs" / "ab" / KEY
+
+
+def test_exception_during_write_leaves_no_entry(tmp_path: Path) -> None:
+    store = Store(tmp_path)
+
+    bad = {"ok": np.zeros(3), "bad": object()}  # zarr cannot store an object: fails mid-write
+    with pytest.raises(Exception):  # noqa: B017 - any failure must leave nothing behind
+        store.put("outputs", KEY, bad)  # type: ignore[arg-type]
+    assert not store.has("outputs", KEY)
+    assert list((tmp_path / "outputs" / "ab").iterdir()) == []
+
+
+def _slow_writer(root: str) -> None:
+    store = Store(root)
+    big = {f"a{i}": np.random.default_rng(i).random((200, 200)) for i in range(400)}
+    store.put("outputs", KEY, big)
+
+
+def test_kill_between_write_and_rename_leaves_no_visible_entry(tmp_path: Path) -> None:
+    ctx = multiprocessing.get_context("spawn")
+    process = ctx.Process(target=_slow_writer, args=(str(tmp_path),))
+    process.start()
+    folder = tmp_path / "outputs" / "ab"
+    deadline = time.time() + 60
+    while time.time() < deadline:  # wait until the temporary entry is being written
+        if folder.is_dir() and any(p.name.startswith(".tmp-") for p in folder.iterdir()):
+            break
+        time.sleep(0.01)
+    time.sleep(0.2)
+    os.kill(process.pid, signal.SIGKILL)
+    process.join()
+    store = Store(tmp_path)
+    assert not store.has("outputs", KEY)
+    assert store.get("outputs", KEY) is None
+    leftovers = [p for p in folder.iterdir()]
+    assert leftovers and all(p.name.startswith(".tmp-") for p in leftovers)
+    assert store.gc(older_than=0) and not any(folder.iterdir())
+    store.put("outputs", KEY, _arrays())  # the next run recomputes it
+    assert store.has("outputs", KEY)
+
+
+def test_corrupt_entry_is_detected_warned_and_dropped(tmp_path: Path) -> None:
+    store = Store(tmp_path)
+    path = store.put("outputs", KEY, _arrays())
+    chunk = next(p for p in sorted(path.rglob("*")) if p.is_file() and "/c/" in str(p))
+    chunk.write_bytes(chunk.read_bytes()[:-3] + b"xyz")
+    assert [problem for _, problem in store.verify()]
+    with pytest.warns(CorruptEntryWarning, match="recomputed"):
+        assert store.get("outputs", KEY) is None
+    assert not store.has("outputs", KEY)
+
+
+def test_verify_repair_removes_entry_with_altered_meta(tmp_path: Path) -> None:
+    store = Store(tmp_path)
+    path = store.put("checkpoint", KEY, _arrays())
+    meta = json.loads((path / "meta.json").read_text())
+    meta["files"] = {k: "0" * 64 for k in meta["files"]}
+    (path / "meta.json").write_text(json.dumps(meta))
+    problems = store.verify(repair=True)
+    assert len(problems) == 1 and "checksum" in problems[0][1]
+    assert not store.has("checkpoint", KEY)
+
+
+def test_concurrent_writer_keeps_first_entry(tmp_path: Path) -> None:
+    store = Store(tmp_path)
+    store.put("outputs", KEY, _arrays())
+    store.put("outputs", KEY, {"logits": np.ones((1, 1))})  # loses the race: theirs is kept
+    entry = store.get("outputs", KEY)
+    assert entry is not None and entry.arrays["logits"].shape == (4, 3)
+
+
+def test_unusable_cache_root_fails_early(tmp_path: Path) -> None:
+    blocker = tmp_path / "file"
+    blocker.write_text("not a folder")  # works for root too, unlike chmod
+    with pytest.raises(StoreError, match="not writable"):
+        Store(blocker / "cache").ensure_writable()
