@@ -1,0 +1,357 @@
+"""oodsim.metrics against scikit-learn (the reference definitions) and a brute-force pair count."""
+
+from __future__ import annotations
+
+import itertools
+import pickle
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from sklearn.metrics import (
+    accuracy_score,
+    auc,
+    average_precision_score,
+    precision_recall_curve,
+    roc_auc_score,
+    roc_curve,
+)
+
+from oodsim import metrics
+from oodsim.errors import OodsimError, UnknownNameError
+from oodsim.metrics import NonFiniteScoreError
+
+TOL = 1e-12
+
+# --------------------------------------------------------------------------- oracles
+
+
+def sk_auroc(kappa: np.ndarray, is_ood: np.ndarray) -> float:
+    return roc_auc_score(~is_ood, kappa)
+
+
+def sk_aupr(positive: np.ndarray, score: np.ndarray, method: str) -> float:
+    if method == "step":
+        return average_precision_score(positive, score)
+    precision, recall, _ = precision_recall_curve(positive, score)
+    return auc(recall, precision)
+
+
+def sk_fpr_at_tpr(kappa: np.ndarray, is_ood: np.ndarray, tpr: float) -> float:
+    fpr, tpr_curve, _ = roc_curve(~is_ood, kappa, drop_intermediate=False)
+    return fpr[np.argmax(tpr_curve >= tpr)]
+
+
+# (name, our function, keyword arguments, oracle(kappa, is_ood))
+CASES = [
+    ("auroc", metrics.auroc, {}, sk_auroc),
+    ("aupr_in", metrics.aupr_in, {}, lambda k, o: sk_aupr(~o, k, "trapezoid")),
+    ("aupr_in_step", metrics.aupr_in, {"method": "step"}, lambda k, o: sk_aupr(~o, k, "step")),
+    ("aupr_out", metrics.aupr_out, {}, lambda k, o: sk_aupr(o, -k, "trapezoid")),
+    ("aupr_out_step", metrics.aupr_out, {"method": "step"}, lambda k, o: sk_aupr(o, -k, "step")),
+    ("fpr95", metrics.fpr_at_tpr, {}, lambda k, o: sk_fpr_at_tpr(k, o, 0.95)),
+    ("fpr50", metrics.fpr_at_tpr, {"tpr": 0.5}, lambda k, o: sk_fpr_at_tpr(k, o, 0.5)),
+    ("fpr100", metrics.fpr_at_tpr, {"tpr": 1.0}, lambda k, o: sk_fpr_at_tpr(k, o, 1.0)),
+]
+CASE_IDS = [case[0] for case in CASES]
+
+
+def assert_matches_sklearn(kappa: np.ndarray, is_ood: np.ndarray) -> None:
+    """Every metric of one score vector equals its sklearn oracle to TOL."""
+    for name, fn, kwargs, oracle in CASES:
+        got, want = fn(kappa, is_ood, **kwargs), oracle(kappa, is_ood)
+        assert abs(got - want) <= TOL, (name, kappa.tolist(), is_ood.tolist(), got, want)
+
+
+# --------------------------------------------------------------------------- strategies
+
+
+@st.composite
+def labels(draw: st.DrawFn, n: int) -> np.ndarray:
+    """is_ood of length n holding at least one ID and one OOD sample."""
+    rest = draw(st.lists(st.booleans(), min_size=n - 2, max_size=n - 2))
+    return np.array(draw(st.permutations([True, False, *rest])), dtype=bool)
+
+
+def scores(n: int) -> st.SearchStrategy[np.ndarray]:
+    """κ of length n: arbitrary finite floats, float32, or few distinct values (heavy ties)."""
+    wide = st.floats(allow_nan=False, allow_infinity=False)
+    narrow = st.floats(allow_nan=False, allow_infinity=False, width=32)
+    few = st.lists(st.floats(-3, 3), min_size=1, max_size=3, unique=True)
+    return st.one_of(
+        st.lists(wide, min_size=n, max_size=n).map(np.array),
+        st.lists(narrow, min_size=n, max_size=n).map(lambda v: np.array(v, dtype=np.float32)),
+        few.flatmap(lambda vals: st.lists(st.sampled_from(vals), min_size=n, max_size=n)).map(
+            np.array
+        ),
+        st.lists(st.integers(-2, 2), min_size=n, max_size=n).map(np.array),
+    )
+
+
+@st.composite
+def scored_sets(draw: st.DrawFn, min_n: int = 2, max_n: int = 60) -> tuple:
+    """(kappa, is_ood) for one set of n samples."""
+    n = draw(st.integers(min_n, max_n))
+    return draw(scores(n)), draw(labels(n))
+
+
+# --------------------------------------------------------------------------- agreement with sklearn
+
+
+@settings(max_examples=150, deadline=None)
+@given(scored_sets())
+def test_every_metric_matches_sklearn(data: tuple) -> None:
+    assert_matches_sklearn(*data)
+
+
+@settings(max_examples=150, deadline=None)
+@given(scored_sets(min_n=2, max_n=5))
+def test_tiny_sets_match_sklearn(data: tuple) -> None:
+    assert_matches_sklearn(*data)
+
+
+@pytest.mark.parametrize("n", [2, 3, 4])
+def test_all_tiny_tie_patterns_match_sklearn(n: int) -> None:
+    """Every κ in {0, 1, 2}^n against every labelling with both classes, in one batched call."""
+    grid = np.array(list(itertools.product([0.0, 1.0, 2.0], repeat=n)))
+    for is_ood in itertools.product([False, True], repeat=n):
+        is_ood = np.array(is_ood)
+        if is_ood.all() or not is_ood.any():
+            continue
+        for name, fn, kwargs, oracle in CASES:
+            got = fn(grid, is_ood, **kwargs)
+            want = np.array([oracle(row, is_ood) for row in grid])
+            np.testing.assert_allclose(got, want, rtol=0, atol=TOL, err_msg=name)
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.integers(2, 2000), st.integers(0, 6), st.floats(0.01, 0.99), st.randoms())
+def test_larger_sets_match_sklearn(n, distinct, ood_share, rnd) -> None:
+    """Up to 2000 samples: continuous κ (distinct=0) or only 1..6 distinct values."""
+    rng = np.random.default_rng(rnd.getrandbits(32))
+    kappa = rng.normal(size=n) if distinct == 0 else rng.integers(0, distinct, n) / 2.0
+    is_ood = rng.random(n) < ood_share
+    is_ood[:2] = True, False
+    assert_matches_sklearn(kappa, is_ood)
+
+
+@settings(max_examples=100, deadline=None)
+@given(scored_sets(), st.floats(0, 1, exclude_min=True))
+def test_fpr_at_any_tpr_matches_roc_curve(data: tuple, tpr: float) -> None:
+    kappa, is_ood = data
+    assert metrics.fpr_at_tpr(kappa, is_ood, tpr=tpr) == sk_fpr_at_tpr(kappa, is_ood, tpr)
+
+
+@settings(max_examples=100, deadline=None)
+@given(scored_sets(max_n=30))
+def test_auroc_is_pairwise_win_probability(data: tuple) -> None:
+    """DESIGN: AUROC = P(κ_ID > κ_OOD) + ½·P(tie), counted over all (ID, OOD) pairs."""
+    kappa, is_ood = data
+    kappa_id, kappa_ood = kappa[~is_ood, None], kappa[None, is_ood]
+    pairs = np.mean(kappa_id > kappa_ood) + 0.5 * np.mean(kappa_id == kappa_ood)
+    assert abs(metrics.auroc(kappa, is_ood) - pairs) <= TOL
+
+
+def test_fpr_uses_every_threshold_not_sklearns_dropped_curve() -> None:
+    """roc_curve's default drop_intermediate=True removes the collinear point where TPR first
+    reaches 95% here; reading FPR off that curve would overstate it (0.5 instead of 0.25)."""
+    kappa = np.r_[np.arange(28.0, 10.0, -1.0), 1, 1, 0, 0, -1, -2]
+    is_ood = np.r_[np.zeros(18, bool), False, True, False, True, True, True]
+    fpr, tpr, _ = roc_curve(~is_ood, kappa)  # default: intermediate points dropped
+    assert fpr[np.argmax(tpr >= 0.95)] == 0.5
+    assert metrics.fpr95(kappa, is_ood) == sk_fpr_at_tpr(kappa, is_ood, 0.95) == 0.25
+
+
+def test_known_values() -> None:
+    kappa = np.array([0.9, 0.8, 0.7, 0.6])
+    is_ood = np.array([False, True, False, True])
+    assert metrics.auroc(kappa, is_ood) == 0.75
+    assert metrics.auroc(-kappa, is_ood) == 0.25
+    assert metrics.auroc(np.zeros(4), is_ood) == 0.5  # all tied
+    assert metrics.fpr_at_tpr(kappa, is_ood, tpr=0.5) == 0.0
+    assert metrics.fpr95(kappa, is_ood) == 0.5
+
+
+# --------------------------------------------------------------------------- batching
+
+
+@st.composite
+def batches(draw: st.DrawFn) -> tuple:
+    """(kappa of shape (a, b, n), is_ood of shape (n,) or (a, b, n))."""
+    a, b, n = draw(st.integers(1, 3)), draw(st.integers(1, 4)), draw(st.integers(2, 30))
+    rows = draw(st.lists(scores(n), min_size=a * b, max_size=a * b))
+    kappa = np.stack([row.astype(np.float64) for row in rows]).reshape(a, b, n)
+    if draw(st.booleans()):
+        return kappa, draw(labels(n))
+    per_row = draw(st.lists(labels(n), min_size=a * b, max_size=a * b))
+    return kappa, np.stack(per_row).reshape(a, b, n)
+
+
+@settings(max_examples=100, deadline=None)
+@given(batches())
+def test_batched_equals_row_loop(data: tuple) -> None:
+    kappa, is_ood = data
+    together = metrics.evaluate(kappa, is_ood)
+    for _, fn, kwargs, _ in CASES:
+        batched = fn(kappa, is_ood, **kwargs)
+        assert batched.shape == kappa.shape[:-1] and batched.dtype == np.float64
+        for index in np.ndindex(kappa.shape[:-1]):
+            row_ood = is_ood if is_ood.ndim == 1 else is_ood[index]
+            assert batched[index] == fn(kappa[index], row_ood, **kwargs)
+    for name, values in together.items():
+        np.testing.assert_array_equal(values, metrics.METRICS[name](kappa, is_ood))
+
+
+@pytest.mark.parametrize("shared_labels", [True, False])
+def test_many_blocks_equal_row_loop_and_sklearn(shared_labels: bool) -> None:
+    """Enough rows to span several internal blocks, with the last one partial."""
+    rng = np.random.default_rng(7)
+    rows, n = 750, 3000  # 2.25M scores: blocks of 349 rows
+    kappa = rng.normal(size=(rows, n)).astype(np.float32)
+    kappa[::2] = np.round(kappa[::2], 1)
+    shape = (n,) if shared_labels else (rows, n)
+    is_ood = rng.random(shape) < 0.4
+    together = metrics.evaluate(kappa, is_ood)
+    for row in (0, 1, 348, 349, 350, 697, 698, 749):
+        row_ood = is_ood if shared_labels else is_ood[row]
+        for name, values in together.items():
+            assert values[row] == metrics.METRICS[name](kappa[row], row_ood), (name, row)
+        assert abs(together["auroc"][row] - sk_auroc(kappa[row], row_ood)) <= TOL
+        assert abs(together["aupr_out"][row] - sk_aupr(row_ood, -kappa[row], "trapezoid")) <= TOL
+        assert together["fpr95"][row] == sk_fpr_at_tpr(kappa[row], row_ood, 0.95)
+
+
+def test_single_row_returns_float64_scalar_and_empty_batch_is_empty() -> None:
+    value = metrics.auroc([0.1, 0.2, 0.3], [True, False, False])
+    assert isinstance(value, np.float64) and value == 1.0
+    empty = metrics.evaluate(np.empty((0, 4)), np.array([True, False, True, False]))
+    assert all(v.shape == (0,) and v.dtype == np.float64 for v in empty.values())
+
+
+def test_leading_size_one_label_dims_broadcast() -> None:
+    rng = np.random.default_rng(3)
+    kappa = rng.normal(size=(2, 3, 10))
+    is_ood = np.arange(10) % 2 == 0
+    np.testing.assert_array_equal(
+        metrics.auroc(kappa, is_ood[None, None]), metrics.auroc(kappa, is_ood)
+    )
+    np.testing.assert_array_equal(
+        metrics.auroc(kappa, np.broadcast_to(is_ood, (1, 3, 10))), metrics.auroc(kappa, is_ood)
+    )
+
+
+def test_integer_labels_are_accepted_as_booleans() -> None:
+    kappa = np.array([0.9, 0.8, 0.7, 0.6])
+    assert metrics.auroc(kappa, [0, 1, 0, 1]) == metrics.auroc(kappa, [False, True, False, True])
+
+
+# --------------------------------------------------------------------------- errors
+
+
+@pytest.mark.parametrize("bad", [np.nan, np.inf, -np.inf])
+def test_non_finite_scores_raise_with_count_row_and_context(bad: float) -> None:
+    kappa = np.zeros((4, 5, 6))
+    kappa[2, 3, [0, 4]] = bad
+    kappa[3, 0, 1] = bad
+    is_ood = np.array([True, False] * 3)
+    for fn in (metrics.auroc, metrics.aupr_in, metrics.aupr_out, metrics.fpr_at_tpr):
+        with pytest.raises(NonFiniteScoreError) as info:
+            fn(kappa, is_ood, context="detector 'odin', seed 17")
+        message = str(info.value)
+        assert "3 non-finite values" in message
+        assert "2 of 20 row(s)" in message
+        assert "batch index (2, 3)" in message and "(2 there)" in message
+        assert "detector 'odin', seed 17" in message
+        assert isinstance(info.value, OodsimError) and isinstance(info.value, ValueError)
+        assert info.value.batch_index == (2, 3) and info.value.count == 3
+
+
+def test_non_finite_error_survives_pickling() -> None:
+    with pytest.raises(NonFiniteScoreError) as info:
+        metrics.auroc([0.1, np.nan, 0.3], [True, False, False], context="seed 4")
+    clone = pickle.loads(pickle.dumps(info.value))
+    assert type(clone) is NonFiniteScoreError and str(clone) == str(info.value)
+    assert clone.batch_index == () and clone.context == "seed 4"
+
+
+@pytest.mark.parametrize(
+    ("is_ood", "missing"), [([False, False, False], "no OOD"), ([True, True, True], "no ID")]
+)
+def test_set_without_one_class_raises(is_ood: list, missing: str) -> None:
+    for fn in (metrics.auroc, metrics.aupr_in, metrics.aupr_out, metrics.fpr95):
+        with pytest.raises(ValueError, match=missing):
+            fn([0.1, 0.2, 0.3], is_ood)
+
+
+def test_batch_row_without_ood_names_its_index() -> None:
+    is_ood = np.ones((2, 3, 4), dtype=bool)
+    is_ood[..., 0] = False
+    is_ood[1, 2] = False
+    with pytest.raises(
+        ValueError, match=r"no OOD .* 1 of 6 row\(s\), first at batch index \(1, 2\)"
+    ):
+        metrics.auroc(np.zeros((2, 3, 4)), is_ood, context="seed 9")
+
+
+@pytest.mark.parametrize(
+    ("kappa_shape", "ood_shape"), [((3, 5), (4,)), ((3, 5), (2, 5)), ((5,), (3, 5)), ((5,), ())]
+)
+def test_shape_mismatch_names_both_shapes(kappa_shape: tuple, ood_shape: tuple) -> None:
+    with pytest.raises(ValueError) as info:
+        metrics.auroc(np.zeros(kappa_shape), np.zeros(ood_shape, dtype=bool))
+    assert str(kappa_shape) in str(info.value) and str(ood_shape) in str(info.value)
+
+
+def test_bad_inputs_and_options_raise() -> None:
+    kappa, is_ood = [0.1, 0.2, 0.3], [True, False, False]
+    with pytest.raises(ValueError, match="boolean"):
+        metrics.auroc(kappa, [0, 2, 1])
+    with pytest.raises(ValueError, match="real numbers"):
+        metrics.auroc(["a", "b", "c"], is_ood)
+    with pytest.raises(ValueError, match="n>0"):
+        metrics.auroc(np.zeros((3, 0)), np.zeros(0, dtype=bool))
+    with pytest.raises(UnknownNameError, match="'trapezoid'"):
+        metrics.aupr_in(kappa, is_ood, method="trapz")
+    for tpr in (0.0, 1.5, float("nan")):
+        with pytest.raises(ValueError, match="tpr"):
+            metrics.fpr_at_tpr(kappa, is_ood, tpr=tpr)
+    with pytest.raises(UnknownNameError, match="Did you mean 'auroc'"):
+        metrics.get_metric("aurco")
+    with pytest.raises(UnknownNameError, match="accuracy"):
+        metrics.evaluate(kappa, is_ood, ["auroc", "accuracy"])
+
+
+# --------------------------------------------------------------------------- accuracy, registry
+
+
+@settings(max_examples=50, deadline=None)
+@given(st.integers(1, 4), st.integers(1, 40), st.integers(1, 5), st.randoms())
+def test_accuracy_matches_sklearn_per_row(rows: int, n: int, classes: int, rnd) -> None:
+    rng = np.random.default_rng(rnd.getrandbits(32))
+    predictions = rng.integers(0, classes, (rows, n))
+    labels_ = rng.integers(0, classes, n)
+    got = metrics.accuracy(predictions, labels_)
+    assert got.dtype == np.float64 and got.shape == (rows,)
+    for row in range(rows):
+        assert got[row] == accuracy_score(labels_, predictions[row])
+
+
+def test_accuracy_shapes() -> None:
+    assert metrics.accuracy([1, 2, 3, 4], [1, 2, 0, 4]) == 0.75
+    assert metrics.accuracy(np.zeros((2, 3, 4)), np.zeros(4)).shape == (2, 3)
+    with pytest.raises(ValueError, match=r"\(2, 4\).*\(3,\)"):
+        metrics.accuracy(np.zeros((2, 4)), np.zeros(3))
+    with pytest.raises(ValueError, match="n=0"):
+        metrics.accuracy(np.zeros((2, 0)), np.zeros(0))
+
+
+def test_registry() -> None:
+    assert metrics.available_metrics() == ("accuracy", "aupr_in", "aupr_out", "auroc", "fpr95")
+    assert set(metrics.KAPPA_METRICS) == set(metrics.METRICS) - {"accuracy"}
+    assert metrics.get_metric("fpr95") is metrics.METRICS["fpr95"]
+    kappa, is_ood = np.array([0.3, 0.1, 0.2, 0.4]), np.array([False, True, False, True])
+    assert metrics.METRICS["fpr95"](kappa, is_ood) == metrics.fpr_at_tpr(kappa, is_ood, tpr=0.95)
+    assert metrics.evaluate(kappa, is_ood) == {
+        name: metrics.METRICS[name](kappa, is_ood) for name in metrics.KAPPA_METRICS
+    }
