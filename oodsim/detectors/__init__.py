@@ -1,0 +1,45 @@
+"""OOD detectors: confidence functions κ (higher = more in-distribution) of cached model outputs.
+
+Each family lives in its own small module with its math as plain functions of numpy arrays;
+this package holds the registry. Built-ins are registered on import, user functions with
+:func:`register`, third-party packages through the entry-point group ``oodsim.detectors``
+(listed lazily, loaded on first use)::
+
+    from oodsim.detectors import confidence
+    kappa = confidence("mahalanobis", test_outputs, fit=train_outputs)
+"""
+
+from __future__ import annotations
+
+from oodsim.detectors import (  # noqa: F401  (imported to register the built-ins)
+    knn,
+    logits,
+    mahalanobis,
+    mc_dropout,
+    odin,
+    openmax,
+    temperature,
+    vim,
+)
+from oodsim.detectors._api import confidence
+from oodsim.detectors._checks import DetectorInputError, UnknownParameterError
+from oodsim.detectors._registry import (
+    ENTRY_POINT_GROUP,
+    EXECUTION_PARAMS,
+    Detector,
+    available,
+    get_detector,
+    register,
+)
+
+__all__ = [
+    "ENTRY_POINT_GROUP",
+    "EXECUTION_PARAMS",
+    "Detector",
+    "DetectorInputError",
+    "UnknownParameterError",
+    "available",
+    "confidence",
+    "get_detector",
+    "register",
+]

@@ -1,0 +1,101 @@
+"""Errors and input checks shared by the detector modules, so every message reads the same."""
+
+from __future__ import annotations
+
+import math
+from typing import NamedTuple
+
+import numpy as np
+
+from oodsim.errors import OodsimError
+from oodsim.outputs import Outputs
+
+SPLIT_WORDS = {"train": "training", "val": "validation"}
+
+
+class DetectorInputError(OodsimError, ValueError):
+    """A detector was called with inputs or parameters it cannot work with."""
+
+
+class UnknownParameterError(DetectorInputError, TypeError):
+    """A parameter name the detector does not take."""
+
+
+def fit_hint(name: str, split: str | None, arrays: str = "...") -> str:
+    """The sentence that tells a user which fit split to pass."""
+    word = SPLIT_WORDS.get(split or "train", split)
+    return f"detector {name!r} needs fit=Outputs({arrays}) of the in-distribution {word} split"
+
+
+class FitArrays(NamedTuple):
+    """The in-distribution rows (label ≥ 0 where labels are known) of a fit split, as float64."""
+
+    logits: np.ndarray
+    features: np.ndarray | None
+    labels: np.ndarray | None
+
+
+def fit_arrays(
+    name: str, fit: Outputs | None, split: str, *, features: bool = False, labels: bool = False
+) -> FitArrays:
+    """Check that ``fit`` holds what the detector needs and drop OOD rows (label −1)."""
+    wanted = ", ".join(
+        ["logits=..."] + (["features=..."] if features else []) + (["labels=..."] if labels else [])
+    )
+    if fit is None:
+        raise DetectorInputError(fit_hint(name, split, wanted))
+    if not isinstance(fit, Outputs):
+        raise DetectorInputError(fit_hint(name, split, wanted) + f"; got {type(fit).__name__}")
+    for field, needed in (("features", features), ("labels", labels)):
+        if needed and getattr(fit, field) is None:
+            raise DetectorInputError(
+                f"detector {name!r} needs fit.{field}: pass fit=Outputs({wanted}) of the "
+                f"in-distribution {SPLIT_WORDS[split]} split"
+            )
+    keep = slice(None) if fit.labels is None else np.asarray(fit.labels) >= 0
+    arrays = FitArrays(
+        logits=as_float(fit.logits[keep]),
+        features=None if fit.features is None else as_float(fit.features[keep]),
+        labels=None if fit.labels is None else np.asarray(fit.labels[keep]).astype(np.int64),
+    )
+    if len(arrays.logits) == 0:
+        raise DetectorInputError(f"detector {name!r}: fit has no in-distribution rows")
+    return arrays
+
+
+def as_float(array: object) -> np.ndarray:
+    """A float64 copy-if-needed of ``array``: detectors compute in double precision."""
+    return np.asarray(array, dtype=np.float64)
+
+
+def positive(name: str, param: str, value: object) -> float:
+    """``value`` as a finite float > 0, or a clear error."""
+    try:
+        number = float(value)  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        number = math.nan
+    if not (math.isfinite(number) and number > 0):
+        raise DetectorInputError(
+            f"detector {name!r}: {param} must be a finite number > 0, got {value!r}"
+        )
+    return number
+
+
+def integer(name: str, param: str, value: object, low: int, high: float = math.inf) -> int:
+    """``value`` as an int in [low, high], or a clear error."""
+    ok = isinstance(value, int | np.integer) and not isinstance(value, bool)
+    if not ok or not low <= int(value) <= high:  # type: ignore[arg-type]
+        bound = f"in [{low}, {int(high)}]" if math.isfinite(high) else f">= {low}"
+        raise DetectorInputError(
+            f"detector {name!r}: {param} must be an integer {bound}, got {value!r}"
+        )
+    return int(value)  # type: ignore[arg-type]
+
+
+def same_width(name: str, what: str, x: np.ndarray, fit_x: np.ndarray) -> None:
+    """The scored rows and the fit rows must have the same number of columns."""
+    if np.shape(x)[1] != np.shape(fit_x)[1]:
+        raise DetectorInputError(
+            f"detector {name!r}: {what} have {np.shape(x)[1]} columns but "
+            f"fit.{what} have {np.shape(fit_x)[1]}"
+        )

@@ -1,0 +1,237 @@
+"""The detector registry: built-ins in a dict, user functions, and lazy entry points.
+
+A detector is a pure function ``func(outputs, *, fit=None, **params) -> κ`` (model-based ones
+also take ``model=`` and ``inputs=``) plus the metadata the pipeline needs to call and cache it.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import warnings
+from collections.abc import Callable, Mapping
+from importlib.metadata import EntryPoint, entry_points
+
+import attrs
+
+from oodsim.detectors._checks import UnknownParameterError
+from oodsim.errors import UnknownNameError
+
+ENTRY_POINT_GROUP = "oodsim.detectors"
+NEEDS = frozenset({"logits", "features", "model"})
+FIT_SPLITS = (None, "train", "val")
+#: Keyword arguments every detector function may take that are inputs, not parameters.
+INPUT_ARGS = frozenset({"fit", "model", "inputs"})
+#: Parameters that change how fast a detector runs, never its result: keep them out of keys.
+EXECUTION_PARAMS = frozenset({"batch_size"})
+
+
+def _parameters(func: Callable) -> dict[str, inspect.Parameter]:
+    """The keyword parameters of ``func`` that are detector parameters.
+
+    The first positional parameter receives the outputs, whatever its name; ``fit``, ``model``
+    and ``inputs`` are inputs, not parameters.
+    """
+    params = list(inspect.signature(func).parameters.values())
+    if params and params[0].kind in (params[0].POSITIONAL_ONLY, params[0].POSITIONAL_OR_KEYWORD):
+        params = params[1:]
+    return {
+        p.name: p
+        for p in params
+        if p.kind in (p.KEYWORD_ONLY, p.POSITIONAL_OR_KEYWORD) and p.name not in INPUT_ARGS
+    }
+
+
+class FrozenParams(Mapping):
+    """A read-only, picklable mapping of parameter names to defaults."""
+
+    def __init__(self, items: Mapping[str, object] | None = None) -> None:
+        self._items = dict(items or {})
+
+    def __getitem__(self, key: str) -> object:
+        return self._items[key]
+
+    def __iter__(self):
+        return iter(self._items)
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+    def __repr__(self) -> str:
+        return f"FrozenParams({self._items!r})"
+
+
+def _signature_defaults(self: Detector) -> Mapping[str, object]:
+    """Every parameter of ``func`` with its default (``None`` where it has none)."""
+    return {
+        name: (None if p.default is inspect.Parameter.empty else p.default)
+        for name, p in _parameters(self.func).items()
+    }
+
+
+def _first_paragraph(self: Detector) -> str:
+    return inspect.cleandoc(self.func.__doc__ or "").split("\n\n")[0].replace("\n", " ")
+
+
+def _check_needs(instance: Detector, attribute: attrs.Attribute, value: frozenset) -> None:
+    if not value or not value <= NEEDS:
+        raise ValueError(f"needs must be a non-empty subset of {sorted(NEEDS)}, got {set(value)}")
+
+
+@attrs.frozen(kw_only=True)
+class Detector:
+    """A registered confidence function κ (higher = more in-distribution) and its metadata."""
+
+    name: str
+    func: Callable = attrs.field(validator=attrs.validators.is_callable())
+    needs: frozenset[str] = attrs.field(converter=frozenset, validator=_check_needs)
+    fit_on: str | None = attrs.field(default=None, validator=attrs.validators.in_(FIT_SPLITS))
+    version: str = attrs.field(default="1", converter=str)
+    stochastic: bool = False
+    defaults: Mapping[str, object] = attrs.field(
+        default=attrs.Factory(_signature_defaults, takes_self=True),
+        converter=FrozenParams,
+        hash=False,
+    )
+    doc: str = attrs.field(default=attrs.Factory(_first_paragraph, takes_self=True))
+
+    @property
+    def takes_any_param(self) -> bool:
+        """True when ``func`` has ``**kwargs``: any parameter name is accepted."""
+        kinds = [p.kind for p in inspect.signature(self.func).parameters.values()]
+        return inspect.Parameter.VAR_KEYWORD in kinds
+
+    @property
+    def takes_fit(self) -> bool:
+        """True when ``func`` accepts a ``fit=`` keyword."""
+        params = inspect.signature(self.func).parameters
+        return "fit" in params or self.takes_any_param
+
+    @property
+    def fit_required(self) -> bool:
+        """A fit split is declared and ``func`` gives ``fit`` no default."""
+        fit = inspect.signature(self.func).parameters.get("fit")
+        return self.fit_on is not None and (fit is None or fit.default is inspect.Parameter.empty)
+
+    def resolve(self, params: Mapping[str, object]) -> dict[str, object]:
+        """Defaults overridden by ``params``; an unknown name raises with the allowed ones."""
+        if not self.takes_any_param:
+            for key in params:
+                if key not in self.defaults:
+                    allowed = ", ".join(sorted(self.defaults)) or "none"
+                    raise UnknownParameterError(
+                        f"unknown parameter {key!r} for detector {self.name!r}; allowed: {allowed}"
+                    )
+        return {**self.defaults, **params}
+
+
+BUILTINS: dict[str, Detector] = {}
+_USER: dict[str, Detector] = {}
+_LOADED: dict[str, Detector] = {}
+
+
+def _decorator(
+    table: dict[str, Detector], name: str, *, needs, fit_on, version, stochastic, replace
+) -> Callable[[Callable], Callable]:
+    def decorate(func: Callable) -> Callable:
+        detector = Detector(
+            name=name,
+            func=func,
+            needs=frozenset(needs),
+            fit_on=fit_on,
+            version=version,
+            stochastic=stochastic,
+        )
+        taken = name in BUILTINS or (name in _USER and not replace)
+        if taken:
+            raise ValueError(f"a detector named {name!r} is already registered")
+        table[name] = detector
+        func.__oodsim_detector__ = detector  # lets an entry point name the plain function
+        return func
+
+    return decorate
+
+
+def register(
+    name: str,
+    *,
+    needs: frozenset[str] | set[str] | tuple[str, ...],
+    fit_on: str | None = None,
+    version: str = "1",
+    stochastic: bool = False,
+    replace: bool = False,
+) -> Callable[[Callable], Callable]:
+    """Decorator: register ``func(outputs, *, fit=None, **params) -> κ`` under ``name``.
+
+    A name already taken raises ``ValueError``; ``replace=True`` lets a script re-register its own
+    detector (a notebook cell run twice), never a built-in one.
+    """
+    return _decorator(
+        _USER,
+        name,
+        needs=needs,
+        fit_on=fit_on,
+        version=version,
+        stochastic=stochastic,
+        replace=replace,
+    )
+
+
+def builtin(name: str, *, needs, fit_on=None, version="1", stochastic=False):
+    """Decorator used by oodsim's own detector modules."""
+    return _decorator(
+        BUILTINS,
+        name,
+        needs=needs,
+        fit_on=fit_on,
+        version=version,
+        stochastic=stochastic,
+        replace=False,
+    )
+
+
+@functools.cache
+def _entry_points() -> dict[str, EntryPoint]:
+    """Third-party detectors by name; listed once, loaded only when asked for."""
+    found = {ep.name: ep for ep in entry_points(group=ENTRY_POINT_GROUP)}
+    shadowed = sorted(set(found) & set(BUILTINS))
+    if shadowed:
+        warnings.warn(
+            f"detector entry points {shadowed} are shadowed by built-in detectors", stacklevel=3
+        )
+    return found
+
+
+def _load(ep: EntryPoint) -> Detector:
+    try:
+        obj = ep.load()
+    except Exception as exc:  # a broken plugin must say which one it is
+        raise ImportError(
+            f"detector entry point {ep.name!r} ({ep.value}) failed to load: {exc}"
+        ) from exc
+    detector = getattr(obj, "__oodsim_detector__", obj)
+    if not isinstance(detector, Detector):
+        raise TypeError(
+            f"detector entry point {ep.name!r} ({ep.value}) must name a Detector or a function "
+            f"decorated with oodsim.detectors.register, got {type(obj).__name__}"
+        )
+    if detector.name != ep.name:
+        detector = attrs.evolve(detector, name=ep.name)
+    return detector
+
+
+def available() -> list[str]:
+    """Names of all detectors: built-in, registered in this process, and entry points."""
+    return sorted(set(BUILTINS) | set(_USER) | set(_entry_points()))
+
+
+def get_detector(name: str) -> Detector:
+    """The detector registered as ``name``; an unknown name raises with a close match."""
+    for table in (BUILTINS, _USER, _LOADED):
+        if name in table:
+            return table[name]
+    eps = _entry_points()
+    if name in eps:
+        _LOADED[name] = _load(eps[name])
+        return _LOADED[name]
+    raise UnknownNameError("detector", name, available())

@@ -1,0 +1,278 @@
+"""The detector registry, entry points and the checks ``confidence`` makes before and after."""
+
+from __future__ import annotations
+
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+
+from oodsim.detectors import (
+    Detector,
+    DetectorInputError,
+    UnknownParameterError,
+    available,
+    confidence,
+    get_detector,
+    register,
+)
+from oodsim.detectors import _registry as registry
+from oodsim.errors import SpecError, UnknownNameError
+from oodsim.outputs import Outputs
+
+BUILTINS = {
+    "msp",
+    "temperature",
+    "odin",
+    "openmax",
+    "mc_dropout",
+    "mc_dropout_entropy",
+    "entropy",
+    "max_logit",
+    "energy",
+    "mahalanobis",
+    "knn",
+    "vim",
+}
+
+
+def outputs(n: int = 40, classes: int = 4, dim: int = 6, seed: int = 0) -> Outputs:
+    rng = np.random.default_rng(seed)
+    labels = np.arange(n) % classes
+    features = rng.normal(size=(n, dim)) + labels[:, None]
+    logits = features @ rng.normal(size=(dim, classes)) + rng.normal(size=classes)
+    return Outputs(logits=logits, features=features, labels=labels)
+
+
+def test_builtins_are_available_with_their_metadata() -> None:
+    assert set(available()) >= BUILTINS
+    assert available() == sorted(available())
+    assert get_detector("mahalanobis").fit_on == "train"
+    assert get_detector("temperature").fit_on == "val"
+    assert get_detector("odin").needs == {"model"}
+    assert get_detector("vim").needs == {"logits", "features"}
+    assert get_detector("mc_dropout").stochastic and not get_detector("msp").stochastic
+    assert dict(get_detector("knn").defaults) == {"k": 50}
+    assert dict(get_detector("odin").defaults) == {
+        "temperature": 1000.0,
+        "epsilon": 0.0014,
+        "batch_size": 256,
+    }
+    assert "Mahalanobis" in get_detector("mahalanobis").doc
+    for name in BUILTINS:
+        assert get_detector(name).version == "1"
+
+
+def test_unknown_name_suggests_a_close_one() -> None:
+    with pytest.raises(UnknownNameError, match="Did you mean 'mahalanobis'") as info:
+        get_detector("mahalanobois")
+    assert isinstance(info.value, KeyError) and isinstance(info.value, SpecError)
+    with pytest.raises(UnknownNameError, match="'knn'"):
+        confidence("nope", outputs())
+
+
+def test_register_a_user_detector_and_call_it() -> None:
+    @register("test_margin", needs={"logits"}, version="3")
+    def margin(out: Outputs, *, fit: Outputs | None = None, scale: float = 1.0) -> np.ndarray:
+        """Top-1 minus top-2 logit: a large gap means a confident, familiar input."""
+        top = np.sort(out.logits, axis=1)
+        return scale * (top[:, -1] - top[:, -2])
+
+    det = get_detector("test_margin")
+    assert det.func is margin and det.version == "3" and dict(det.defaults) == {"scale": 1.0}
+    assert det.doc.startswith("Top-1 minus top-2 logit")
+    assert "test_margin" in available()
+    out = outputs()
+    np.testing.assert_allclose(confidence("test_margin", out, scale=2.0), 2 * margin(out))
+    with pytest.raises(ValueError, match="already registered"):
+        register("test_margin", needs={"logits"})(margin)
+    with pytest.raises(ValueError, match="already registered"):
+        register("msp", needs={"logits"}, replace=True)(margin)
+    register("test_margin", needs={"logits"}, version="4", replace=True)(margin)
+    assert get_detector("test_margin").version == "4"
+
+
+def test_detector_metadata_is_validated() -> None:
+    with pytest.raises(ValueError, match="needs"):
+        register("test_bad_needs", needs={"pixels"})(lambda out, *, fit=None: out.logits[:, 0])
+    with pytest.raises(ValueError, match="fit_on"):
+        register("test_bad_split", needs={"logits"}, fit_on="test")(lambda out, *, fit=None: 0)
+    assert "test_bad_needs" not in available()
+
+
+def test_unknown_parameter_names_the_allowed_ones() -> None:
+    message = "unknown parameter 'tmp' for detector 'temperature'; allowed: temperature"
+    with pytest.raises(UnknownParameterError, match=message) as info:
+        confidence("temperature", outputs(), tmp=2.0)
+    assert isinstance(info.value, TypeError) and isinstance(info.value, ValueError)
+    with pytest.raises(UnknownParameterError, match="allowed: none"):
+        confidence("msp", outputs(), temperature=2.0)
+    assert get_detector("openmax").resolve({"alpha": 2}) == {
+        "tail_size": 20,
+        "alpha": 2,
+        "distance": "euclidean",
+    }
+
+
+def test_missing_inputs_say_what_to_pass() -> None:
+    out = outputs()
+    bare = Outputs(logits=out.logits)
+    message = r"detector 'mahalanobis' needs features: pass Outputs\(features=...\)"
+    with pytest.raises(DetectorInputError, match=message):
+        confidence("mahalanobis", bare, fit=out)
+    with pytest.raises(
+        DetectorInputError,
+        match=r"needs fit=Outputs\(features=...\) of the "
+        r"in-distribution training split",
+    ):
+        confidence("knn", out)
+    with pytest.raises(DetectorInputError, match="fit.features is missing"):
+        confidence("knn", out, fit=bare)
+    with pytest.raises(DetectorInputError, match=r"needs fit.labels: pass fit=Outputs"):
+        confidence("mahalanobis", out, fit=Outputs(logits=out.logits, features=out.features))
+    with pytest.raises(DetectorInputError, match="validation split, or a fixed temperature="):
+        confidence("temperature", out)
+    with pytest.raises(DetectorInputError, match="needs model="):
+        confidence("odin", out)
+    with pytest.raises(DetectorInputError, match=r"scores an Outputs\(...\)"):
+        confidence("msp", out.logits)
+
+
+@pytest.mark.parametrize(
+    ("name", "params", "match"),
+    [
+        ("knn", {"k": 0}, "k must be an integer >= 1"),
+        ("knn", {"k": 2.5}, "k must be an integer"),
+        ("openmax", {"tail_size": 0}, "tail_size"),
+        ("openmax", {"alpha": 5}, r"alpha must be an integer in \[1, 4\]"),
+        ("openmax", {"distance": "cosine"}, "distance must be one of"),
+        ("temperature", {"temperature": -1.0}, "temperature must be a finite number > 0"),
+        ("energy", {"temperature": 0}, "temperature must be"),
+        ("vim", {"dim": 6}, r"dim must be an integer in \[1, 5\]"),
+        ("mahalanobis", {"ridge": -1.0}, "ridge must be"),
+    ],
+)
+def test_bad_parameter_values_are_rejected(name: str, params: dict, match: str) -> None:
+    out = outputs()
+    with pytest.raises(DetectorInputError, match=match):
+        confidence(name, out, fit=out, **params)
+
+
+def test_feature_width_mismatch_is_reported() -> None:
+    with pytest.raises(DetectorInputError, match="features have 6 columns but fit.features have 5"):
+        confidence("knn", outputs(), fit=outputs(dim=5))
+
+
+def test_results_are_checked() -> None:
+    @register("test_nan", needs={"logits"})
+    def nan(out: Outputs, *, fit: Outputs | None = None) -> np.ndarray:
+        return np.where(np.arange(len(out)) == 3, np.nan, 0.0)
+
+    @register("test_shape", needs={"logits"})
+    def wrong_shape(out: Outputs, *, fit: Outputs | None = None) -> np.ndarray:
+        return out.logits
+
+    with pytest.raises(ValueError, match=r"detector 'test_nan' returned 1 non-finite .* row 3"):
+        confidence("test_nan", outputs())
+    with pytest.raises(ValueError, match=r"detector 'test_shape' returned shape \(40, 4\)"):
+        confidence("test_shape", outputs())
+
+
+def test_a_required_fit_is_checked_for_user_detectors() -> None:
+    @register("test_needs_train", needs={"features"}, fit_on="train")
+    def centroid(out: Outputs, *, fit: Outputs, shrink: float = 0.0) -> np.ndarray:
+        return -np.linalg.norm(out.features - fit.features.mean(0), axis=1)
+
+    assert get_detector("test_needs_train").fit_required
+    with pytest.raises(DetectorInputError, match="in-distribution training split"):
+        confidence("test_needs_train", outputs())
+    assert confidence("test_needs_train", outputs(), fit=outputs(seed=1)).shape == (40,)
+
+
+def test_every_logit_and_feature_builtin_returns_finite_float64() -> None:
+    out, fit = outputs(n=60), outputs(n=80, seed=2)
+    for name in BUILTINS - {"odin", "mc_dropout", "mc_dropout_entropy"}:
+        kappa = confidence(name, out, fit=fit)
+        assert kappa.dtype == np.float64 and kappa.shape == (60,) and np.isfinite(kappa).all()
+
+
+def test_extreme_logits_stay_finite() -> None:
+    big = Outputs(logits=np.array([[1e4, -1e4, 0.0], [0.0, 0.0, 0.0]]))
+    for name in ("msp", "entropy", "energy", "max_logit"):
+        assert np.isfinite(confidence(name, big)).all()
+    np.testing.assert_allclose(confidence("msp", big), [1.0, 1 / 3])
+
+
+@pytest.fixture
+def plugin(tmp_path, monkeypatch):
+    """A third-party package on sys.path that declares two detector entry points."""
+    (tmp_path / "oodsim_plugin_demo.py").write_text(
+        textwrap.dedent('''
+        import numpy as np
+        from oodsim.detectors import Detector, register
+
+        @register("plugin_mean_logit", needs={"logits"}, version="2")
+        def mean_logit(outputs, *, fit=None, shift: float = 0.0):
+            """Mean logit plus a shift."""
+            return outputs.logits.mean(axis=1) + shift
+
+        def _min_logit(outputs, *, fit=None):
+            return outputs.logits.min(axis=1)
+
+        MIN_LOGIT = Detector(name="min_logit", func=_min_logit, needs={"logits"})
+        NOT_A_DETECTOR = 42
+    ''')
+    )
+    info = tmp_path / "oodsim_plugin_demo-0.1.dist-info"
+    info.mkdir()
+    metadata = "Metadata-Version: 2.1\nName: oodsim-plugin-demo\nVersion: 0.1\n"
+    (info / "METADATA").write_text(metadata)
+    (info / "entry_points.txt").write_text(
+        "[oodsim.detectors]\n"
+        "plugin_mean_logit = oodsim_plugin_demo:mean_logit\n"
+        "plugin_min_logit = oodsim_plugin_demo:MIN_LOGIT\n"
+        "plugin_broken = oodsim_plugin_demo:NOT_A_DETECTOR\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    registry._entry_points.cache_clear()
+    yield
+    registry._entry_points.cache_clear()
+    for name in ("plugin_mean_logit", "plugin_min_logit", "plugin_broken"):
+        registry._USER.pop(name, None)
+        registry._LOADED.pop(name, None)
+    sys.modules.pop("oodsim_plugin_demo", None)
+
+
+def test_entry_points_are_listed_lazily_and_loaded_on_use(plugin) -> None:
+    names = available()
+    assert {"plugin_mean_logit", "plugin_min_logit", "plugin_broken"} <= set(names)
+    assert "oodsim_plugin_demo" not in sys.modules  # listed, not imported
+    out = outputs()
+    np.testing.assert_allclose(
+        confidence("plugin_mean_logit", out, shift=1.0), out.logits.mean(1) + 1.0
+    )
+    assert get_detector("plugin_mean_logit").version == "2"
+    det = get_detector("plugin_min_logit")
+    assert isinstance(det, Detector) and det.name == "plugin_min_logit"
+    assert det.func.__name__ == "_min_logit"  # the entry point's name replaces "min_logit"
+    np.testing.assert_allclose(confidence("plugin_min_logit", out), out.logits.min(1))
+    with pytest.raises(TypeError, match="plugin_broken.*must name a Detector"):
+        get_detector("plugin_broken")
+
+
+def test_vim_head_recovery_says_when_it_cannot_work() -> None:
+    out = outputs()
+    rng = np.random.default_rng(5)
+    scrambled = Outputs(logits=rng.normal(size=out.logits.shape), features=out.features)
+    with pytest.raises(DetectorInputError, match="not a linear function.*head_weight="):
+        confidence("vim", out, fit=scrambled)
+    dead = out.features.copy()
+    dead[:, 0] = 0.0  # a dead unit: the head's first column is not identifiable
+    linear = Outputs(logits=dead @ rng.normal(size=(6, 4)), features=dead)
+    with pytest.warns(UserWarning, match="span only 5 of 6 dimensions"):
+        confidence("vim", linear, fit=linear)
+    with pytest.raises(DetectorInputError, match="head_bias= needs head_weight="):
+        confidence("vim", out, fit=out, head_bias=np.zeros(4))
+    with pytest.raises(DetectorInputError, match=r"head_weight must have shape \(4, 6\)"):
+        confidence("vim", out, fit=out, head_weight=np.zeros((6, 4)))
