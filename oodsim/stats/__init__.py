@@ -1,0 +1,57 @@
+"""Monte Carlo statistics of OOD evaluation results: estimates, win probabilities, tests,
+sequential stopping rules and variance components.
+
+Every function takes either plain arrays (n_seeds, n_methods) or the results Dataset
+(``score`` over seed × method × metric × severity [× ood, model, dataset]); see
+``docs/statistics.md`` for what each answers and when to use which.
+"""
+
+from __future__ import annotations
+
+from oodsim.stats._common import LOWER_IS_BETTER, as_score, higher_is_better, score_matrix
+from oodsim.stats.estimates import estimate, running_interval
+from oodsim.stats.significance import (
+    TESTS,
+    required_simulations,
+    required_simulations_table,
+    sequential_p_values,
+)
+from oodsim.stats.stopping import (
+    BOUNDARIES,
+    STOPPING_RULES,
+    StopDecision,
+    confidence_sequence,
+    decide,
+    decide_ci_width,
+    decide_fixed,
+    decide_ranking,
+    pairwise_lower_bounds,
+)
+from oodsim.stats.variance import variance_components, variance_components_table
+from oodsim.stats.win import win_probabilities, win_probability
+
+__all__ = [
+    "BOUNDARIES",
+    "LOWER_IS_BETTER",
+    "STOPPING_RULES",
+    "TESTS",
+    "StopDecision",
+    "as_score",
+    "confidence_sequence",
+    "decide",
+    "decide_ci_width",
+    "decide_fixed",
+    "decide_ranking",
+    "estimate",
+    "higher_is_better",
+    "pairwise_lower_bounds",
+    "required_simulations",
+    "required_simulations_table",
+    "running_interval",
+    "score_matrix",
+    "sequential_p_values",
+    "variance_components",
+    "variance_components_table",
+    "win_probabilities",
+    "win_probability",
+]

@@ -1,0 +1,129 @@
+"""Sources of variance: how much of the spread comes from the class split (paper, 4.1)."""
+
+from __future__ import annotations
+
+import numpy as np
+import xarray as xr
+from scipy import stats as sps
+
+from oodsim.stats._common import as_score, check_alpha, iter_cells
+
+#: Keys of :func:`variance_components`, in the order the xarray wrapper stores them.
+COMPONENT_KEYS: tuple[str, ...] = (
+    "sigma2_between",
+    "sigma2_between_lower",
+    "sigma2_between_upper",
+    "sigma2_within",
+    "sigma2_within_lower",
+    "sigma2_within_upper",
+    "icc",
+    "icc_lower",
+    "icc_upper",
+    "sigma2_between_raw",
+    "f",
+    "p_value",
+    "df_between",
+    "df_within",
+    "n0",
+    "n_groups",
+    "n",
+)
+
+
+def variance_components(
+    values: np.ndarray, groups: np.ndarray, confidence: float = 0.95
+) -> dict[str, float]:
+    """One-way random-effects ANOVA of ``values`` grouped by ``groups`` (unbalanced allowed).
+
+    Model: y_ij = mu + b_i + e_ij with b_i ~ (0, sigma2_between) per group (e.g. class split)
+    and e_ij ~ (0, sigma2_within) per seed inside a group. Estimates are the ANOVA (method of
+    moments) ones: sigma2_within = MSW, sigma2_between = (MSB - MSW) / n0 truncated at zero
+    (``sigma2_between_raw`` keeps the sign), n0 = (N - sum n_i^2 / N) / (a - 1), and the
+    intra-class correlation icc = sigma2_between / (sigma2_between + sigma2_within).
+    ``f`` and ``p_value`` test sigma2_between = 0 (the same F as scipy.stats.f_oneway).
+
+    Intervals (two-sided, ``confidence``): sigma2_within is exact (chi-square, N - a df);
+    the ratio sigma2_between / sigma2_within has Searle's F-based interval (exact when
+    balanced, with n0 otherwise), giving the icc interval and, times MSW, the sigma2_between
+    interval (which ignores MSW's own uncertainty, small when N >> a). NaN seeds are dropped.
+    """
+    check_alpha(confidence, "confidence")
+    y = np.asarray(values, dtype=float).ravel()
+    g = np.asarray(groups).ravel()
+    if len(y) != len(g):
+        raise ValueError(f"{len(y)} values but {len(g)} group labels")
+    keep = np.isfinite(y)
+    y, g = y[keep], g[keep]
+    _, inverse = np.unique(g, return_inverse=True)
+    sizes = np.bincount(inverse)
+    a, n = len(sizes), len(y)
+    out = dict.fromkeys(COMPONENT_KEYS, float("nan"))
+    out.update(n_groups=float(a), n=float(n))
+    if a < 2 or n <= a:
+        return out
+    means = np.bincount(inverse, weights=y) / sizes
+    grand = y.mean()
+    ssb = float((sizes * (means - grand) ** 2).sum())
+    ssw = float(((y - means[inverse]) ** 2).sum())
+    df_b, df_w = a - 1, n - a
+    msb, msw = ssb / df_b, ssw / df_w
+    n0 = (n - (sizes**2).sum() / n) / df_b
+    raw = (msb - msw) / n0
+    between = max(raw, 0.0)
+    q = (1.0 - confidence) / 2.0
+    with np.errstate(divide="ignore", invalid="ignore"):
+        f = msb / msw
+        p = float(sps.f.sf(f, df_b, df_w)) if np.isfinite(f) else (0.0 if msb > 0 else np.nan)
+        total = between + msw
+        icc = between / total if total > 0 else np.nan
+        ratio_lo = max((f / sps.f.ppf(1 - q, df_b, df_w) - 1.0) / n0, 0.0)
+        ratio_hi = max((f / sps.f.ppf(q, df_b, df_w) - 1.0) / n0, 0.0)
+    out.update(
+        sigma2_between=between,
+        sigma2_between_lower=ratio_lo * msw,
+        sigma2_between_upper=ratio_hi * msw,
+        sigma2_within=msw,
+        sigma2_within_lower=ssw / sps.chi2.ppf(1 - q, df_w),
+        sigma2_within_upper=ssw / sps.chi2.ppf(q, df_w),
+        icc=icc,
+        icc_lower=ratio_lo / (1.0 + ratio_lo) if np.isfinite(ratio_lo) else np.nan,
+        icc_upper=ratio_hi / (1.0 + ratio_hi) if np.isfinite(ratio_hi) else 1.0,
+        sigma2_between_raw=raw,
+        f=float(f),
+        p_value=p,
+        df_between=float(df_b),
+        df_within=float(df_w),
+        n0=float(n0),
+    )
+    return {key: float(value) for key, value in out.items()}
+
+
+def variance_components_table(
+    results: xr.Dataset | xr.DataArray,
+    group: str = "class_split",
+    confidence: float = 0.95,
+    dim: str = "seed",
+) -> xr.Dataset:
+    """:func:`variance_components` per cell (method, metric, severity, ...) of the results,
+    grouping the seeds by the ``group`` coordinate (the seed's class split by default)."""
+    score = as_score(results)
+    if group not in score.coords and isinstance(results, xr.Dataset) and group in results:
+        score = score.assign_coords({group: results[group]})
+    if group not in score.coords:
+        raise KeyError(f"results have no {group!r} coordinate to group the seeds by")
+    labels = np.asarray(score[group].values)
+    if score[group].dims != (dim,):
+        raise ValueError(
+            f"{group!r} must be a coordinate along {dim!r}, has dims {score[group].dims}"
+        )
+    template = score.isel({dim: 0}, drop=True)
+    arrays = {key: np.full(template.shape, np.nan) for key in COMPONENT_KEYS}
+    for cell_labels, cell in iter_cells(score, (dim,)):
+        index = tuple(
+            int(np.flatnonzero(template[d].values == cell_labels[d])[0]) for d in template.dims
+        )
+        comp = variance_components(cell.values, labels, confidence)
+        for key in COMPONENT_KEYS:
+            arrays[key][index] = comp[key]
+    data = {key: template.copy(data=value) for key, value in arrays.items()}
+    return xr.Dataset(data, attrs={"confidence": confidence, "group": group, "dim": dim})

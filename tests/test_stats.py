@@ -1,0 +1,496 @@
+"""Tests of oodsim.stats against real oracles: scipy.stats and exact enumeration."""
+
+from __future__ import annotations
+
+import itertools
+import math
+import time
+import warnings
+
+import numpy as np
+import pytest
+import xarray as xr
+from scipy import stats as sps
+
+from oodsim.errors import UnknownNameError
+from oodsim.stats import (
+    StopDecision,
+    confidence_sequence,
+    decide,
+    decide_ci_width,
+    decide_fixed,
+    decide_ranking,
+    estimate,
+    higher_is_better,
+    required_simulations,
+    required_simulations_table,
+    running_interval,
+    score_matrix,
+    sequential_p_values,
+    variance_components,
+    variance_components_table,
+    win_probabilities,
+    win_probability,
+)
+
+METRICS = ("auroc", "aupr_in", "aupr_out", "fpr95", "accuracy")
+
+
+def make_results(
+    n_seeds: int = 40,
+    methods: tuple[str, ...] = ("msp", "odin", "energy"),
+    severities: tuple[str, ...] = ("all",),
+    oods: tuple[str, ...] | None = None,
+    n_splits: int = 4,
+    failed: tuple[int, ...] = (3,),
+    seed: int = 0,
+) -> xr.Dataset:
+    """A results Dataset of the pipeline's shape with a class-split effect and a failed seed."""
+    rng = np.random.default_rng(seed)
+    base = np.linspace(0.80, 0.83, len(methods))
+    splits = np.arange(n_seeds) % n_splits
+    split_effect = rng.normal(0, 0.02, n_splits)[splits]
+    shape = (n_seeds, len(methods), len(METRICS), len(severities)) + ((len(oods),) if oods else ())
+    mean = base[None, :, None, None] + split_effect[:, None, None, None]
+    mean = mean[..., None] if oods else mean
+    score = np.clip(mean + rng.normal(0, 0.01, shape), 0, 1)
+    score[:, :, METRICS.index("fpr95")] = 1 - score[:, :, METRICS.index("fpr95")]
+    score[list(failed)] = np.nan
+    dims = ("seed", "method", "metric", "severity") + (("ood",) if oods else ())
+    coords = {
+        "seed": np.arange(100, 100 + n_seeds),
+        "method": list(methods),
+        "metric": list(METRICS),
+        "severity": list(severities),
+        "class_split": ("seed", [f"split{s}" for s in splits]),
+    }
+    if oods:
+        coords["ood"] = list(oods)
+    is_failed = np.isin(np.arange(n_seeds), failed)
+    return xr.Dataset(
+        {"score": (dims, score), "failed": ("seed", is_failed)}, coords=coords, attrs={}
+    )
+
+
+# ----------------------------------------------------------------------------- estimates
+
+
+def test_estimate_t_interval_matches_scipy() -> None:
+    results = make_results(severities=("0", "1"), oods=("svhn", "noise"))
+    est = estimate(results)
+    assert set(est.data_vars) >= {"mean", "std", "sem", "lower", "upper", "n", "n_excluded"}
+    assert "seed" not in est.dims and "class_split" not in est.coords
+    assert set(est["mean"].dims) == {"method", "metric", "severity", "ood"}
+    cell = {"method": "odin", "metric": "auroc", "severity": "1", "ood": "noise"}
+    values = results["score"].sel(cell).values
+    finite = values[np.isfinite(values)]
+    lo, hi = sps.t.interval(0.95, len(finite) - 1, loc=finite.mean(), scale=sps.sem(finite))
+    got = est.sel(cell)
+    assert got["n"].item() == len(finite) == 39
+    assert got["n_excluded"].item() == 1
+    np.testing.assert_allclose(got["mean"].item(), finite.mean(), rtol=1e-12)
+    np.testing.assert_allclose(got["std"].item(), finite.std(ddof=1), rtol=1e-12)
+    np.testing.assert_allclose([got["lower"].item(), got["upper"].item()], [lo, hi], rtol=1e-12)
+    est90 = estimate(results["score"], confidence=0.9).sel(cell)
+    lo90, _ = sps.t.interval(0.9, len(finite) - 1, loc=finite.mean(), scale=sps.sem(finite))
+    np.testing.assert_allclose(est90["lower"].item(), lo90, rtol=1e-12)
+
+
+def test_estimate_masks_failed_flag_and_handles_tiny_cells() -> None:
+    results = make_results(n_seeds=6, failed=())
+    results["failed"][:] = [False, True, True, True, True, True]
+    est = estimate(results)
+    assert (est["n"] == 1).all() and (est["n_excluded"] == 5).all()
+    assert np.isfinite(est["mean"]).all() and np.isnan(est["lower"]).all()
+
+
+def test_estimate_bootstrap_close_to_t_and_reproducible() -> None:
+    rng = np.random.default_rng(1)
+    score = xr.DataArray(
+        rng.normal(0.8, 0.02, (400, 4)), dims=("seed", "method"), coords={"method": list("abcd")}
+    )
+    score[5, 2] = np.nan
+    boot = estimate(score, method="bootstrap", n_boot=4000, rng=7)
+    t = estimate(score)
+    width = (t["upper"] - t["lower"]).values
+    np.testing.assert_allclose(boot["lower"], t["lower"], atol=0.1 * width.max())
+    np.testing.assert_allclose(boot["upper"], t["upper"], atol=0.1 * width.max())
+    again = estimate(score, method="bootstrap", n_boot=4000, rng=7)
+    xr.testing.assert_identical(boot, again)
+    assert boot["n"].values.tolist() == [400, 400, 399, 400]
+    with pytest.raises(ValueError, match="method"):
+        estimate(score, method="jackknife")  # type: ignore[arg-type]
+
+
+def test_running_interval_last_point_matches_estimate() -> None:
+    v = np.random.default_rng(2).normal(0.8, 0.05, 30)
+    v[4] = np.nan
+    n, mean, lower, upper = running_interval(v)
+    assert n[-1] == 29 and np.isnan(lower[0])
+    finite = v[np.isfinite(v)]
+    lo, hi = sps.t.interval(0.95, 28, loc=finite.mean(), scale=sps.sem(finite))
+    np.testing.assert_allclose([mean[-1], lower[-1], upper[-1]], [finite.mean(), lo, hi])
+
+
+# ----------------------------------------------------------------------------- win probability
+
+
+def _exact_win(values: np.ndarray, subsets: list[tuple[int, ...]]) -> np.ndarray:
+    """Win shares by enumeration: every subset equally likely, ties split."""
+    wins = np.zeros(values.shape[1])
+    for subset in subsets:
+        means = values[list(subset)].mean(axis=0)
+        best = np.isclose(means, means.max(), rtol=0, atol=1e-12)
+        wins += best / best.sum()
+    return wins / len(subsets)
+
+
+@pytest.mark.parametrize("replace", [False, True])
+def test_win_probability_matches_exact_enumeration(replace: bool) -> None:
+    values = np.random.default_rng(3).normal(0.8, 0.03, (8, 3))
+    if replace:
+        subsets = list(itertools.product(range(8), repeat=3))
+    else:
+        subsets = list(itertools.combinations(range(8), 3))
+    exact = _exact_win(values, subsets)
+    n_draws = 200_000
+    got = win_probability(values, k=3, n_draws=n_draws, replace=replace, rng=0)
+    se = np.sqrt(exact * (1 - exact) / n_draws)
+    assert np.all(np.abs(got - exact) <= 4.5 * se + 1e-12), (got, exact)
+    assert got.sum() == pytest.approx(1.0)
+
+
+def test_win_probability_splits_ties_exactly() -> None:
+    rng = np.random.default_rng(4)
+    a = rng.normal(0.8, 0.03, 8)
+    values = np.column_stack([a, a, a - 0.5])  # two identical methods, one always worse
+    np.testing.assert_allclose(win_probability(values, k=3, n_draws=1000, rng=0), [0.5, 0.5, 0])
+    constant = np.full((10, 4), 0.7)
+    np.testing.assert_allclose(win_probability(constant, k=5, n_draws=500, rng=0), 0.25)
+    # Enumeration with a partial tie: method 1 equals method 0 on half of the seeds.
+    values = rng.normal(0.8, 0.03, (7, 3))
+    values[:4, 1] = values[:4, 0]
+    exact = _exact_win(values, list(itertools.combinations(range(7), 2)))
+    got = win_probability(values, k=2, n_draws=200_000, rng=1)
+    np.testing.assert_allclose(got, exact, atol=0.01)
+
+
+def test_win_probability_monte_carlo_error_shrinks_like_sqrt_draws() -> None:
+    values = np.random.default_rng(5).normal(0.8, 0.03, (8, 3))
+    exact = _exact_win(values, list(itertools.combinations(range(8), 3)))
+    rng = np.random.default_rng(6)
+
+    def rms_error(n_draws: int) -> float:
+        runs = np.array([win_probability(values, 3, n_draws, rng=rng) for _ in range(60)])
+        return float(np.sqrt(((runs - exact) ** 2).mean()))
+
+    ratio = rms_error(16 * 400) / rms_error(400)
+    assert 0.17 < ratio < 0.36, ratio  # 1/sqrt(16) = 0.25
+
+
+def test_win_probability_direction_nan_seeds_and_errors() -> None:
+    values = np.random.default_rng(7).normal(0.5, 0.1, (30, 4))
+    low = win_probability(values, higher_is_better=False, rng=1)
+    np.testing.assert_allclose(low, win_probability(-values, rng=1))
+    with_nan = np.vstack([values, np.full((1, 4), np.nan)])
+    with_nan[0, 2] = np.nan
+    np.testing.assert_allclose(
+        win_probability(with_nan, rng=2), win_probability(with_nan[1:-1], rng=2)
+    )
+    with pytest.raises(ValueError, match="complete seeds"):
+        win_probability(values[:4], k=5)
+    assert win_probability(values[:4], k=5, replace=True, n_draws=50, rng=0).sum() == 1
+
+
+def test_win_probability_is_fast() -> None:
+    values = np.random.default_rng(8).normal(0.8, 0.03, (1000, 10))
+    start = time.perf_counter()
+    p = win_probability(values, k=5, n_draws=10_000, rng=0)
+    assert time.perf_counter() - start < 1.0
+    assert p.shape == (10,) and p.sum() == pytest.approx(1.0)
+
+
+def test_win_probabilities_over_results() -> None:
+    results = make_results(severities=("0", "1"), oods=("svhn", "noise"))
+    wp = win_probabilities(results, "auroc", k=5, n_draws=2000, rng=0)
+    assert set(wp.dims) == {"method", "severity", "ood"}
+    np.testing.assert_allclose(wp.sum("method"), 1.0)
+    cell = {"severity": "1", "ood": "svhn"}
+    v = results["score"].sel(metric="auroc", **cell).transpose("seed", "method").values
+    assert wp.sel(cell)["method"].values.tolist() == ["msp", "odin", "energy"]
+    assert wp.sel(cell).values.argmax() == np.nanmean(v, axis=0).argmax()
+    every = win_probabilities(results, None, n_draws=2000, rng=0)
+    assert "metric" in every.dims
+    fpr = every.sel(metric="fpr95", severity="0", ood="svhn")
+    mean_fpr = results["score"].sel(metric="fpr95", severity="0", ood="svhn").mean("seed")
+    assert fpr.values.argmax() == mean_fpr.values.argmin()  # lower FPR wins
+    assert not higher_is_better("fpr95") and higher_is_better("auroc")
+
+
+# ----------------------------------------------------------------------------- required sims
+
+
+def _scipy_first(a: np.ndarray, b: np.ndarray, test, alpha: float = 0.05) -> int | None:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for n in range(2, len(a) + 1):
+            if test(a[:n], b[:n]).pvalue < alpha:
+                return n
+    return None
+
+
+def test_required_simulations_welch_and_paired_match_scipy() -> None:
+    rng = np.random.default_rng(9)
+    welch = lambda a, b: sps.ttest_ind(a, b, equal_var=False)  # noqa: E731
+    for trial in range(20):
+        n = 60
+        shared = rng.normal(0, 0.02, n)
+        a = 0.8 + shared + rng.normal(0, rng.uniform(0.005, 0.02), n)
+        b = 0.8 + rng.uniform(0, 0.01) + shared + rng.normal(0, rng.uniform(0.005, 0.02), n)
+        if trial % 5 == 0:
+            b[:3] = b[0]
+        for name, oracle in (("welch", welch), ("paired", sps.ttest_rel)):
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                ref = np.array([oracle(a[:k], b[:k]).pvalue for k in range(2, n + 1)])
+            np.testing.assert_allclose(sequential_p_values(a, b, name)[1:], ref, rtol=1e-7)
+            for alpha in (0.05, 0.01):
+                hits = np.flatnonzero(ref < alpha)
+                expected = int(hits[0]) + 2 if len(hits) else None
+                assert required_simulations(a, b, alpha, name) == expected
+
+
+def test_required_simulations_wilcoxon_matches_scipy() -> None:
+    rng = np.random.default_rng(10)
+    for _ in range(5):
+        a = rng.normal(0.8, 0.02, 40)
+        b = a + rng.normal(0.006, 0.01, 40)
+        assert required_simulations(a, b, test="wilcoxon") == _scipy_first(a, b, sps.wilcoxon)
+
+
+def test_required_simulations_degenerate_and_never() -> None:
+    same = np.full(10, 0.9)
+    assert required_simulations(same, same.copy()) is None  # constant and equal
+    assert required_simulations(same, same.copy(), test="paired") is None
+    assert required_simulations(same, same.copy(), test="wilcoxon") is None
+    other = np.full(10, 0.8)
+    assert required_simulations(same, other) == 2  # constant and different: p = 0
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        assert sps.ttest_ind(same[:2], other[:2], equal_var=False).pvalue == 0.0  # as scipy
+    assert required_simulations(same, same + 0.1, test="paired") == 2
+    a = np.random.default_rng(11).normal(0.8, 0.02, 50)
+    assert required_simulations(a, a.copy(), test="welch") is None
+    assert np.isnan(sequential_p_values(a, a.copy(), "paired")).all()
+    # Failed seeds are skipped: NaN in one method shifts only that method for Welch.
+    b = a + 0.05
+    b_nan = np.insert(b, 1, np.nan)
+    assert required_simulations(np.append(a, 0.8), b_nan) == required_simulations(a, b)
+    with pytest.raises(ValueError, match="test must be"):
+        required_simulations(a, b, test="mann-whitney")  # type: ignore[arg-type]
+
+
+def test_required_simulations_table_is_symmetric_and_matches() -> None:
+    results = make_results(severities=("0", "1"))
+    table = required_simulations_table(results, "auroc")
+    assert table.dims == ("severity", "method", "versus")
+    values = table.sel(severity="0").values
+    assert np.isnan(np.diag(values)).all()
+    np.testing.assert_array_equal(values, values.T)
+    s = results["score"].sel(metric="auroc", severity="0")
+    direct = required_simulations(s.sel({"method": "msp"}), s.sel({"method": "energy"}))
+    assert direct is not None
+    assert table.sel({"severity": "0", "method": "msp", "versus": "energy"}).item() == direct
+
+
+# ----------------------------------------------------------------------------- stopping rules
+
+
+def test_stop_decision_json_round_trip() -> None:
+    d = StopDecision(True, "ranking", "odin best", float("nan"), 30)
+    text = d.to_json()
+    assert "NaN" not in text
+    back = StopDecision.from_json(text)
+    assert back.stop and back.n_seeds == 30 and math.isnan(back.statistic)
+    assert StopDecision.from_json(StopDecision(False, "fixed", "x", 3, 3).to_dict()).statistic == 3
+
+
+def test_decide_fixed() -> None:
+    assert not decide_fixed(4, 5).stop
+    assert decide_fixed(5, 5).stop
+    assert decide("fixed", np.zeros((5, 3)), n=5).stop
+    assert decide("fixed", 4, n=5, max_seeds=4).stop
+
+
+def test_ci_width_stops_when_half_width_drops_below_epsilon() -> None:
+    rng = np.random.default_rng(12)
+    values = rng.normal(0.8, [0.01, 0.03], (300, 2))
+    eps = 0.005
+    halves = []
+    for n in range(2, 301):
+        lo, hi = sps.t.interval(0.95, n - 1, loc=0, scale=sps.sem(values[:n, 1]))
+        halves.append((hi - lo) / 2)
+    expected = 2 + int(np.argmax(np.array(halves) < eps))
+    assert 30 < expected < 300
+    first = next(n for n in range(2, 301) if decide_ci_width(values[:n], eps).stop)
+    assert first == expected
+    d = decide_ci_width(values[:expected], eps)
+    assert d.rule == "ci_width" and d.statistic == pytest.approx(halves[expected - 2])
+    # min_seeds wins over a met criterion; max_seeds forces a stop.
+    assert not decide_ci_width(values[:expected], eps, min_seeds=expected + 1).stop
+    forced = decide_ci_width(values[:10], eps, max_seeds=10)
+    assert forced.stop and "max_seeds" in forced.reason
+    assert decide("ci_width", values[:expected], epsilon=eps).stop
+
+
+def _naive_ttest_stop(v: np.ndarray, alpha: float) -> bool:
+    """Naive rule: paired t-test between two methods, stop at the first look with p < alpha."""
+    return bool(sps.ttest_rel(v[:, 0], v[:, 1]).pvalue < alpha)
+
+
+def _false_stop_rate(rule, n_methods: int, reps: int, rng: np.random.Generator) -> float:
+    """Share of repetitions with equal means where ``rule`` ever declares a winner."""
+    max_seeds, batch = 200, 10
+    stops = 0
+    for _ in range(reps):
+        shared = rng.normal(0, 0.02, (max_seeds, 1))  # e.g. the class split, common to methods
+        v = np.clip(0.85 + shared + rng.normal(0, 0.02, (max_seeds, n_methods)), 0, 1)
+        stops += any(rule(v[:n]) for n in range(batch, max_seeds + 1, batch))
+    return stops / reps
+
+
+def test_ranking_false_stop_rate_under_equal_means() -> None:
+    alpha, reps = 0.05, 300
+    rng = np.random.default_rng(13)
+
+    def ranking(v: np.ndarray) -> bool:
+        return decide_ranking(v, alpha, min_seeds=10, batch_size=10).stop
+
+    def ranking_normal(v: np.ndarray) -> bool:
+        return decide_ranking(v, alpha, min_seeds=20, boundary="normal_mixture").stop
+
+    def naive(v: np.ndarray) -> bool:
+        return len(v) >= 10 and _naive_ttest_stop(v, alpha)
+
+    rates = {
+        "ranking_3": _false_stop_rate(ranking, 3, reps, rng),
+        "ranking_2": _false_stop_rate(ranking, 2, reps, rng),
+        "normal_mixture_2": _false_stop_rate(ranking_normal, 2, reps, rng),
+        "naive_2": _false_stop_rate(naive, 2, reps, rng),
+    }
+    print("false-stop rates:", rates)
+    assert rates["ranking_3"] <= alpha
+    assert rates["ranking_2"] <= alpha
+    # Asymptotic boundary: valid in the limit; allow two binomial standard errors.
+    assert rates["normal_mixture_2"] <= alpha + 2 * math.sqrt(alpha * (1 - alpha) / reps)
+    # The naive repeated t-test does not control the error under repeated looks.
+    assert rates["naive_2"] > alpha
+
+
+def test_ranking_stops_on_a_clear_winner_and_honours_bounds() -> None:
+    rng = np.random.default_rng(14)
+    v = np.clip(rng.normal([0.80, 0.90, 0.82], 0.01, (400, 3)), 0, 1)
+    names = ["msp", "odin", "energy"]
+    first = next(n for n in range(5, 401, 5) if decide_ranking(v[:n], method_names=names).stop)
+    d = decide_ranking(v[:first], method_names=names)
+    assert d.stop and d.rule == "ranking" and d.statistic > 0 and d.reason.startswith("odin")
+    assert first < 200
+    assert not decide_ranking(v[:first], min_seeds=first + 1).stop
+    # Lower is better (fpr95): the smallest mean wins.
+    low = decide_ranking(1 - v[:first], higher_is_better=False, method_names=names)
+    assert low.stop and low.reason.startswith("odin")
+    fast = decide_ranking(v[:first], boundary="normal_mixture", min_seeds=20)
+    assert fast.stop and fast.statistic >= d.statistic
+    # Equal methods never separate, but max_seeds stops the run.
+    tie = np.repeat(v[:, :1], 2, axis=1)
+    assert not decide_ranking(tie[:50]).stop
+    capped = decide_ranking(tie[:50], max_seeds=50)
+    assert capped.stop and "max_seeds" in capped.reason
+    assert decide("ranking", v[:first], alpha=0.05).stop
+    with pytest.raises(ValueError, match="value_range"):
+        decide_ranking(v[:20] + 1.0)
+    with pytest.raises(UnknownNameError, match="ranking"):
+        decide("rankin", v)
+
+
+def test_bernstein_confidence_sequence_is_time_uniform() -> None:
+    """Miscoverage at any time of a run of 500 seeds stays below alpha (skewed, bounded data)."""
+    rng = np.random.default_rng(15)
+    alpha = 0.1
+    for p in (0.05, 0.5):
+        x = (rng.random((500, 2000)) < p).astype(float)
+        lower, upper = confidence_sequence(x, alpha)
+        miss = ((lower > p) | (upper < p)).any(axis=0).mean()
+        assert miss <= alpha, (p, miss)
+    lower, upper = confidence_sequence(rng.normal(0.5, 0.01, 300).clip(0, 1), 0.05)
+    assert upper[-1] - lower[-1] < 0.1 and lower[-1] < 0.5 < upper[-1]
+
+
+# ----------------------------------------------------------------------------- variance
+
+
+def test_variance_components_f_test_matches_scipy() -> None:
+    rng = np.random.default_rng(16)
+    sizes = [5, 12, 7, 20, 9]
+    groups = np.repeat([f"s{i}" for i in range(5)], sizes)
+    values = rng.normal(0, 0.02, 5)[np.repeat(np.arange(5), sizes)] + rng.normal(
+        0, 0.03, sum(sizes)
+    )
+    values[3] = np.nan
+    out = variance_components(values, groups)
+    keep = np.isfinite(values)
+    ref = sps.f_oneway(*[values[keep & (groups == g)] for g in np.unique(groups)])
+    assert out["f"] == pytest.approx(ref.statistic, rel=1e-10)
+    assert out["p_value"] == pytest.approx(ref.pvalue, rel=1e-8)
+    assert out["n"] == 52 and out["n_groups"] == 5 and out["df_within"] == 47
+    for key in ("sigma2_between", "sigma2_within", "icc"):
+        assert out[f"{key}_lower"] <= out[key] <= out[f"{key}_upper"]
+
+
+def test_variance_components_recovers_known_components() -> None:
+    rng = np.random.default_rng(17)
+    sb2, sw2 = 0.02**2, 0.01**2
+    sizes = rng.integers(20, 41, 80)
+    g = np.repeat(np.arange(80), sizes)
+    y = 0.8 + rng.normal(0, math.sqrt(sb2), 80)[g] + rng.normal(0, math.sqrt(sw2), len(g))
+    out = variance_components(y, g)
+    assert out["sigma2_between"] == pytest.approx(sb2, rel=0.3)
+    assert out["sigma2_within"] == pytest.approx(sw2, rel=0.05)
+    assert out["icc"] == pytest.approx(sb2 / (sb2 + sw2), abs=0.06)
+    assert out["sigma2_between_lower"] <= sb2 <= out["sigma2_between_upper"]
+    assert out["sigma2_within_lower"] <= sw2 <= out["sigma2_within_upper"]
+    # Coverage of the ICC interval over repeated small, unbalanced experiments.
+    icc, hits, reps = (sb2 / 4) / (sb2 / 4 + sw2), 0, 300
+    for _ in range(reps):
+        sizes = rng.integers(5, 30, 6)
+        g = np.repeat(np.arange(6), sizes)
+        y = rng.normal(0, math.sqrt(sb2 / 4), 6)[g] + rng.normal(0, math.sqrt(sw2), len(g))
+        out = variance_components(y, g)
+        hits += out["icc_lower"] <= icc <= out["icc_upper"]
+    assert 0.91 <= hits / reps <= 0.99
+    # No group effect: estimate truncated at 0, raw estimate kept.
+    out = variance_components(rng.normal(0, 1, 60), np.arange(60) % 3)
+    assert out["sigma2_between"] >= 0 and out["sigma2_between_lower"] >= 0
+
+
+def test_variance_components_table_uses_class_split() -> None:
+    results = make_results(n_seeds=60)
+    table = variance_components_table(results)
+    assert set(table["icc"].dims) == {"method", "metric", "severity"}
+    cell = {"method": "msp", "metric": "auroc", "severity": "all"}
+    direct = variance_components(results["score"].sel(cell).values, results["class_split"].values)
+    assert table["f"].sel(cell).item() == pytest.approx(direct["f"])
+    assert table["n"].sel(cell).item() == 59
+    with pytest.raises(KeyError, match="class_split"):
+        variance_components_table(results.drop_vars("class_split"))
+
+
+def test_score_matrix_feeds_the_stopping_rules() -> None:
+    results = make_results(severities=("0", "1"), oods=("svhn", "noise"))
+    values, methods = score_matrix(results, "auroc", severity="1", ood="noise")
+    assert values.shape == (40, 3) and methods == ["msp", "odin", "energy"]
+    assert np.isnan(values[3]).all()  # the failed seed
+    decision = decide("ranking", values, method_names=methods, max_seeds=40)
+    assert decision.stop and decision.n_seeds == 40
+    with pytest.raises(ValueError, match="pick one label"):
+        score_matrix(results, "auroc")
