@@ -1,0 +1,164 @@
+"""C-OOD severity levels: exact windows, monotone difficulty, fast AUROC == sklearn."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from sklearn.metrics import auc, precision_recall_curve, roc_auc_score
+
+from oodsim.errors import SpecError, UnknownNameError
+from oodsim.protocols import severity as sev
+
+
+def test_windows_k25_g5_match_hand_written_starts() -> None:
+    # K=25, G=5 -> M=21 windows; level i starts at int(i/10 * 21), the last at 20.
+    expected_starts = [0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20]
+    assert sev.window_starts(25, 5, 11).tolist() == expected_starts
+    severity = np.random.default_rng(0).permutation(25).astype(float)  # class c has rank sev[c]
+    levels = sev.severity_levels(severity, group_size=5)
+    assert len(levels) == 11
+    order = np.argsort(severity)
+    for level, start in zip(levels, expected_starts):
+        assert level.tolist() == order[start : start + 5].tolist()
+        assert sorted(severity[level].tolist()) == list(range(start, start + 5))
+    assert levels[0].tolist() == order[:5].tolist()  # easiest: lowest mean κ
+    assert levels[-1].tolist() == order[-5:].tolist()  # hardest
+    assert np.all(np.diff(sev.level_severity(severity, levels)) > 0)
+
+
+def test_windows_edge_cases_and_ties() -> None:
+    assert sev.window_starts(5, 5, 3).tolist() == [0, 0, 0]  # one window only
+    assert sev.window_starts(10, 1, 2).tolist() == [0, 9]
+    levels = sev.severity_levels(np.zeros(4), group_size=2, n_levels=3)  # ties: stable
+    assert [lv.tolist() for lv in levels] == [[0, 1], [1, 2], [2, 3]]
+
+
+@pytest.mark.parametrize(
+    ("severity", "group_size", "n_levels"),
+    [
+        (np.arange(4.0), 5, 11),
+        (np.arange(4.0), 0, 11),
+        (np.arange(4.0), 2, 1),
+        (np.array([0.0, np.nan, 1.0]), 2, 11),
+        (np.ones((2, 2)), 1, 11),
+    ],
+)
+def test_severity_levels_rejects_bad_input(severity, group_size, n_levels) -> None:
+    with pytest.raises(SpecError):
+        sev.severity_levels(severity, group_size, n_levels)
+
+
+def test_class_severity_is_mean_per_class_and_batches() -> None:
+    rng = np.random.default_rng(1)
+    kappa = rng.random((3, 40))
+    cls = rng.integers(0, 6, 40)
+    cls[:6] = np.arange(6)
+    got = sev.class_severity(kappa, cls, 6)
+    want = np.stack([[row[cls == c].mean() for c in range(6)] for row in kappa])
+    np.testing.assert_allclose(got, want)
+    assert np.isnan(sev.class_severity(kappa[0], cls % 5, 6)[5])  # empty class -> NaN
+
+
+def test_split_drops_small_classes_and_subsamples_large() -> None:
+    labels = np.repeat(np.array([10, 11, 12, 13]), [6, 3, 9, 5])
+    split = sev.split_estimation_test(labels, n_est=3, n_test=2, rng=7)
+    assert split.dropped == {11: 3}
+    assert split.classes.tolist() == [10, 12, 13]
+    assert split.est_index.size == 9 and split.test_index.size == 6
+    assert not np.intersect1d(split.est_index, split.test_index).size
+    assert np.array_equal(labels[split.est_index], split.classes[split.est_class])
+    assert np.array_equal(labels[split.test_index], split.classes[split.test_class])
+    assert np.bincount(split.est_class).tolist() == [3, 3, 3]
+    assert np.bincount(split.test_class).tolist() == [2, 2, 2]
+    again = sev.split_estimation_test(labels, n_est=3, n_test=2, rng=7)
+    assert np.array_equal(again.est_index, split.est_index)
+    other = [sev.split_estimation_test(labels, 3, 2, rng=s).est_index for s in range(5)]
+    assert len({tuple(o) for o in other}) > 1  # the seed matters
+
+
+def _pool(n_classes: int = 60, per_class: int = 40, n_id: int = 500, seed: int = 0):
+    """OOD classes whose κ means rise steadily, plus ID κ above most of them."""
+    rng = np.random.default_rng(seed)
+    means = np.linspace(-2.0, 2.0, n_classes)
+    ood = rng.normal(means[:, None], 1.0, (n_classes, per_class))
+    perm = rng.permutation(n_classes)  # class ids unrelated to difficulty
+    return rng.normal(2.0, 1.0, n_id), ood[perm], means[perm]
+
+
+def test_auroc_falls_monotonically_with_severity() -> None:
+    id_kappa, ood, _ = _pool()
+    labels = np.repeat(np.arange(ood.shape[0]), ood.shape[1])
+    result = sev.severity_benchmark(
+        id_kappa, ood.ravel(), labels, group_size=10, rng=3, n_est=30, n_test=10
+    )
+    auroc = result.metrics["auroc"]
+    assert auroc.shape == (11,)
+    assert np.all(np.diff(auroc) < 0), auroc
+    assert np.all(np.diff(result.level_severity) > 0)
+    assert result.metrics["fpr95"][0] < result.metrics["fpr95"][-1]
+
+
+def test_fast_auroc_equals_sklearn_per_level_with_ties() -> None:
+    id_kappa, ood, _ = _pool(seed=5)
+    id_kappa, ood = np.round(id_kappa, 1), np.round(ood, 1)  # many ties
+    severity = ood[:, :20].mean(axis=1)
+    levels = sev.severity_levels(severity, group_size=8)
+    test = ood[:, 20:]
+    got = sev.level_metrics(id_kappa, test, levels)
+    for i, level in enumerate(levels):
+        kappa = np.r_[id_kappa, test[level].ravel()]
+        is_id = np.r_[np.ones(id_kappa.size, bool), np.zeros(test[level].size, bool)]
+        assert got["auroc"][i] == pytest.approx(roc_auc_score(is_id, kappa), abs=1e-12)
+        precision, recall, _ = precision_recall_curve(~is_id, -kappa)
+        assert got["aupr_out"][i] == pytest.approx(auc(recall, precision), abs=1e-12)
+        precision, recall, _ = precision_recall_curve(is_id, kappa)
+        assert got["aupr_in"][i] == pytest.approx(auc(recall, precision), abs=1e-12)
+
+
+def test_flat_input_with_unequal_levels_matches_2d_input() -> None:
+    id_kappa, ood, _ = _pool(n_classes=12, per_class=6, seed=2)
+    levels = sev.severity_levels(ood.mean(axis=1), group_size=4, n_levels=4)
+    want = sev.level_metrics(id_kappa, ood, levels)
+    flat_class = np.repeat(np.arange(12), 6)
+    got = sev.level_metrics(id_kappa, ood.ravel(), levels, ood_class=flat_class)
+    for name in want:
+        np.testing.assert_allclose(got[name], want[name], atol=1e-12)
+    keep = np.ones(ood.size, bool)
+    keep[:3] = False  # class 0 loses half its samples: levels get unequal sizes
+    uneven = sev.level_metrics(id_kappa, ood.ravel()[keep], levels, ood_class=flat_class[keep])
+    for i, level in enumerate(levels):
+        in_level = np.isin(flat_class[keep], level)
+        kappa = np.r_[id_kappa, ood.ravel()[keep][in_level]]
+        is_id = np.r_[np.ones(id_kappa.size, bool), np.zeros(in_level.sum(), bool)]
+        assert uneven["auroc"][i] == pytest.approx(roc_auc_score(is_id, kappa), abs=1e-12)
+        precision, recall, _ = precision_recall_curve(~is_id, -kappa)
+        assert uneven["aupr_out"][i] == pytest.approx(auc(recall, precision), abs=1e-12)
+
+
+def test_level_metrics_rejects_unknown_metric_and_nan() -> None:
+    id_kappa, ood, _ = _pool(n_classes=6, per_class=4)
+    levels = sev.severity_levels(ood.mean(axis=1), group_size=2, n_levels=2)
+    with pytest.raises(UnknownNameError, match="auroc"):
+        sev.level_metrics(id_kappa, ood, levels, metrics=("aurocc",))
+    with pytest.raises(SpecError, match="levels"):
+        sev.level_metrics(id_kappa, ood, [])
+    with pytest.raises(SpecError, match="class_index"):
+        sev.class_severity(ood.ravel(), np.zeros(ood.size), 1)
+    ood[0, 0] = np.nan
+    with pytest.raises(SpecError, match="non-finite"):
+        sev.level_metrics(id_kappa, ood, levels, metrics=("auroc",))
+
+
+def test_id_auroc_matches_sklearn() -> None:
+    rng = np.random.default_rng(4)
+    correct = rng.random(300) < 0.7
+    kappa = rng.normal(correct.astype(float), 1.0)
+    assert sev.id_auroc(kappa, correct) == pytest.approx(roc_auc_score(correct, kappa))
+
+
+def test_benchmark_reports_too_few_classes() -> None:
+    labels = np.repeat(np.arange(5), [10, 10, 2, 2, 2])
+    with pytest.raises(SpecError, match="3 smaller classes dropped"):
+        sev.severity_benchmark(
+            np.ones(5), np.zeros(labels.size), labels, group_size=3, rng=0, n_est=4, n_test=4
+        )
