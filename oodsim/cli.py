@@ -68,7 +68,7 @@ def _cmd_cache(args: argparse.Namespace) -> int:
 
 
 def _cmd_imagenet21k(args: argparse.Namespace) -> int:
-    from oodsim.data.wordnet import filter_ood_classes, write_class_table
+    from oodsim.data.imagenet_classes import filter_ood_classes, write_class_table
 
     result = filter_ood_classes(None, None, wordnet_root=args.wordnet_root)
     write_class_table(result, args.out)

@@ -20,6 +20,16 @@ class SpecError(OodsimError, ValueError):
             message += f". {hint}"
         super().__init__(message)
 
+    def __reduce__(self) -> tuple:  # raised in Dask workers: must survive pickling
+        return (_rebuild, (type(self), self.args, self.__dict__))
+
+
+def _rebuild(cls: type, args: tuple, state: dict) -> Exception:
+    error = Exception.__new__(cls)
+    error.args = args
+    error.__dict__.update(state)
+    return error
+
 
 class DataNotFoundError(OodsimError, FileNotFoundError):
     """A dataset's files are not where oodsim looked."""

@@ -11,14 +11,17 @@ that finished, and running it again resumes.
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
 import os
 import sys
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any, TextIO
 
+import attrs
+import numpy as np
 import xarray as xr
 
 from oodsim.errors import OodsimError
@@ -164,7 +167,30 @@ def _batches(seeds: Sequence[int], size: int) -> Iterator[Sequence[int]]:
         yield seeds[start : start + size]
 
 
-StopCheck = Callable[[list[SeedOutcome]], Any]
+class _Submitter:
+    """Submits the missing seeds of a batch to the cluster (started on first need)."""
+
+    def __init__(self, spec: ExperimentSpec, store: Store, stack: contextlib.ExitStack,
+                 address: str | None, n_workers: int | None) -> None:
+        self.spec, self.store, self.stack = spec, store, stack
+        self.address, self.n_workers = address, n_workers
+        self.client: Any = None
+
+    def submit(self, batch: Sequence[int]) -> dict[int, Any]:
+        """Futures for the seeds of ``batch`` with missing artifacts; cached ones are skipped."""
+        missing = [s for s in batch if not all(self.store.has(*e) for e in plan(self.spec, s))]
+        if not missing:
+            return {}
+        if self.client is None:
+            self.client = self.stack.enter_context(cluster_client(self.address, self.n_workers))
+        root = str(self.store.root.resolve())
+        return {seed: self.client.submit(simulate, self.spec, seed, root, torch_threads=1,
+                                         key=_task_key(self.spec, seed), pure=False)
+                for seed in missing}
+
+    def cancel(self, futures: Sequence[Any]) -> None:
+        if self.client is not None and futures:
+            self.client.cancel(list(futures))
 
 
 def run(
@@ -181,69 +207,47 @@ def run(
     ``address``: an existing Dask scheduler; else a local cluster of ``n_workers`` processes.
     ``cache``: the store root (default ``$OODSIM_CACHE`` or ``./cache``); ``out``: also save the
     results there (zarr). ``progress``: print a status line to stderr (or the given stream).
+
+    With a sequential stopping rule, seeds go out in batches of ``stopping.batch_size`` (the
+    next batch is submitted while the current one runs); the rule is checked each time a whole
+    batch has landed, in seed order, so its decision does not depend on worker timing. When it
+    fires, queued work is cancelled and the decision is recorded in ``attrs["stopping"]``.
     """
     if not isinstance(spec, ExperimentSpec):
         spec = load_spec(spec)
     store = Store(cache if cache is not None else default_root())
     preflight(spec, store)
     stream = (sys.stderr if progress is True else progress) or None
-    seeds = list(spec.seeds.all())
+    seeds = list(spec.seeds.all())[: spec.max_seeds]
+    sequential = spec.stopping.rule != "fixed"
+    batches = list(_batches(seeds, spec.stopping.batch_size if sequential else len(seeds)))
     tracker = Progress(len(seeds), stream)
-    stopper = _stopping_rule(spec)
-    batch_size = len(seeds) if stopper is None else spec.stopping.batch_size
     outcomes: list[SeedOutcome] = []
     decision = None
     started = time.perf_counter()
     with contextlib.ExitStack() as stack:
-        client = None
+        submitter = _Submitter(spec, store, stack, address, n_workers)
+        futures = {}
         try:
-            for batch in _batches(seeds, batch_size):
-                cached = [s for s in batch if all(store.has(*e) for e in plan(spec, s))]
-                missing = [s for s in batch if s not in set(cached)]
-                futures = []
-                if missing:
-                    if client is None:
-                        client = stack.enter_context(cluster_client(address, n_workers))
-                    futures = [
-                        client.submit(
-                            simulate,
-                            spec,
-                            seed,
-                            str(store.root.resolve()),
-                            torch_threads=1,
-                            key=_task_key(spec, seed),
-                            pure=False,
-                        )
-                        for seed in missing
-                    ]
-                for seed in cached:
-                    outcome = simulate(spec, seed, str(store.root))
-                    outcomes.append(_check(spec, outcome))
-                    tracker.update(outcome, cached=True)
-                if futures:
-                    from distributed import as_completed
-
-                    for future in as_completed(futures):
-                        outcome = future.result()
-                        outcomes.append(_check(spec, outcome))
-                        tracker.update(outcome, cached=False)
-                if stopper is not None:
-                    decision = stopper(outcomes)
+            for index, batch in enumerate(batches):
+                for ahead in batches[index : index + 2]:  # this batch and the next one
+                    if ahead[0] not in futures:
+                        futures.update(dict.fromkeys(ahead))
+                        futures.update(submitter.submit(ahead))
+                outcomes += _collect(spec, store, batch, futures, tracker)
+                if sequential:
+                    decision = check_stopping(spec, outcomes, final=index == len(batches) - 1)
                     if decision.stop:
-                        tracker.stopped(
-                            f"stopped after {len(outcomes)} simulations: {decision.reason}"
-                        )
                         break
         except KeyboardInterrupt:
-            tracker.stopped(
-                f"interrupted; {len(outcomes)} finished simulations are cached in "
-                "the store; run the same spec again to resume."
-            )
+            tracker.stopped(f"interrupted; {len(outcomes)} finished simulations are cached in "
+                            "the store; run the same spec again to resume.")
             raise
+        if decision is not None and decision.stop and len(outcomes) < len(seeds):
+            submitter.cancel([f for f in futures.values() if f is not None])
+            tracker.stopped(f"stopped after {len(outcomes)} simulations: {decision.reason}")
     extra = {"wall_seconds": round(time.perf_counter() - started, 3)}
     if decision is not None:
-        import json
-
         extra["stopping"] = json.dumps(decision.as_dict())
     results = assemble(spec, outcomes, extra)
     if out is not None:
@@ -251,19 +255,56 @@ def run(
     return results
 
 
+def _collect(spec: ExperimentSpec, store: Store, batch: Sequence[int], futures: dict[int, Any],
+             tracker: Progress) -> list[SeedOutcome]:
+    """Outcomes of one batch: cached seeds scored here, the others gathered as they land."""
+    from distributed import as_completed
+
+    outcomes = []
+    for seed in batch:
+        if futures.get(seed) is None:
+            outcomes.append(_check(spec, simulate(spec, seed, str(store.root))))
+            tracker.update(outcomes[-1], cached=True)
+    running = [futures.pop(seed) for seed in batch if futures.get(seed) is not None]
+    for future in as_completed(running) if running else ():
+        outcomes.append(_check(spec, future.result()))
+        tracker.update(outcomes[-1], cached=False)
+    for seed in batch:
+        futures.pop(seed, None)
+    order = {seed: i for i, seed in enumerate(batch)}
+    return sorted(outcomes, key=lambda o: order[o.seed])
+
+
 def _check(spec: ExperimentSpec, outcome: SeedOutcome) -> SeedOutcome:
     if outcome.failed and spec.on_failure == "abort":
-        raise RunAborted(
-            f"seed {outcome.seed} failed: {outcome.failure} "
-            "(on_failure = 'abort'; finished seeds stay cached)"
-        )
+        raise RunAborted(f"seed {outcome.seed} failed: {outcome.failure} "
+                         "(on_failure = 'abort'; finished seeds stay cached)")
     return outcome
 
 
-def _stopping_rule(spec: ExperimentSpec) -> StopCheck | None:
-    """The spec's sequential stopping rule as a check on the outcomes so far (None: fixed)."""
-    if spec.stopping.rule == "fixed":
-        return None
-    from oodsim.stopping import make_check
+def check_stopping(spec: ExperimentSpec, outcomes: Sequence[SeedOutcome], *,
+                   final: bool = False) -> Any:
+    """Apply the spec's stopping rule to the outcomes so far (in submission order).
 
-    return make_check(spec)
+    The rule looks at ``stopping.metric`` on the first OOD test set; failed seeds are NaN rows,
+    which the rules skip. Reaching ``max_seeds`` always stops.
+    """
+    from oodsim.stats import decide
+
+    rule = spec.stopping
+    column = spec.metrics.index(rule.metric)
+    n_methods = len(spec.detectors)
+    values = np.array([o.scores[:, column, 0] if o.scores is not None
+                       else np.full(n_methods, np.nan) for o in outcomes]).reshape(-1, n_methods)
+    params: dict[str, Any] = {"min_seeds": rule.min_seeds, "max_seeds": spec.max_seeds}
+    if rule.rule == "ci_width":
+        params["epsilon"] = rule.epsilon
+    else:
+        params |= {"alpha": rule.alpha, "batch_size": rule.batch_size,
+                   "higher_is_better": rule.metric != "fpr95",
+                   "method_names": [d.label for d in spec.detectors]}
+    decision = decide(rule.rule, values, **params)
+    if final and not decision.stop:
+        decision = attrs.evolve(decision, stop=True,
+                                reason=f"all {len(outcomes)} seeds ran ({decision.reason})")
+    return decision

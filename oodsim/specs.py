@@ -332,6 +332,7 @@ class StoppingSpec(_Keyed):
     epsilon: float = attrs.field(default=0.01, validator=_positive)
     alpha: float = attrs.field(default=0.05, validator=_unit_interval)
     min_seeds: int = attrs.field(default=5, validator=_positive)
+    max_seeds: int | None = attrs.field(default=None, validator=_positive)
     batch_size: int = attrs.field(default=10, validator=_positive)
 
 
@@ -377,6 +378,21 @@ class ExperimentSpec(_Keyed):
         self._check_unique("detectors", [d.label for d in self.detectors])
         self._check_unique("ood", [o.label for o in self.ood])
         self._check_split_fits_dataset()
+        self._check_stopping()
+
+    def _check_stopping(self) -> None:
+        rule = self.stopping
+        if rule.rule == "fixed":
+            return
+        if rule.metric not in self.metrics:
+            raise SpecError("stopping.metric", rule.metric,
+                            f"one of the experiment's metrics {list(self.metrics)}")
+        if rule.max_seeds is not None and rule.max_seeds > len(self.seeds.all()):
+            raise SpecError("stopping.max_seeds", rule.max_seeds,
+                            f"at most the {len(self.seeds.all())} seeds in [seeds]")
+        if rule.min_seeds > self.max_seeds:
+            raise SpecError("stopping.min_seeds", rule.min_seeds,
+                            f"at most max_seeds = {self.max_seeds}")
 
     @staticmethod
     def _check_unique(field: str, labels: list[str]) -> None:
@@ -403,6 +419,11 @@ class ExperimentSpec(_Keyed):
         for classes in self.split.known_classes:
             if max(classes) >= n_classes:
                 raise SpecError("split.known_classes", classes, f"class ids in 0..{n_classes - 1}")
+
+    @property
+    def max_seeds(self) -> int:
+        """The most simulations the run may take: ``stopping.max_seeds`` or all seeds."""
+        return self.stopping.max_seeds or len(self.seeds.all())
 
     @property
     def varies_ood(self) -> bool:
