@@ -492,3 +492,14 @@ def score(spec: ExperimentSpec, sim: _Simulation) -> np.ndarray:
                     f"detector {', '.join(bad)} gave non-finite κ on seed {sim.seed}: {error}"
                 ) from None
     return result
+
+
+def trained_model(
+    spec: ExperimentSpec, seed: int, store: Store
+) -> tuple[Any, np.ndarray, np.ndarray, OpenSetSplit]:
+    """The model of one simulation (trained and stored if missing), its input normalization
+    (mean, std) and its split: for protocols that reuse open set training, e.g. severity."""
+    streams = SeedStreams(seed, dict(spec.seeds.pinned))
+    sim = _Simulation(spec, seed, store, streams, checkpoint_key(spec, streams))
+    model, mean, std = sim.model()
+    return model, mean, std, sim.split
