@@ -19,7 +19,7 @@ import attrs
 import cattrs
 
 from oodsim.errors import SpecError, UnknownNameError
-from oodsim.keys import content_key, no_key
+from oodsim.keys import content_key, digest, no_key
 from oodsim.seeds import STREAMS
 
 # --------------------------------------------------------------------------- validators
@@ -248,6 +248,14 @@ class DetectorSpec(_Keyed):
     @property
     def kwargs(self) -> dict[str, Any]:
         return dict(self.params)
+
+    @property
+    def key(self) -> str:
+        """Content key; execution parameters (e.g. ``batch_size``) never enter it."""
+        from oodsim.detectors import EXECUTION_PARAMS
+
+        params = {k: v for k, v in self.params if k not in EXECUTION_PARAMS}
+        return digest(self.TAG, self.VERSION, {"name": self.name, "params": params})
 
     @property
     def version(self) -> str:

@@ -15,13 +15,15 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def small_digits(n_seeds: int = 4, **changes) -> ExperimentSpec:
-    """The shipped digits spec, shrunk so one simulation trains in about a second."""
+    """The shipped digits spec, shrunk so one simulation trains in about a second (MSP only)."""
     spec = load_spec(ROOT / "specs" / "digits.toml")
     spec = attrs.evolve(
         spec,
         model=attrs.evolve(spec.model, width=8),
         training=attrs.evolve(spec.training, max_epochs=6, patience=2),
         seeds=attrs.evolve(spec.seeds, n=n_seeds),
+        detectors=("msp",),
+        metrics=("auroc", "accuracy"),
     )
     return attrs.evolve(spec, **changes)
 
