@@ -39,10 +39,14 @@ def main() -> None:
         started = time.perf_counter()
         second = oodsim.run(added, cache=tmp, progress=False)
         added_seconds = time.perf_counter() - started
-    print(f"first run (msp, {args.seeds} seeds)      {first_seconds:8.2f} s  "
-          f"computed {store_counts(first)['computed']}")
-    print(f"adding {args.detector!r} (re-run, scores all) {added_seconds:8.2f} s  "
-          f"computed {store_counts(second)['computed']}")
+    print(
+        f"first run (msp, {args.seeds} seeds)      {first_seconds:8.2f} s  "
+        f"computed {store_counts(first)['computed']}"
+    )
+    print(
+        f"adding {args.detector!r} (re-run, scores all) {added_seconds:8.2f} s  "
+        f"computed {store_counts(second)['computed']}"
+    )
     print(f"cost of adding a logit detector / first run = {added_seconds / first_seconds:.2%}")
 
 

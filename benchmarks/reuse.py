@@ -51,11 +51,16 @@ def main() -> None:
         rates = {}
         for workers in (1, 2):
             # fresh seeds and cache per worker count, so both compute everything
-            seconds, _ = _timed_run(with_seeds(args.scaling_seeds, start=10_000 * workers),
-                                    Path(tmp) / f"scaling-{workers}", workers)
+            seconds, _ = _timed_run(
+                with_seeds(args.scaling_seeds, start=10_000 * workers),
+                Path(tmp) / f"scaling-{workers}",
+                workers,
+            )
             rates[workers] = args.scaling_seeds / seconds * 60
-            print(f"{workers} worker(s): {args.scaling_seeds} simulations in {seconds:6.1f} s "
-                  f"= {rates[workers]:6.1f} simulations/min (cluster start included)")
+            print(
+                f"{workers} worker(s): {args.scaling_seeds} simulations in {seconds:6.1f} s "
+                f"= {rates[workers]:6.1f} simulations/min (cluster start included)"
+            )
         print(f"throughput 2 workers / 1 worker = {rates[2] / rates[1]:.2f}")
 
 

@@ -27,12 +27,43 @@ def _cmd_run(args: argparse.Namespace) -> int:
         progress=not args.quiet,
     )
     print(format_summary_table(results))
+    _print_win_probabilities(results)
     counts = results.attrs["store"]
     print(
         f"\n{results.sizes['seed']} simulations in {time.perf_counter() - started:.1f} s "
         f"(store: {counts}); results written to {out}"
     )
     return 0
+
+
+def _print_win_probabilities(results, k: int = 5) -> None:
+    """P(each method has the best mean over k random seeds), per OOD set, for AUROC."""
+    from oodsim.stats import win_probabilities
+
+    if results.sizes["method"] < 2 or results.sizes["seed"] < k:
+        return
+    metric = "auroc" if "auroc" in results.metric.values else str(results.metric.values[0])
+    probability = win_probabilities(results, metric=metric, k=k, rng=0)
+    print(f"\nP(best mean {metric} in a {k}-seed comparison):")
+    for labels, row in _rows(probability):
+        cells = "  ".join(
+            f"{m}={p:.2f}" for m, p in zip(row["method"].values, row.values) if p >= 0.005
+        )
+        print(f"  {labels}{cells}")
+
+
+def _rows(probability):
+    probability = probability.squeeze(
+        [d for d in probability.dims if d != "method" and probability.sizes[d] == 1], drop=True
+    )
+    extra = [d for d in probability.dims if d != "method"]
+    if not extra:
+        yield "", probability
+        return
+    stacked = probability.stack(cell=extra)
+    for i in range(stacked.sizes["cell"]):
+        row = stacked.isel(cell=i)
+        yield " ".join(f"{d}={row[d].item()}" for d in extra) + ": ", row
 
 
 def _cmd_report(args: argparse.Namespace) -> int:

@@ -11,8 +11,7 @@ from oodsim.results import store_counts
 from tests.conftest import ROOT, small_digits
 
 
-def test_adding_all_detectors_never_retrains_or_reinfers(cluster_address: str,
-                                                         cache: Path) -> None:
+def test_adding_all_detectors_never_retrains_or_reinfers(cluster_address: str, cache: Path) -> None:
     first = oodsim.run(small_digits(2), address=cluster_address, cache=cache, progress=False)
     assert store_counts(first)["computed"] == {"checkpoint": 2, "outputs": 2}
 
