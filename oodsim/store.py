@@ -13,14 +13,16 @@ computed nothing.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
 import shutil
+import socket
 import time
 import uuid
 import warnings
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -89,6 +91,10 @@ def _checksums(folder: Path) -> dict[str, str]:
     return {str(p.relative_to(folder)): _sha256(p) for p in _files(folder)}
 
 
+def _sizes(folder: Path) -> dict[str, int]:
+    return {str(p.relative_to(folder)): p.stat().st_size for p in _files(folder)}
+
+
 def _write_arrays(folder: Path, arrays: Mapping[str, np.ndarray]) -> None:
     group = zarr.open_group(folder / ARRAYS, mode="w")
     for name, value in arrays.items():
@@ -114,8 +120,21 @@ class Store:
         return self.root / kind / key[:2] / key
 
     def has(self, kind: str, key: str) -> bool:
-        """Whether a complete entry exists (its meta file is written last, then renamed)."""
-        return (self.path(kind, key) / META).is_file()
+        """Whether a complete entry exists: its meta file (written last, then renamed) and every
+        file at its recorded size. A cheap check (no hashing) that catches truncation; altered
+        bytes are caught by the checksums when the entry is read, or by :meth:`verify`."""
+        folder = self.path(kind, key)
+        meta = self.meta(kind, key)
+        if meta is None:
+            return False
+        try:
+            for name, size in meta.get("sizes", {}).items():
+                if (folder / name).stat().st_size != size:
+                    raise OSError(f"{name} has {(folder / name).stat().st_size} bytes, not {size}")
+        except OSError as error:
+            self._quarantine(kind, key, str(error))
+            return False
+        return True
 
     def ensure_writable(self) -> None:
         """Fail early, before any compute, when the cache root cannot take new entries."""
@@ -156,6 +175,54 @@ class Store:
         except (OSError, ValueError):
             return None
 
+    # ----------------------------------------------------------------- locks
+    def ensure(self, kind: str, key: str, compute: Callable[[], object]) -> bool:
+        """Run ``compute`` (which must :meth:`put` the entry) unless the entry exists.
+
+        Processes sharing the cache compute a key at most once at a time: the first takes the
+        key's lock, the others wait for it and then find the entry. Returns whether this call
+        computed it.
+        """
+        if self.has(kind, key):
+            return False
+        with self.lock(kind, key):
+            if self.has(kind, key):
+                return False
+            compute()
+            return True
+
+    @contextlib.contextmanager
+    def lock(self, kind: str, key: str, *, poll: float = 0.1) -> Iterator[None]:
+        """Exclusive lock on computing (kind, key) across processes and hosts sharing the root.
+
+        The lock file records host, pid and the process start time; a lock whose holder is gone
+        (same host, process dead or pid reused) is stale and taken over, as is one on another
+        host untouched for :data:`STALE_LOCK_SECONDS`.
+        """
+        path = self.root / "locks" / f"{kind}-{key}.lock"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        owner = _owner()
+        while True:
+            try:
+                fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+            except FileExistsError:
+                if _is_stale(path):
+                    _break_lock(path)
+                else:
+                    time.sleep(poll)
+                continue
+            with os.fdopen(fd, "w") as handle:
+                json.dump(owner, handle)
+            break
+        try:
+            yield
+        finally:
+            try:
+                if json.loads(path.read_text()) == owner:
+                    path.unlink()
+            except (OSError, ValueError):
+                pass
+
     # ----------------------------------------------------------------- write
     def put(
         self,
@@ -180,6 +247,7 @@ class Store:
                 "shapes": {name: list(np.shape(v)) for name, v in arrays.items()},
                 **(meta or {}),
                 "files": _checksums(tmp),
+                "sizes": _sizes(tmp),
             }
             with (tmp / META).open("w") as handle:
                 json.dump(record, handle, sort_keys=True, default=str)
@@ -264,6 +332,9 @@ class Store:
         removed = []
         if not self.root.is_dir():
             return removed
+        for lock in self.stale_locks():
+            _break_lock(lock)
+            removed.append(lock)
         now = time.time()
         for path in self.root.glob(f"**/{TMP_PREFIX}*"):
             try:
@@ -274,9 +345,74 @@ class Store:
                 continue
         return removed
 
+    def stale_locks(self) -> list[Path]:
+        """Lock files whose holder is gone."""
+        folder = self.root / "locks"
+        return [p for p in sorted(folder.glob("*.lock")) if _is_stale(p)] if folder.is_dir() else []
+
     def counts(self) -> dict[str, dict[str, int]]:
         """``{"computed": {kind: n}, "loaded": {kind: n}}`` from this store's events."""
         return summarize_events(self.events)
+
+
+#: A lock from another host is considered abandoned after this many seconds.
+STALE_LOCK_SECONDS = 6 * 3600.0
+
+
+def _start_time(pid: int) -> str | None:
+    """A process's start time (Linux /proc), to tell a live holder from a reused pid."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[19]
+    except (OSError, IndexError):
+        return None
+
+
+def _owner() -> dict[str, object]:
+    pid = os.getpid()
+    return {
+        "host": socket.gethostname(),
+        "pid": pid,
+        "start": _start_time(pid),
+        "time": time.time(),
+    }
+
+
+def _is_stale(path: Path) -> bool:
+    """Whether a lock file's holder is gone (see :meth:`Store.lock`)."""
+    try:
+        owner = json.loads(path.read_text())
+        age = time.time() - path.stat().st_mtime
+    except FileNotFoundError:
+        return False  # released meanwhile: just retry
+    except (OSError, ValueError):
+        # unreadable: a holder killed between create and write, unless it is being written now
+        return time.time() - path.stat().st_mtime > 5.0 if path.exists() else False
+    if owner.get("host") != socket.gethostname():
+        return age > STALE_LOCK_SECONDS
+    pid = int(owner.get("pid", -1))
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    except PermissionError:
+        pass
+    return owner.get("start") != _start_time(pid)
+
+
+def _break_lock(path: Path) -> None:
+    """Remove a stale lock. It is renamed aside first and checked again there: if a live
+    process re-took the lock in between (another breaker was faster), it is put back."""
+    aside = path.with_name(f"{path.name}.stale-{uuid.uuid4().hex[:8]}")
+    try:
+        os.rename(path, aside)
+    except OSError:
+        return
+    try:
+        if not _is_stale(aside):
+            os.link(aside, path)  # restore the live holder's lock (fails if a new one exists)
+    except OSError:
+        pass
+    aside.unlink(missing_ok=True)
 
 
 def summarize_events(events: list[tuple[str, str, str]]) -> dict[str, dict[str, int]]:

@@ -206,11 +206,11 @@ class _Simulation:
 
     def model(self) -> tuple[Any, np.ndarray, np.ndarray]:
         """The trained model and its input normalization: loaded, or trained and stored."""
-        if self._model is None:
-            entry = self.store.get(CHECKPOINT, self.checkpoint)
-            if entry is None:
-                self._train()
-            else:
+        while self._model is None:
+            # train unless stored; concurrent runs on one cache train a key only once
+            self.store.ensure(CHECKPOINT, self.checkpoint, self._train)
+            entry = None if self._model is not None else self.store.get(CHECKPOINT, self.checkpoint)
+            if entry is not None:  # trained earlier or by another process (None: corrupt)
                 import torch
 
                 model = self._build()
@@ -283,9 +283,10 @@ class _Simulation:
         return logits, features
 
     def ensure_outputs(self) -> None:
+        self.store.ensure(OUTPUTS, outputs_key(self.checkpoint), self._compute_outputs)
+
+    def _compute_outputs(self) -> None:
         key = outputs_key(self.checkpoint)
-        if self.store.has(OUTPUTS, key):
-            return
         labels = self.split.known_labels(self.data.labels)
         arrays = {}
         for subset in SUBSETS:
@@ -307,11 +308,12 @@ class _Simulation:
         )
 
     def ensure_ood_outputs(self, ood: OODSetSpec) -> None:
+        key = ood_outputs_key(self.checkpoint, ood, self.streams)
+        self.store.ensure(OOD_OUTPUTS, key, lambda: self._compute_ood_outputs(ood, key))
+
+    def _compute_ood_outputs(self, ood: OODSetSpec, key: str) -> None:
         from oodsim.data.ood_sets import ood_images
 
-        key = ood_outputs_key(self.checkpoint, ood, self.streams)
-        if self.store.has(OOD_OUTPUTS, key):
-            return
         logits, features = self._infer(ood_images(ood, self.data.shape, self.streams))
         self.store.put(
             OOD_OUTPUTS,
@@ -417,23 +419,28 @@ def _model_kappa(
     from oodsim.detectors import confidence
 
     key = kappa_key(eval_set.entry[1], eval_set.prefix, detector, sim.streams)
-    entry = sim.store.get(KAPPA, key)
-    if entry is not None:
-        return entry.arrays["kappa"]
-    model, _, _ = sim.model()
-    params = detector.kwargs
-    if "seed" in _detector_defaults(detector):
-        params.setdefault("seed", sim.streams.torch_seed("inference"))
-    kappa = confidence(
-        detector.name, outputs, fit=fit, model=model, inputs=sim.inputs(eval_set), **params
-    )
-    sim.store.put(
-        KAPPA,
-        key,
-        {"kappa": np.asarray(kappa, dtype=np.float64)},
-        {"describe": f"seed={sim.seed} {detector.label} on {eval_set.label}"},
-    )
-    return kappa
+
+    def compute() -> None:
+        model, _, _ = sim.model()
+        params = detector.kwargs
+        if "seed" in _detector_defaults(detector):
+            params.setdefault("seed", sim.streams.torch_seed("inference"))
+        kappa = confidence(
+            detector.name, outputs, fit=fit, model=model, inputs=sim.inputs(eval_set), **params
+        )
+        sim.store.put(
+            KAPPA,
+            key,
+            {"kappa": np.asarray(kappa, dtype=np.float64)},
+            {"describe": f"seed={sim.seed} {detector.label} on {eval_set.label}"},
+        )
+
+    for _ in range(2):  # a corrupt entry is dropped on read and computed once more
+        sim.store.ensure(KAPPA, key, compute)
+        entry = sim.store.get(KAPPA, key)
+        if entry is not None:
+            return entry.arrays["kappa"]
+    raise SimulationFailed(f"κ of {detector.label} on {eval_set.label} could not be stored")
 
 
 def _detector_defaults(detector: DetectorSpec) -> dict[str, Any]:
