@@ -48,6 +48,13 @@ def _figure(n_panels: int, width: float = 4.8, height: float = 3.4) -> tuple[Fig
     return fig, axes
 
 
+def _colors(n: int) -> list:
+    """One distinct color per method: the default cycle up to 10 methods, tab20 beyond."""
+    if n <= 10:
+        return [f"C{i}" for i in range(n)]
+    return [colormaps["tab20"](i % 20) for i in range(n)]
+
+
 def _save(fig: Figure, path: str | Path) -> Path:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -121,7 +128,7 @@ def plot_distributions(
         for labels, cell in iter_cells(sub, ("seed", "method")):
             panels.append((name, labels, cell))
     fig, axes = _figure(len(panels))
-    colors = [f"C{i % 10}" for i in range(score.sizes.get("method", 1))]
+    colors = _colors(score.sizes.get("method", 1))
     for ax, (name, labels, cell) in zip(axes, panels, strict=False):
         values = cell.transpose("seed", "method").values
         finite = values[np.isfinite(values)]
@@ -165,7 +172,7 @@ def plot_win_probability(
     fig, axes = _figure(len(cells))
     for ax, (labels, cell) in zip(axes, cells, strict=False):
         methods = _methods(cell)
-        ax.bar(range(len(methods)), cell.values, color=[f"C{i % 10}" for i in range(len(methods))])
+        ax.bar(range(len(methods)), cell.values, color=_colors(len(methods)))
         ax.set_xticks(range(len(methods)), methods, rotation=30, ha="right")
         ax.set_ylim(0, 1)
         ax.set_ylabel("P(best mean)")
@@ -227,9 +234,9 @@ def plot_running_mean(
     fig, axes = _figure(len(cells), width=5.4)
     for ax, (labels, cell) in zip(axes, cells, strict=False):
         values = cell.transpose("seed", "method").values
-        for i, (method, column) in enumerate(zip(_methods(cell), values.T, strict=True)):
+        methods = _methods(cell)
+        for color, method, column in zip(_colors(len(methods)), methods, values.T, strict=True):
             n, mean, lower, upper = running_interval(column, confidence)
-            color = f"C{i % 10}"
             ax.plot(n, mean, color=color, label=method)
             ax.fill_between(n, lower, upper, color=color, alpha=0.2, linewidth=0)
         if decision is not None:
