@@ -209,7 +209,7 @@ Params = tuple[tuple[str, Any], ...]
 
 def _params(value: Any) -> Params:
     items = value.items() if isinstance(value, Mapping) else value
-    return tuple(sorted((str(k), v) for k, v in items))
+    return tuple(sorted((str(k), tuple(v) if isinstance(v, list) else v) for k, v in items))
 
 
 @attrs.frozen(kw_only=True)
@@ -384,9 +384,18 @@ class ExperimentSpec(_Keyed):
 
     def __attrs_post_init__(self) -> None:
         self._check_unique("detectors", [d.label for d in self.detectors])
+        self._check_grids()
         self._check_unique("ood", [o.label for o in self.ood])
         self._check_split_fits_dataset()
         self._check_stopping()
+
+    def _check_grids(self) -> None:
+        from oodsim.protocols.tuning import is_grid
+
+        tuned = [d.label for d in self.detectors if is_grid(d.kwargs)]
+        if tuned and self.split.n_ood_val < 1:
+            raise SpecError("split.n_ood_val", self.split.n_ood_val,
+                            f">= 1 OOD validation class to choose the parameters of {tuned}")
 
     def _check_stopping(self) -> None:
         rule = self.stopping

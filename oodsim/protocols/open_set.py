@@ -15,7 +15,10 @@ experiment reads the cached arrays only.
 
 from __future__ import annotations
 
+import functools
 import time
+from collections.abc import Callable
+from functools import partial
 from typing import Any
 
 import attrs
@@ -414,6 +417,7 @@ def _model_kappa(
     eval_set: EvalSet,
     fit: Outputs | None,
     outputs: Outputs,
+    choose_params: Callable[[], dict[str, Any]],
 ) -> np.ndarray:
     """κ of a model-based detector on one subset: cached, else computed and stored."""
     from oodsim.detectors import confidence
@@ -422,9 +426,7 @@ def _model_kappa(
 
     def compute() -> None:
         model, _, _ = sim.model()
-        params = detector.kwargs
-        if "seed" in _detector_defaults(detector):
-            params.setdefault("seed", sim.streams.torch_seed("inference"))
+        params = choose_params()
         kappa = confidence(
             detector.name, outputs, fit=fit, model=model, inputs=sim.inputs(eval_set), **params
         )
@@ -443,10 +445,66 @@ def _model_kappa(
     raise SimulationFailed(f"κ of {detector.label} on {eval_set.label} could not be stored")
 
 
-def _detector_defaults(detector: DetectorSpec) -> dict[str, Any]:
-    from oodsim.detectors import get_detector
+def _model_params(
+    sim: _Simulation,
+    detector: DetectorSpec,
+    fit: Outputs | None,
+    split_arrays: dict[str, np.ndarray],
+) -> dict[str, Any]:
+    """A model-based detector's parameters: its seed from the ``inference`` stream, and grids
+    chosen on D_in_val vs D_out_val (see :mod:`oodsim.protocols.tuning`)."""
+    from oodsim.detectors import confidence, get_detector
+    from oodsim.protocols.tuning import choose
 
-    return dict(get_detector(detector.name).defaults)
+    params = detector.kwargs
+    if "seed" in get_detector(detector.name).defaults:
+        params.setdefault("seed", sim.streams.torch_seed("inference"))
+    sets = [
+        EvalSet(prefix, (OUTPUTS, outputs_key(sim.checkpoint)), prefix)
+        for prefix in ("in_val", "out_val")
+    ]
+
+    def kappa_of(candidate: dict[str, Any]) -> np.ndarray:
+        model, _, _ = sim.model()
+        return np.concatenate(
+            [
+                confidence(
+                    detector.name,
+                    _outputs(split_arrays, s.prefix),
+                    fit=fit,
+                    model=model,
+                    inputs=sim.inputs(s),
+                    **candidate,
+                )
+                for s in sets
+            ]
+        )
+
+    return choose(params, kappa_of, _validation_is_ood(split_arrays))
+
+
+def _logit_params(
+    detector: DetectorSpec, fit: Outputs | None, split_arrays: dict[str, np.ndarray]
+) -> dict[str, Any]:
+    """A logit/feature detector's parameters, grids chosen on D_in_val vs D_out_val."""
+    from oodsim.detectors import confidence
+    from oodsim.protocols.tuning import choose, is_grid
+
+    if not is_grid(detector.kwargs):
+        return detector.kwargs
+    validation = Outputs.concat(
+        [_outputs(split_arrays, "in_val"), _outputs(split_arrays, "out_val")]
+    )
+    return choose(
+        detector.kwargs,
+        lambda candidate: confidence(detector.name, validation, fit=fit, **candidate),
+        _validation_is_ood(split_arrays),
+    )
+
+
+def _validation_is_ood(split_arrays: dict[str, np.ndarray]) -> np.ndarray:
+    n_in, n_out = len(split_arrays["in_val.labels"]), len(split_arrays["out_val.labels"])
+    return np.r_[np.zeros(n_in, bool), np.ones(n_out, bool)]
 
 
 def score(spec: ExperimentSpec, sim: _Simulation) -> np.ndarray:
@@ -468,11 +526,13 @@ def score(spec: ExperimentSpec, sim: _Simulation) -> np.ndarray:
         info = get_detector(detector.name)
         fit = fits.get(info.fit_on) if info.fit_on else None
         if "model" in info.needs:
+            params = functools.cache(partial(_model_params, sim, detector, fit, split_arrays))
             kappa = np.concatenate(
-                [_model_kappa(sim, detector, s, fit, o) for s, o in zip(sets, outputs)]
+                [_model_kappa(sim, detector, s, fit, o, params) for s, o in zip(sets, outputs)]
             )
         else:
-            kappa = confidence(detector.name, pooled, fit=fit, **detector.kwargs)
+            params = _logit_params(detector, fit, split_arrays)
+            kappa = confidence(detector.name, pooled, fit=fit, **params)
         kappas.append(np.asarray(kappa, dtype=np.float64))
     kappa = np.stack(kappas)  # (method, samples)
 

@@ -1,0 +1,114 @@
+"""Reproduce the numbers and plots of docs/findings.md from saved results.
+
+    oodsim run specs/digits.toml --out results/digits200.zarr      # with [seeds] n = 200
+    oodsim run specs/fashion_mnist.toml --out results/fashion30.zarr
+    oodsim run specs/digits_five_splits.toml --out results/five.zarr
+    python docs/findings/reproduce.py results/digits200.zarr results/fashion30.zarr \
+        --splits results/five.zarr --out docs/findings
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+import numpy as np
+import xarray as xr
+
+import oodsim
+from oodsim import stats
+from oodsim.report import write_report
+
+METRICS = ("auroc", "aupr_in", "aupr_out", "fpr95")
+
+
+def _auroc(results: xr.Dataset) -> xr.DataArray:
+    return results.score.sel({"metric": "auroc", "severity": "all"})
+
+
+def spread_table(results: xr.Dataset) -> str:
+    """Per method: mean, std, min and max of AUROC over seeds, and the 95% interval."""
+    auroc = _auroc(results)
+    est = stats.estimate(results).sel({"metric": "auroc", "severity": "all"})
+    rows = ["| method | mean AUROC [95% CI] | std over seeds | min | max |", "|---|---|---|---|---|"]
+    for method in auroc.method.values:
+        values = auroc.sel({"method": method}).values
+        e = est.sel({"method": method})
+        rows.append(f"| {method} | {float(e['mean']):.3f} [{float(e.lower):.3f}, "
+                    f"{float(e.upper):.3f}] | {np.nanstd(values, ddof=1):.3f} | "
+                    f"{np.nanmin(values):.3f} | {np.nanmax(values):.3f} |")
+    return "\n".join(rows)
+
+
+def win_table(results: xr.Dataset, methods: list[str] | None = None) -> str:
+    """P(best mean in a 5-seed comparison) per method and metric (among ``methods``)."""
+    subset = results if methods is None else results.sel({"method": methods})
+    probability = stats.win_probabilities(subset, metric=list(METRICS), k=5, rng=0)
+    probability = probability.sel({"severity": "all"})
+    rows = ["| method | " + " | ".join(METRICS) + " |", "|---" * (len(METRICS) + 1) + "|"]
+    for method in probability.method.values:
+        cells = [f"{float(probability.sel({'method': method, 'metric': m})):.3f}"
+                 for m in METRICS]
+        rows.append(f"| {method} | " + " | ".join(cells) + " |")
+    return "\n".join(rows)
+
+
+def required_summary(results: xr.Dataset, methods: list[str] | None = None) -> str:
+    """How many method pairs a Welch test separates within 5 seeds, later, or never."""
+    subset = results if methods is None else results.sel({"method": methods})
+    table = stats.required_simulations_table(subset, metric="auroc").sel({"severity": "all"})
+    names = list(table.method.values)
+    counts = [table.values[i, j] for i in range(len(names)) for j in range(i + 1, len(names))]
+    counts = np.asarray(counts, dtype=float)
+    within5 = int(np.sum(counts <= 5))
+    later = int(np.sum((counts > 5) & np.isfinite(counts)))
+    never = int(np.sum(~np.isfinite(counts)))
+    finite = counts[np.isfinite(counts)]
+    median = f"{np.median(finite):.0f}" if finite.size else "-"
+    return (f"{len(counts)} pairs: {within5} separated within 5 seeds, {later} later "
+            f"(median of those separated: {median} seeds), {never} never within "
+            f"{results.sizes['seed']} seeds")
+
+
+def variance_table(results: xr.Dataset) -> str:
+    """Between- vs within-class-split variance of AUROC per method."""
+    table = stats.variance_components_table(results).sel({"metric": "auroc", "severity": "all"})
+    rows = ["| method | between-split var | within-split var | ICC [95% CI] | F-test p |",
+            "|---|---|---|---|---|"]
+    for method in table.method.values:
+        t = table.sel({"method": method})
+        rows.append(f"| {method} | {float(t.sigma2_between):.2e} | {float(t.sigma2_within):.2e} | "
+                    f"{float(t.icc):.2f} [{float(t.icc_lower):.2f}, {float(t.icc_upper):.2f}] | "
+                    f"{float(t.p_value):.1e} |")
+    return "\n".join(rows)
+
+
+PAPER_METHODS = ["msp", "temperature", "odin", "openmax", "mc_dropout"]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("results", nargs="+")
+    parser.add_argument("--splits", help="results of specs/digits_five_splits.toml")
+    parser.add_argument("--out", default="docs/findings")
+    args = parser.parse_args()
+    for path in args.results:
+        results = oodsim.open_results(path)
+        name = Path(path).stem
+        write_report(results, Path(args.out) / name)
+        print(f"## {name}: {results.sizes['seed']} seeds, {int(results.attrs['n_failed'])} failed\n")
+        print(spread_table(results), "\n")
+        print("All methods:\n\n" + win_table(results), "\n")
+        print("The study's five methods only:\n\n" + win_table(results, PAPER_METHODS), "\n")
+        print("Welch, all methods:", required_summary(results))
+        print("Welch, the study's five:", required_summary(results, PAPER_METHODS), "\n")
+    if args.splits:
+        results = oodsim.open_results(args.splits)
+        write_report(results, Path(args.out) / Path(args.splits).stem)
+        print(f"## class splits: {results.sizes['seed']} seeds over "
+              f"{len(set(results.class_split.values))} splits\n")
+        print(variance_table(results))
+
+
+if __name__ == "__main__":
+    main()
