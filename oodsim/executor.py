@@ -24,6 +24,7 @@ import attrs
 import numpy as np
 import xarray as xr
 
+from oodsim.detectors import user_detectors
 from oodsim.errors import OodsimError
 from oodsim.keys import digest
 from oodsim.protocols.open_set import SeedOutcome, plan, simulate
@@ -170,8 +171,14 @@ def _batches(seeds: Sequence[int], size: int) -> Iterator[Sequence[int]]:
 class _Submitter:
     """Submits the missing seeds of a batch to the cluster (started on first need)."""
 
-    def __init__(self, spec: ExperimentSpec, store: Store, stack: contextlib.ExitStack,
-                 address: str | None, n_workers: int | None) -> None:
+    def __init__(
+        self,
+        spec: ExperimentSpec,
+        store: Store,
+        stack: contextlib.ExitStack,
+        address: str | None,
+        n_workers: int | None,
+    ) -> None:
         self.spec, self.store, self.stack = spec, store, stack
         self.address, self.n_workers = address, n_workers
         self.client: Any = None
@@ -184,9 +191,20 @@ class _Submitter:
         if self.client is None:
             self.client = self.stack.enter_context(cluster_client(self.address, self.n_workers))
         root = str(self.store.root.resolve())
-        return {seed: self.client.submit(simulate, self.spec, seed, root, torch_threads=1,
-                                         key=_task_key(self.spec, seed), pure=False)
-                for seed in missing}
+        shipped = user_detectors(d.name for d in self.spec.detectors)
+        return {
+            seed: self.client.submit(
+                simulate,
+                self.spec,
+                seed,
+                root,
+                torch_threads=1,
+                detectors=shipped,
+                key=_task_key(self.spec, seed),
+                pure=False,
+            )
+            for seed in missing
+        }
 
     def cancel(self, futures: Sequence[Any]) -> None:
         if self.client is not None and futures:
@@ -240,8 +258,10 @@ def run(
                     if decision.stop:
                         break
         except KeyboardInterrupt:
-            tracker.stopped(f"interrupted; {len(outcomes)} finished simulations are cached in "
-                            "the store; run the same spec again to resume.")
+            tracker.stopped(
+                f"interrupted; {len(outcomes)} finished simulations are cached in "
+                "the store; run the same spec again to resume."
+            )
             raise
         if decision is not None and decision.stop and len(outcomes) < len(seeds):
             submitter.cancel([f for f in futures.values() if f is not None])
@@ -255,8 +275,13 @@ def run(
     return results
 
 
-def _collect(spec: ExperimentSpec, store: Store, batch: Sequence[int], futures: dict[int, Any],
-             tracker: Progress) -> list[SeedOutcome]:
+def _collect(
+    spec: ExperimentSpec,
+    store: Store,
+    batch: Sequence[int],
+    futures: dict[int, Any],
+    tracker: Progress,
+) -> list[SeedOutcome]:
     """Outcomes of one batch: cached seeds scored here, the others gathered as they land."""
     from distributed import as_completed
 
@@ -277,13 +302,16 @@ def _collect(spec: ExperimentSpec, store: Store, batch: Sequence[int], futures: 
 
 def _check(spec: ExperimentSpec, outcome: SeedOutcome) -> SeedOutcome:
     if outcome.failed and spec.on_failure == "abort":
-        raise RunAborted(f"seed {outcome.seed} failed: {outcome.failure} "
-                         "(on_failure = 'abort'; finished seeds stay cached)")
+        raise RunAborted(
+            f"seed {outcome.seed} failed: {outcome.failure} "
+            "(on_failure = 'abort'; finished seeds stay cached)"
+        )
     return outcome
 
 
-def check_stopping(spec: ExperimentSpec, outcomes: Sequence[SeedOutcome], *,
-                   final: bool = False) -> Any:
+def check_stopping(
+    spec: ExperimentSpec, outcomes: Sequence[SeedOutcome], *, final: bool = False
+) -> Any:
     """Apply the spec's stopping rule to the outcomes so far (in submission order).
 
     The rule looks at ``stopping.metric`` on the first OOD test set; failed seeds are NaN rows,
@@ -294,17 +322,25 @@ def check_stopping(spec: ExperimentSpec, outcomes: Sequence[SeedOutcome], *,
     rule = spec.stopping
     column = spec.metrics.index(rule.metric)
     n_methods = len(spec.detectors)
-    values = np.array([o.scores[:, column, 0] if o.scores is not None
-                       else np.full(n_methods, np.nan) for o in outcomes]).reshape(-1, n_methods)
+    values = np.array(
+        [
+            o.scores[:, column, 0] if o.scores is not None else np.full(n_methods, np.nan)
+            for o in outcomes
+        ]
+    ).reshape(-1, n_methods)
     params: dict[str, Any] = {"min_seeds": rule.min_seeds, "max_seeds": spec.max_seeds}
     if rule.rule == "ci_width":
         params["epsilon"] = rule.epsilon
     else:
-        params |= {"alpha": rule.alpha, "batch_size": rule.batch_size,
-                   "higher_is_better": rule.metric != "fpr95",
-                   "method_names": [d.label for d in spec.detectors]}
+        params |= {
+            "alpha": rule.alpha,
+            "batch_size": rule.batch_size,
+            "higher_is_better": rule.metric != "fpr95",
+            "method_names": [d.label for d in spec.detectors],
+        }
     decision = decide(rule.rule, values, **params)
     if final and not decision.stop:
-        decision = attrs.evolve(decision, stop=True,
-                                reason=f"all {len(outcomes)} seeds ran ({decision.reason})")
+        decision = attrs.evolve(
+            decision, stop=True, reason=f"all {len(outcomes)} seeds ran ({decision.reason})"
+        )
     return decision

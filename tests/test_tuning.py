@@ -63,3 +63,21 @@ def test_logit_and_model_detectors_tuned_on_validation(cluster_address: str,
         got = float(results.score.sel({"seed": seed, "method": tuned[0].label,
                                        "metric": "auroc"}).squeeze())
         assert got == pytest.approx(expected, abs=1e-12)
+
+
+def test_non_finite_kappa_fails_the_seed_naming_detector_and_seed(cluster_address: str,
+                                                                   cache: Path) -> None:
+    from oodsim.detectors import register
+
+    @register("nan_after_first", needs={"logits"}, replace=True)
+    def nan_after_first(outputs: Outputs) -> np.ndarray:
+        kappa = outputs.logits.max(axis=1).astype(np.float64)
+        kappa[1:] = np.nan
+        return kappa
+
+    spec = small_digits(1, detectors=("msp", "nan_after_first"))
+    results = oodsim.run(spec, address=cluster_address, cache=cache, progress=False)
+    assert results.attrs["n_failed"] == 1
+    reason = str(results.failure.values[0])
+    assert "nan_after_first" in reason and "seed 0" in reason and "non-finite" in reason
+    assert np.isnan(results.score.values).all()

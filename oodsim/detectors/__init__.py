@@ -27,9 +27,11 @@ from oodsim.detectors._registry import (
     ENTRY_POINT_GROUP,
     EXECUTION_PARAMS,
     Detector,
+    adopt,
     available,
     get_detector,
     register,
+    user_detectors,
 )
 
 __all__ = [
@@ -38,8 +40,10 @@ __all__ = [
     "Detector",
     "DetectorInputError",
     "UnknownParameterError",
+    "adopt",
     "available",
     "confidence",
     "get_detector",
     "register",
+    "user_detectors",
 ]

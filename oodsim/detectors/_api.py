@@ -75,8 +75,15 @@ def confidence(
         raise ValueError(f"detector {name!r} returned shape {kappa.shape}, expected ({n},)")
     bad = ~np.isfinite(kappa)
     if bad.any():
-        raise ValueError(
-            f"detector {name!r} returned {int(bad.sum())} non-finite values of {n} "
-            f"(first at row {int(np.argmax(bad))})"
+        from oodsim.metrics import NonFiniteScoreError
+
+        first = int(np.argmax(bad))
+        raise NonFiniteScoreError(
+            int(bad.sum()),
+            (first,),
+            1,
+            1,
+            1,
+            context=f"detector {name!r} returned it, first at sample {first}",
         )
     return kappa

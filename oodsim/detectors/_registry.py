@@ -9,7 +9,7 @@ from __future__ import annotations
 import functools
 import inspect
 import warnings
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from importlib.metadata import EntryPoint, entry_points
 
 import attrs
@@ -218,6 +218,19 @@ def _load(ep: EntryPoint) -> Detector:
     if detector.name != ep.name:
         detector = attrs.evolve(detector, name=ep.name)
     return detector
+
+
+def user_detectors(names: Iterable[str]) -> tuple[Detector, ...]:
+    """The detectors among ``names`` that a script registered in this process: worker processes
+    do not run the script, so the executor ships these to them (see :func:`adopt`)."""
+    return tuple(_USER[name] for name in dict.fromkeys(names) if name in _USER)
+
+
+def adopt(detectors: Iterable[Detector]) -> None:
+    """Register detectors shipped from the driver in this (worker) process."""
+    for detector in detectors:
+        if detector.name not in BUILTINS:
+            _USER[detector.name] = detector
 
 
 def available() -> list[str]:

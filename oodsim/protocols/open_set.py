@@ -357,9 +357,22 @@ def _class_split_label(store: Store, checkpoint: str) -> str:
 
 
 def simulate(
-    spec: ExperimentSpec, seed: int, cache_root: str, *, torch_threads: int | None = None
+    spec: ExperimentSpec,
+    seed: int,
+    cache_root: str,
+    *,
+    torch_threads: int | None = None,
+    detectors: tuple[Any, ...] = (),
 ) -> SeedOutcome:
-    """Run (or load) one open set simulation and score every detector and metric."""
+    """Run (or load) one open set simulation and score every detector and metric.
+
+    ``detectors``: detectors a script registered in the driver process, registered here too
+    (a worker process never ran that script).
+    """
+    if detectors:
+        from oodsim.detectors import adopt
+
+        adopt(detectors)
     started = time.perf_counter()
     store = Store(cache_root)
     streams = SeedStreams(seed, dict(spec.seeds.pinned))
@@ -507,9 +520,33 @@ def _validation_is_ood(split_arrays: dict[str, np.ndarray]) -> np.ndarray:
     return np.r_[np.zeros(n_in, bool), np.ones(n_out, bool)]
 
 
+def _kappa(
+    sim: _Simulation,
+    detector: DetectorSpec,
+    sets: list[EvalSet],
+    outputs: list[Outputs],
+    pooled: Outputs,
+    fits: dict[str, Outputs],
+    split_arrays: dict[str, np.ndarray],
+) -> np.ndarray:
+    """κ of one detector on the ID test set followed by every OOD test set."""
+    from oodsim.detectors import confidence, get_detector
+
+    info = get_detector(detector.name)
+    fit = fits.get(info.fit_on) if info.fit_on else None
+    if "model" in info.needs:
+        params = functools.cache(partial(_model_params, sim, detector, fit, split_arrays))
+        kappa = np.concatenate(
+            [_model_kappa(sim, detector, s, fit, o, params) for s, o in zip(sets, outputs)]
+        )
+    else:
+        params = _logit_params(detector, fit, split_arrays)
+        kappa = confidence(detector.name, pooled, fit=fit, **params)
+    return np.asarray(kappa, dtype=np.float64)
+
+
 def score(spec: ExperimentSpec, sim: _Simulation) -> np.ndarray:
     """Metric values of shape (method, metric, ood) from cached outputs."""
-    from oodsim.detectors import confidence, get_detector
     from oodsim.metrics import METRICS, NonFiniteScoreError
 
     store = sim.store
@@ -523,17 +560,12 @@ def score(spec: ExperimentSpec, sim: _Simulation) -> np.ndarray:
 
     kappas = []
     for detector in spec.detectors:
-        info = get_detector(detector.name)
-        fit = fits.get(info.fit_on) if info.fit_on else None
-        if "model" in info.needs:
-            params = functools.cache(partial(_model_params, sim, detector, fit, split_arrays))
-            kappa = np.concatenate(
-                [_model_kappa(sim, detector, s, fit, o, params) for s, o in zip(sets, outputs)]
-            )
-        else:
-            params = _logit_params(detector, fit, split_arrays)
-            kappa = confidence(detector.name, pooled, fit=fit, **params)
-        kappas.append(np.asarray(kappa, dtype=np.float64))
+        try:
+            kappas.append(_kappa(sim, detector, sets, outputs, pooled, fits, split_arrays))
+        except NonFiniteScoreError as error:
+            raise SimulationFailed(
+                f"detector {detector.label} gave non-finite κ on seed {sim.seed}: {error}"
+            ) from None
     kappa = np.stack(kappas)  # (method, samples)
 
     id_part = slice(sizes[0], sizes[1])
