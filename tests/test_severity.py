@@ -162,3 +162,93 @@ def test_benchmark_reports_too_few_classes() -> None:
         sev.severity_benchmark(
             np.ones(5), np.zeros(labels.size), labels, group_size=3, rng=0, n_est=4, n_test=4
         )
+
+
+# --------------------------------------------------------------------------- analyses, plots
+
+
+def _results(n_models: int = 6, seed: int = 0):
+    """Severity results of several synthetic models: AUROC falls with the level and rises
+    with accuracy; 'energy' helps at high levels, 'odin' everywhere a little."""
+    import xarray as xr
+
+    rng = np.random.default_rng(seed)
+    accuracy = np.sort(rng.uniform(0.6, 0.9, n_models))
+    levels = np.arange(11)
+    base = 0.95 - 0.03 * levels[None, :] + 0.3 * (accuracy[:, None] - 0.75)
+    base = base + rng.normal(0, 0.005, base.shape)
+    auroc = np.stack([base, base + 0.004 * levels, base + 0.01], axis=1)  # (model, method, level)
+    fpr = 1.0 - auroc
+    score = np.stack([auroc, fpr], axis=2)  # (model, method, metric, level)
+    methods = ["msp", "energy", "odin"]
+    return xr.Dataset(
+        {
+            "score": (("model", "method", "metric", "severity"), score),
+            "id_accuracy": ("model", accuracy),
+            "id_auroc": (("model", "method"), rng.uniform(0.7, 0.9, (n_models, 3))),
+        },
+        coords={
+            "model": [f"m{i}" for i in range(n_models)],
+            "method": methods,
+            "metric": ["auroc", "fpr95"],
+            "severity": [str(i) for i in levels],
+        },
+        attrs={"experiment": "synthetic"},
+    )
+
+
+def test_correlation_is_spearman_across_models_per_level() -> None:
+    from scipy.stats import spearmanr
+
+    from oodsim.protocols import severity_analysis as sa
+
+    results = _results()
+    rho = sa.correlation(results, "id_accuracy")
+    assert rho["rho"].dims == ("method", "severity") and rho["rho"].shape == (3, 11)
+    auroc = results["score"].sel(metric="auroc").values
+    for j in range(3):
+        for level in range(11):
+            want = spearmanr(results["id_accuracy"].values, auroc[:, j, level])
+            assert rho["rho"].values[j, level] == pytest.approx(want.statistic)
+            assert rho["pvalue"].values[j, level] == pytest.approx(want.pvalue)
+    assert (rho["rho"].values > 0.8).all()  # accuracy predicts detection here
+    by_auroc = sa.correlation(results, "id_auroc")
+    want = spearmanr(results["id_auroc"].values[:, 2], auroc[:, 2, 4]).statistic
+    assert by_auroc["rho"].values[2, 4] == pytest.approx(want)  # paired with the same κ
+    assert np.isnan(sa.correlation(_results(n_models=2), "id_accuracy")["rho"]).all()
+    with pytest.raises(UnknownNameError, match="id_accuracy"):
+        sa.correlation(results, "accuracy")
+
+
+def test_improvement_over_softmax() -> None:
+    from oodsim.protocols import severity_analysis as sa
+
+    results = _results()
+    delta = sa.improvement(results)
+    assert delta.dims == ("model", "method", "severity")
+    assert delta["method"].values.tolist() == ["energy", "odin"]
+    np.testing.assert_allclose(delta.sel({"method": "odin"}).values, 0.01, atol=1e-12)
+    np.testing.assert_allclose(delta.sel({"method": "energy"}).values[0], 0.004 * np.arange(11))
+    flipped = sa.improvement(results, metric="fpr95")  # lower FPR is better: same sign
+    np.testing.assert_allclose(flipped.values, delta.values, atol=1e-12)
+    summary = sa.improvement_summary(results)
+    assert (summary["share_improved"].sel({"method": "odin"}) == 1.0).all()
+    assert (summary["n_models"] == 6).all()
+    trend = sa.level_trend(results)
+    assert trend.dims == ("model", "method") and (trend.values < -0.9).all()
+    with pytest.raises(UnknownNameError, match="msp"):
+        sa.improvement(results, baseline="softmax")
+
+
+def test_report_writes_pngs_and_a_summary(tmp_path) -> None:
+    from oodsim.report_severity import format_level_table, write_severity_report
+
+    results = _results()
+    table = format_level_table(results)
+    assert table.splitlines()[1].split()[:3] == ["model", "method", "0"]
+    assert len(table.splitlines()) == 2 + 6 * 3
+    summary = write_severity_report(results, tmp_path / "report")
+    text = summary.read_text()
+    assert "Improvement over msp" in text and "id_accuracy vs. auroc" in text
+    for name in ("auroc_by_level.png", "auroc_improvement.png", "auroc_correlation.png"):
+        assert (tmp_path / "report" / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

@@ -48,6 +48,10 @@ def _check_inputs(
     return len(outputs) if outputs is not None else len(inputs)
 
 
+class NonFiniteKappaError(DetectorInputError):
+    """A detector produced NaN or ±inf: no ranking is defined, so the caller must not score it."""
+
+
 def confidence(
     name: str,
     outputs: Outputs | None,
@@ -75,15 +79,8 @@ def confidence(
         raise ValueError(f"detector {name!r} returned shape {kappa.shape}, expected ({n},)")
     bad = ~np.isfinite(kappa)
     if bad.any():
-        from oodsim.metrics import NonFiniteScoreError
-
-        first = int(np.argmax(bad))
-        raise NonFiniteScoreError(
-            int(bad.sum()),
-            (first,),
-            1,
-            1,
-            1,
-            context=f"detector {name!r} returned it, first at sample {first}",
+        raise NonFiniteKappaError(
+            f"detector {name!r} returned {int(bad.sum())} non-finite values of {n} "
+            f"(first at row {int(np.argmax(bad))})"
         )
     return kappa

@@ -320,9 +320,12 @@ def _other_metrics(
 def id_auroc(kappa: np.ndarray, correct: np.ndarray) -> float | np.ndarray:
     """In-distribution ranking AUROC: how well κ separates correct from wrong predictions.
 
-    Correct predictions are the positives: ``roc_auc_score(correct, kappa)``.
+    Correct predictions are the positives: ``roc_auc_score(correct, kappa)``. NaN when every
+    prediction is right (or every one wrong): then there is nothing to rank.
     """
     correct = np.asarray(correct, dtype=bool)
+    if correct.ndim == 1 and (correct.all() or not correct.any()):
+        return float("nan")
     return _metrics.auroc(kappa, ~correct, context="ID AUROC (correct vs. wrong)")
 
 
