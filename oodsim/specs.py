@@ -394,22 +394,32 @@ class ExperimentSpec(_Keyed):
 
         tuned = [d.label for d in self.detectors if is_grid(d.kwargs)]
         if tuned and self.split.n_ood_val < 1:
-            raise SpecError("split.n_ood_val", self.split.n_ood_val,
-                            f">= 1 OOD validation class to choose the parameters of {tuned}")
+            raise SpecError(
+                "split.n_ood_val",
+                self.split.n_ood_val,
+                f">= 1 OOD validation class to choose the parameters of {tuned}",
+            )
 
     def _check_stopping(self) -> None:
         rule = self.stopping
         if rule.rule == "fixed":
             return
         if rule.metric not in self.metrics:
-            raise SpecError("stopping.metric", rule.metric,
-                            f"one of the experiment's metrics {list(self.metrics)}")
+            raise SpecError(
+                "stopping.metric",
+                rule.metric,
+                f"one of the experiment's metrics {list(self.metrics)}",
+            )
         if rule.max_seeds is not None and rule.max_seeds > len(self.seeds.all()):
-            raise SpecError("stopping.max_seeds", rule.max_seeds,
-                            f"at most the {len(self.seeds.all())} seeds in [seeds]")
+            raise SpecError(
+                "stopping.max_seeds",
+                rule.max_seeds,
+                f"at most the {len(self.seeds.all())} seeds in [seeds]",
+            )
         if rule.min_seeds > self.max_seeds:
-            raise SpecError("stopping.min_seeds", rule.min_seeds,
-                            f"at most max_seeds = {self.max_seeds}")
+            raise SpecError(
+                "stopping.min_seeds", rule.min_seeds, f"at most max_seeds = {self.max_seeds}"
+            )
 
     @staticmethod
     def _check_unique(field: str, labels: list[str]) -> None:
@@ -460,18 +470,20 @@ class ExperimentSpec(_Keyed):
 _converter = cattrs.Converter(forbid_extra_keys=True)
 
 
-def _structure_detector(value: Any, _: type) -> DetectorSpec:
+def detector_from_data(value: Any) -> DetectorSpec:
+    """A detector from TOML data: a name, or a table with ``name``, parameters and ``label``."""
     if isinstance(value, str):
         return DetectorSpec(name=value)
     if not isinstance(value, Mapping) or "name" not in value:
         raise SpecError("detectors", value, "a name or a table with 'name' and parameters")
     value = dict(value)
     name, label = value.pop("name"), value.pop("label", None)
-    params = value.pop("params", {}) | value
+    params = dict(value.pop("params", {})) | value
     return DetectorSpec(name=name, params=params, **({"label": label} if label else {}))
 
 
-def _unstructure_detector(spec: DetectorSpec) -> dict[str, Any]:
+def detector_to_data(spec: DetectorSpec) -> dict[str, Any]:
+    """The TOML form of a detector (inverse of :func:`detector_from_data`)."""
     return {"name": spec.name, "label": spec.label, **spec.kwargs}
 
 
@@ -487,18 +499,19 @@ def _structure_ood(value: Any, _: type) -> OODSetSpec:
     return OODSetSpec(**value)
 
 
-_converter.register_structure_hook(DetectorSpec, _structure_detector)
-_converter.register_unstructure_hook(DetectorSpec, _unstructure_detector)
+_converter.register_structure_hook(DetectorSpec, lambda value, _: detector_from_data(value))
+_converter.register_unstructure_hook(DetectorSpec, detector_to_data)
 _converter.register_structure_hook(OODSetSpec, _structure_ood)
 _converter.register_structure_hook_func(lambda t: t == Params, lambda v, _: _params(v))
 _converter.register_unstructure_hook_func(lambda t: t == Params, dict)
 
 
-def _first_spec_error(error: BaseException) -> SpecError | None:
+def first_spec_error(error: BaseException) -> SpecError | None:
+    """The first :class:`SpecError` inside a (nested) cattrs validation error, if any."""
     if isinstance(error, SpecError):
         return error
     for inner in getattr(error, "exceptions", ()):
-        found = _first_spec_error(inner)
+        found = first_spec_error(inner)
         if found is not None:
             return found
     return None
@@ -511,7 +524,7 @@ def spec_from_dict(data: Mapping[str, Any]) -> ExperimentSpec:
     except SpecError:
         raise
     except cattrs.BaseValidationError as error:
-        found = _first_spec_error(error)
+        found = first_spec_error(error)
         if found is not None:
             raise found from None
         messages = cattrs.transform_error(error, path="spec")
