@@ -535,13 +535,16 @@ def spec_from_dict(data: Mapping[str, Any]) -> ExperimentSpec:
 
 def load_spec(path: str | Path) -> ExperimentSpec:
     """Read an experiment spec from a TOML file; errors name the line/column or the field."""
+    return spec_from_dict(read_toml(path))
+
+
+def read_toml(path: str | Path) -> dict[str, Any]:
+    """A TOML file as plain data; a missing file or a syntax error (with line and column) is a
+    :class:`SpecError`."""
     path = Path(path)
     try:
-        text = path.read_text(encoding="utf-8")
+        return tomllib.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
         raise SpecError("spec file", str(path), "an existing TOML file") from None
-    try:
-        data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as error:
         raise SpecError(f"spec file {path}", "TOML syntax", f"valid TOML ({error})") from None
-    return spec_from_dict(data)

@@ -13,7 +13,6 @@ zoo model name (:func:`evaluate_folders`), or a spec of several models (:func:`r
 
 from __future__ import annotations
 
-import tomllib
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -26,6 +25,7 @@ from oodsim import metrics as _metrics
 from oodsim.data.imagenet_classes import imagenet1k_wnids, imagenet_o_wnids
 from oodsim.errors import DataNotFoundError, SpecError, UnknownNameError
 from oodsim.models.zoo import ModelRef
+from oodsim.specs import read_toml
 
 
 def subset_columns(class_wnids: Sequence[str], subset_wnids: Sequence[str]) -> np.ndarray:
@@ -256,12 +256,7 @@ class ImageNetOSpec:
 def load_imagenet_o_spec(path: str | Path, *, check_roots: bool = True) -> ImageNetOSpec:
     """Read ``specs/imagenet_o.toml``-style TOML; ``check_roots`` requires both folders."""
     path = Path(path)
-    try:
-        data = tomllib.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise SpecError("spec file", str(path), "an existing TOML file") from None
-    except tomllib.TOMLDecodeError as error:
-        raise SpecError(f"spec file {path}", "TOML syntax", f"valid TOML ({error})") from None
+    data = read_toml(path)
     allowed = {f.name for f in attrs.fields(ImageNetOSpec)}
     for key in data:
         if key not in allowed:

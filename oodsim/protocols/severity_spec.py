@@ -10,7 +10,6 @@ computes them and :mod:`oodsim.protocols.severity_scoring` scores them.
 from __future__ import annotations
 
 import json
-import tomllib
 from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -27,6 +26,7 @@ from oodsim.specs import (
     detector_from_data,
     detector_to_data,
     first_spec_error,
+    read_toml,
     spec_from_dict,
 )
 
@@ -356,12 +356,7 @@ class _PlainFields:
 def load_severity_spec(path: str | Path, *, check_roots: bool = True) -> SeveritySpec:
     """Read a severity spec from TOML; with ``check_roots`` also require its data folders."""
     path = Path(path)
-    try:
-        data = tomllib.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise SpecError("spec file", str(path), "an existing TOML file") from None
-    except tomllib.TOMLDecodeError as error:
-        raise SpecError(f"spec file {path}", "TOML syntax", f"valid TOML ({error})") from None
+    data = read_toml(path)
     spec = severity_spec_from_dict(data, base=path.parent)
     if check_roots:
         check_data(spec)
