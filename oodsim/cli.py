@@ -1,10 +1,12 @@
-"""The ``oodsim`` command: ``run``, ``report``, ``cache ls|verify|gc``, ``imagenet21k-classes``."""
+"""The ``oodsim`` command: ``run``, ``report``, ``cache ls|verify|gc``, ``imagenet21k-classes``,
+``severity``, ``imagenet-o``."""
 
 from __future__ import annotations
 
 import argparse
 import sys
 import time
+from collections import Counter
 from pathlib import Path
 
 from oodsim.errors import OodsimError
@@ -27,13 +29,35 @@ def _cmd_run(args: argparse.Namespace) -> int:
         progress=not args.quiet,
     )
     print(format_summary_table(results))
+    _print_failures(results)
     _print_win_probabilities(results)
     counts = results.attrs["store"]
+    n_failed = int(results.attrs.get("n_failed", 0))
+    failed = f" ({n_failed} failed)" if n_failed else ""
     print(
-        f"\n{results.sizes['seed']} simulations in {time.perf_counter() - started:.1f} s "
+        f"\n{results.sizes['seed']} simulations{failed} in "
+        f"{time.perf_counter() - started:.1f} s "
         f"(store: {counts}); results written to {out}"
     )
     return 0
+
+
+def _print_failures(results) -> None:
+    """How many seeds failed and why (grouped by reason): failed seeds are NaN rows that every
+    estimate skips, so the summary must say they exist."""
+    reasons = [str(r) for r in results["failure"].values if str(r)]
+    if not reasons:
+        return
+    print(
+        f"\n{len(reasons)} of {results.sizes['seed']} simulations failed (excluded from the "
+        "estimates above):"
+    )
+    for reason, count in Counter(reasons).most_common():
+        seeds = [
+            int(s) for s, r in zip(results.seed.values, results["failure"].values) if r == reason
+        ]
+        shown = ", ".join(map(str, seeds[:10])) + (", ..." if len(seeds) > 10 else "")
+        print(f"  {count} x {reason} (seed {shown})")
 
 
 def _print_win_probabilities(results, k: int = 5) -> None:
@@ -145,6 +169,10 @@ def parser() -> argparse.ArgumentParser:
     classes.add_argument("--out", default="imagenet21k_classes.csv")
     classes.add_argument("--wordnet-root", help="WordNet 3.0 WNDB folder")
     classes.set_defaults(func=_cmd_imagenet21k)
+
+    from oodsim.cli_severity import add_commands
+
+    add_commands(commands)  # `oodsim severity`, `oodsim imagenet-o`
     return main
 
 

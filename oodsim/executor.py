@@ -27,7 +27,7 @@ import xarray as xr
 from oodsim.detectors import user_detectors
 from oodsim.errors import OodsimError
 from oodsim.keys import digest
-from oodsim.protocols.open_set import SeedOutcome, plan, simulate
+from oodsim.protocols.open_set import SeedOutcome, is_cached, simulate
 from oodsim.results import assemble, save_results
 from oodsim.specs import ExperimentSpec, load_spec
 from oodsim.store import Store, default_root
@@ -110,6 +110,29 @@ def _cuda_cluster() -> Any | None:
     return LocalCUDACluster(threads_per_worker=1, silence_logs=logging.ERROR)
 
 
+def _probe_scheduler(address: str, timeout: float) -> None:
+    """Connect to ``address`` and complete the comm handshake within ``timeout`` seconds.
+
+    ``distributed.Client(address, timeout=...)`` bounds the TCP connect but then waits for the
+    handshake without a bound, so a server that accepts connections and never answers (a
+    stopped scheduler, a wrong port) hangs it forever. This probe runs the same connect in its
+    own event loop (in a thread, so it works under a running loop too) with a hard deadline.
+    """
+    import asyncio
+    from concurrent.futures import ThreadPoolExecutor
+
+    from distributed.comm import connect
+    from distributed.security import Security
+
+    async def probe() -> None:
+        args = Security().get_connection_args("client")
+        comm = await asyncio.wait_for(connect(address, timeout=timeout, **args), timeout)
+        await comm.close()
+
+    with ThreadPoolExecutor(1) as pool:
+        pool.submit(asyncio.run, probe()).result()
+
+
 @contextlib.contextmanager
 def cluster_client(address: str | None = None, n_workers: int | None = None) -> Iterator[Any]:
     """A ``distributed.Client``: to ``address``, else to a new local cluster closed on exit."""
@@ -117,11 +140,18 @@ def cluster_client(address: str | None = None, n_workers: int | None = None) -> 
 
     if address:
         try:
+            _probe_scheduler(address, CONNECT_TIMEOUT)
             client = Client(address, timeout=CONNECT_TIMEOUT)
+        except ValueError as error:  # not an address at all
+            raise ClusterError(
+                f"{address!r} is not a Dask scheduler address ({error}); expected e.g. "
+                "tcp://host:8786"
+            ) from None
         except (OSError, TimeoutError) as error:
             raise ClusterError(
                 f"no Dask scheduler answered at {address!r} within {CONNECT_TIMEOUT:.0f} s "
-                f"({error}). Start one with `dask scheduler` and `dask worker ADDRESS`."
+                f"({str(error) or type(error).__name__}). Start one with `dask scheduler` and "
+                "`dask worker ADDRESS`."
             ) from None
         with client:
             yield client
@@ -143,10 +173,12 @@ def cluster_client(address: str | None = None, n_workers: int | None = None) -> 
 
 
 def preflight(spec: ExperimentSpec, store: Store) -> None:
-    """Checks that can fail before any compute: cache writable, data present and consistent."""
+    """Checks that can fail before any compute: data present and consistent, cache writable.
+
+    The data is checked first (reading only), so bad input leaves the cache directory untouched.
+    """
     from oodsim.data.registry import load_dataset
 
-    store.ensure_writable()
     for dataset in [spec.dataset] + [o.dataset for o in spec.ood if o.dataset is not None]:
         data = load_dataset(dataset.name, dataset.root, dataset.download, dataset.image_size)
         if dataset is spec.dataset and spec.split.n_classes_needed() > data.n_classes:
@@ -157,6 +189,34 @@ def preflight(spec: ExperimentSpec, store: Store) -> None:
                 spec.split.n_classes_needed(),
                 f"at most {data.n_classes} classes (found in {dataset.root})",
             )
+        if dataset is spec.dataset:
+            _check_sample_split(spec, data)
+    store.ensure_writable()
+
+
+def _check_sample_split(spec: ExperimentSpec, data: Any) -> None:
+    """Build the first seed's split here (labels only, milliseconds): a sample split that
+    leaves a subset every seed needs empty (e.g. ``max_per_class = 1``) fails before any
+    training instead of failing every seed on the cluster."""
+    from oodsim.data.splits import make_split
+    from oodsim.errors import SpecError
+    from oodsim.seeds import SeedStreams
+
+    seed = spec.seeds.all()[0]
+    streams = SeedStreams(seed, dict(spec.seeds.pinned))
+    split = make_split(data.labels, data.n_classes, spec.split, streams, spec.dataset.max_per_class)
+    needed = ["in_train", "in_val", "in_test"]
+    needed += ["out_test"] if any(o.kind == "held_out" for o in spec.ood) else []
+    empty = [subset for subset in needed if len(split.indices[subset]) == 0]
+    if empty:
+        raise SpecError(
+            "split",
+            f"fractions={list(spec.split.fractions)}, "
+            f"dataset.max_per_class={spec.dataset.max_per_class}",
+            "a sample split that leaves samples in every subset",
+            f"Seed {seed} gets no samples in {', '.join(empty)}; raise max_per_class or the "
+            "smallest fraction",
+        )
 
 
 def _task_key(spec: ExperimentSpec, seed: int) -> str:
@@ -185,7 +245,7 @@ class _Submitter:
 
     def submit(self, batch: Sequence[int]) -> dict[int, Any]:
         """Futures for the seeds of ``batch`` with missing artifacts; cached ones are skipped."""
-        missing = [s for s in batch if not all(self.store.has(*e) for e in plan(self.spec, s))]
+        missing = [s for s in batch if not is_cached(self.spec, s, self.store)]
         if not missing:
             return {}
         if self.client is None:

@@ -3,8 +3,10 @@
 An entry holds a zarr group ``arrays.zarr`` and ``meta.json`` (what was computed, from which spec,
 package versions, timings, and a sha256 per file). Entries are written into a temporary sibling
 and renamed into place, so a reader never sees a half-written entry and a crash leaves only a
-``.tmp-*`` folder that :meth:`Store.gc` removes. A corrupt entry (checksum mismatch) is reported
-with a warning, moved aside and treated as missing, so the next run recomputes it.
+``.tmp-*`` folder that :meth:`Store.gc` removes. A corrupt entry (checksum mismatch, a file of the
+wrong size, a missing, unparseable or edited meta file) is reported with a warning, moved aside and
+treated as missing, so the next run recomputes it. ``meta.json`` carries a sha256 of its own
+content (``meta_sha256``), so an edit to any of its fields is caught too.
 
 The store records what it computed (``put``) and loaded (``get``) in :attr:`Store.events`; the
 executor gathers these into the result's provenance, which is how tests prove that a re-run
@@ -33,6 +35,7 @@ import zarr
 from oodsim.errors import OodsimError
 
 META = "meta.json"
+META_DIGEST = "meta_sha256"
 ARRAYS = "arrays.zarr"
 TMP_PREFIX = ".tmp-"
 GITIGNORE = "*\n!.gitignore\n"
@@ -95,6 +98,25 @@ def _sizes(folder: Path) -> dict[str, int]:
     return {str(p.relative_to(folder)): p.stat().st_size for p in _files(folder)}
 
 
+def _meta_digest(meta: Mapping[str, Any]) -> str:
+    """sha256 of a meta record without its own ``meta_sha256`` field, over the JSON form it has
+    once written and read back (so tuples, paths and integer keys hash the same both ways)."""
+    record = {k: v for k, v in meta.items() if k != META_DIGEST}
+    text = json.dumps(json.loads(json.dumps(record, default=str)), sort_keys=True)
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def _meta_problem(meta: Mapping[str, Any]) -> str:
+    """Why a meta record cannot be trusted ("" when it can). Entries written before meta files
+    carried their own digest are accepted as they are."""
+    if not isinstance(meta, dict):
+        return "meta.json does not hold a record"
+    expected = meta.get(META_DIGEST)
+    if expected is not None and expected != _meta_digest(meta):
+        return "meta.json was altered (its own checksum does not match)"
+    return ""
+
+
 def _write_arrays(folder: Path, arrays: Mapping[str, np.ndarray]) -> None:
     group = zarr.open_group(folder / ARRAYS, mode="w")
     for name, value in arrays.items():
@@ -120,19 +142,49 @@ class Store:
         return self.root / kind / key[:2] / key
 
     def has(self, kind: str, key: str) -> bool:
-        """Whether a complete entry exists: its meta file (written last, then renamed) and every
-        file at its recorded size. A cheap check (no hashing) that catches truncation; altered
-        bytes are caught by the checksums when the entry is read, or by :meth:`verify`."""
+        """Whether a complete entry exists: its meta file (written last, then renamed) intact and
+        every file at its recorded size. A cheap check (no hashing of data files) that catches
+        truncation and edited or missing meta files; altered data bytes are caught by the
+        checksums when the entry is read, by :meth:`verify_entry`, or by :meth:`verify`.
+
+        An entry folder that fails the check is quarantined (warning, moved aside): left in
+        place it would also block the rename that writes its replacement.
+        """
         folder = self.path(kind, key)
-        meta = self.meta(kind, key)
-        if meta is None:
+        if not folder.is_dir():
             return False
         try:
-            for name, size in meta.get("sizes", {}).items():
-                if (folder / name).stat().st_size != size:
-                    raise OSError(f"{name} has {(folder / name).stat().st_size} bytes, not {size}")
-        except OSError as error:
-            self._quarantine(kind, key, str(error))
+            meta = json.loads((folder / META).read_text())
+            problem = _meta_problem(meta)
+            for name, size in meta.get("sizes", {}).items() if not problem else ():
+                actual = (folder / name).stat().st_size
+                if actual != size:
+                    problem = f"{name} has {actual} bytes, not {size}"
+                    break
+        except FileNotFoundError as error:
+            if not folder.is_dir():
+                return False  # removed meanwhile (repaired by another process)
+            problem = f"missing file: {error}"
+        except (OSError, ValueError) as error:
+            problem = f"unreadable meta.json: {error}"
+        if problem:
+            self._quarantine(kind, key, problem)
+            return False
+        return True
+
+    def verify_entry(self, kind: str, key: str) -> bool:
+        """Whether an entry exists and every file matches its checksum, without loading arrays
+        or recording an event; a corrupt entry is quarantined like in :meth:`get`. For artifacts
+        that a run depends on but does not read (a checkpoint whose outputs are cached)."""
+        if not self.has(kind, key):
+            return False
+        folder = self.path(kind, key)
+        try:
+            problem = self._check(folder, json.loads((folder / META).read_text()))
+        except (OSError, ValueError) as error:
+            problem = str(error)
+        if problem:
+            self._quarantine(kind, key, problem)
             return False
         return True
 
@@ -196,8 +248,8 @@ class Store:
         """Exclusive lock on computing (kind, key) across processes and hosts sharing the root.
 
         The lock file records host, pid and the process start time; a lock whose holder is gone
-        (same host, process dead or pid reused) is stale and taken over, as is one on another
-        host untouched for :data:`STALE_LOCK_SECONDS`.
+        (same host, process dead, a zombie, or pid reused) is stale and taken over, as is one on
+        another host untouched for :data:`STALE_LOCK_SECONDS`.
         """
         path = self.root / "locks" / f"{kind}-{key}.lock"
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -249,6 +301,7 @@ class Store:
                 "files": _checksums(tmp),
                 "sizes": _sizes(tmp),
             }
+            record[META_DIGEST] = _meta_digest(record)
             with (tmp / META).open("w") as handle:
                 json.dump(record, handle, sort_keys=True, default=str)
                 handle.flush()
@@ -256,19 +309,30 @@ class Store:
             try:
                 os.rename(tmp, final)
             except OSError:
-                if not self.has(kind, key):
-                    raise
-                shutil.rmtree(tmp, ignore_errors=True)  # a concurrent writer won
+                # the target exists: a concurrent writer won (keep theirs), or it is a corrupt
+                # leftover, which has() quarantines so that the rename can be tried once more
+                if self.has(kind, key):
+                    shutil.rmtree(tmp, ignore_errors=True)
+                else:
+                    os.rename(tmp, final)
         except BaseException as error:
             shutil.rmtree(tmp, ignore_errors=True)
             if isinstance(error, OSError):
-                raise StoreError(f"could not write {kind} entry to {final}: {error}") from error
+                raise StoreError(
+                    f"could not write {kind} entry to {final}: {error}. Nothing of it was kept; "
+                    f"free space in (or fix permissions of) {self.root} and run again: "
+                    "finished entries stay cached"
+                ) from error
             raise
         self.events.append(("computed", kind, key))
         return final
 
     # ----------------------------------------------------------------- maintenance
     def _check(self, folder: Path, meta: Mapping[str, Any]) -> str:
+        """What is wrong with an entry ("" when nothing): its meta record, then every checksum."""
+        problem = _meta_problem(meta)
+        if problem:
+            return problem
         expected = meta.get("files", {})
         actual = _checksums(folder)
         if set(expected) != set(actual):
@@ -290,16 +354,25 @@ class Store:
         except OSError:
             pass
 
-    def entries(self) -> Iterator[EntryInfo]:
-        """Every complete entry under the root."""
+    def _folders(self) -> Iterator[Path]:
+        """Every entry folder (``<kind>/<key[:2]>/<key>``), complete or not, temporaries aside."""
         if not self.root.is_dir():
             return
-        for meta_path in sorted(self.root.glob(f"*/??/*/{META}")):
-            folder = meta_path.parent
-            if folder.name.startswith(TMP_PREFIX):
-                continue
+        for folder in sorted(self.root.glob("*/??/*")):
+            if (
+                folder.is_dir()
+                and not folder.name.startswith(TMP_PREFIX)
+                and folder.name[:2] == folder.parent.name
+            ):
+                yield folder
+
+    def entries(self) -> Iterator[EntryInfo]:
+        """Every entry folder under the root (one without a readable meta file is listed with an
+        empty description, so that :meth:`verify` can report it)."""
+        for folder in self._folders():
             try:
-                meta = json.loads(meta_path.read_text())
+                meta = json.loads((folder / META).read_text())
+                meta = meta if isinstance(meta, dict) else {}
             except (OSError, ValueError):
                 meta = {}
             size = sum(p.stat().st_size for p in folder.rglob("*") if p.is_file())
@@ -313,7 +386,7 @@ class Store:
             )
 
     def verify(self, *, repair: bool = False) -> list[tuple[EntryInfo, str]]:
-        """Check every entry's checksums; with ``repair``, remove the corrupt ones."""
+        """Check every entry's meta file and checksums; with ``repair``, remove the corrupt ones."""
         problems = []
         for info in self.entries():
             try:
@@ -359,12 +432,18 @@ class Store:
 STALE_LOCK_SECONDS = 6 * 3600.0
 
 
+def _proc_stat(pid: int) -> list[str]:
+    """The fields of ``/proc/<pid>/stat`` after the command name (state first); [] if none."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return []
+
+
 def _start_time(pid: int) -> str | None:
     """A process's start time (Linux /proc), to tell a live holder from a reused pid."""
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[19]
-    except (OSError, IndexError):
-        return None
+    fields = _proc_stat(pid)
+    return fields[19] if len(fields) > 19 else None
 
 
 def _owner() -> dict[str, object]:
@@ -396,6 +475,9 @@ def _is_stale(path: Path) -> bool:
         return True
     except PermissionError:
         pass
+    fields = _proc_stat(pid)
+    if fields and fields[0] in ("Z", "X"):
+        return True  # a zombie (dead, not yet reaped by its parent) holds nothing
     return owner.get("start") != _start_time(pid)
 
 

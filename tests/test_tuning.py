@@ -29,16 +29,17 @@ def test_grid_is_the_cartesian_product_of_listed_values() -> None:
 
 def test_grid_needs_ood_validation_classes() -> None:
     with pytest.raises(SpecError, match="n_ood_val"):
-        small_digits(1, detectors=(DetectorSpec(name="energy",
-                                                params={"temperature": [1.0, 2.0]}),))
+        small_digits(
+            1, detectors=(DetectorSpec(name="energy", params={"temperature": [1.0, 2.0]}),)
+        )
 
 
-def test_logit_and_model_detectors_tuned_on_validation(cluster_address: str,
-                                                       cache: Path) -> None:
+def test_logit_and_model_detectors_tuned_on_validation(cluster_address: str, cache: Path) -> None:
     split = SplitSpec(n_known=6, n_ood_val=1)
-    tuned = (DetectorSpec(name="energy", params={"temperature": list(TEMPERATURES)}),
-             DetectorSpec(name="odin", params={"temperature": [1.0, 1000.0],
-                                               "epsilon": [0.0, 0.002]}))
+    tuned = (
+        DetectorSpec(name="energy", params={"temperature": list(TEMPERATURES)}),
+        DetectorSpec(name="odin", params={"temperature": [1.0, 1000.0], "epsilon": [0.0, 0.002]}),
+    )
     spec = small_digits(3, split=split, detectors=tuned, metrics=("auroc",))
     results = oodsim.run(spec, address=cluster_address, cache=cache, progress=False)
     assert np.isfinite(results.score.values).all()
@@ -60,13 +61,15 @@ def test_logit_and_model_detectors_tuned_on_validation(cluster_address: str,
 
         best = max(TEMPERATURES, key=lambda t: auc(t, "in_val", "out_val"))
         expected = auc(best, "in_test", "out_test")
-        got = float(results.score.sel({"seed": seed, "method": tuned[0].label,
-                                       "metric": "auroc"}).squeeze())
+        got = float(
+            results.score.sel({"seed": seed, "method": tuned[0].label, "metric": "auroc"}).squeeze()
+        )
         assert got == pytest.approx(expected, abs=1e-12)
 
 
-def test_non_finite_kappa_fails_the_seed_naming_detector_and_seed(cluster_address: str,
-                                                                   cache: Path) -> None:
+def test_non_finite_kappa_fails_the_seed_naming_detector_and_seed(
+    cluster_address: str, cache: Path
+) -> None:
     from oodsim.detectors import register
 
     @register("nan_after_first", needs={"logits"}, replace=True)

@@ -65,6 +65,24 @@ def _idx_file(folder: Path, stem: str) -> Path | None:
     return None
 
 
+def _check_idx_pair(folder: Path, part: str, images: np.ndarray, labels: np.ndarray) -> None:
+    """Fail with what was found when IDX files have the right names but not Fashion-MNIST's
+    content (another dataset's files: other image sizes, label counts or classes)."""
+    found = []
+    if images.ndim != 3 or images.shape[1:] != (28, 28):
+        found.append(f"images of shape {images.shape[1:]}, not (28, 28)")
+    if labels.ndim != 1 or len(labels) != len(images):
+        found.append(f"{labels.shape} labels for {len(images)} images")
+    elif len(labels) and labels.max() >= len(FASHION_MNIST_CLASSES):
+        found.append(f"labels up to {labels.max()}, not 0..9")
+    if found:
+        raise DataNotFoundError(
+            f"{folder} does not hold Fashion-MNIST IDX files: its {part} files have "
+            + " and ".join(found)
+            + ". Point root= at the four Fashion-MNIST IDX files."
+        )
+
+
 def fashion_mnist_candidates(root: str | None) -> list[Path]:
     """Where Fashion-MNIST is looked for: ``root``, ``$OODSIM_DATA[/fashion-mnist]``, Debian."""
     if root:
@@ -96,8 +114,8 @@ def load_fashion_mnist(
         files = [_idx_file(folder, stem) for stem in stems]
         if all(files):
             train_x, train_y, test_x, test_y = (read_idx(f) for f in files)
-            if train_x.shape[1:] != (28, 28) or len(train_x) != len(train_y):
-                raise DataNotFoundError(f"{folder} does not hold Fashion-MNIST IDX files")
+            _check_idx_pair(folder, "train", train_x, train_y)
+            _check_idx_pair(folder, "t10k", test_x, test_y)
             images = np.concatenate([train_x, test_x])[..., None]
             labels = np.concatenate([train_y, test_y]).astype(np.int64)
             return ImageData(images, labels, FASHION_MNIST_CLASSES)

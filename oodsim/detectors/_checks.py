@@ -60,7 +60,23 @@ def fit_arrays(
     )
     if len(arrays.logits) == 0:
         raise DetectorInputError(f"detector {name!r}: fit has no in-distribution rows")
+    if arrays.labels is not None:
+        label_range(name, "fit", arrays.logits, arrays.labels)
     return arrays
+
+
+def label_range(name: str, what: str, logits: np.ndarray, labels: np.ndarray) -> None:
+    """In-distribution labels must index a logit column: labels from one class set and logits
+    from a model of another (e.g. 10 labels, 6 known classes) would otherwise give silently
+    wrong per-class fits or an index error deep inside a detector."""
+    n_classes = np.shape(logits)[1]
+    known = np.asarray(labels)[np.asarray(labels) >= 0]
+    if len(known) and int(known.max()) >= n_classes:
+        raise DetectorInputError(
+            f"detector {name!r}: {what}.labels go up to {int(known.max())} but {what}.logits have "
+            f"{n_classes} classes (columns); labels must be class indices 0..{n_classes - 1} of "
+            "the logits (-1 for OOD rows)"
+        )
 
 
 def as_float(array: object) -> np.ndarray:

@@ -150,6 +150,15 @@ def plan(spec: ExperimentSpec, seed: int) -> list[tuple[str, str]]:
     return needed
 
 
+def is_cached(spec: ExperimentSpec, seed: int, store: Store) -> bool:
+    """Whether every artifact of ``seed`` is in the store and intact, so that it can be scored
+    without a cluster. All entries get the cheap :meth:`Store.has` check; the checkpoint, which
+    scoring does not read, is also checksummed here (the entries scoring reads are checksummed
+    on read), so a checkpoint altered on disk is found and retrained by the next run."""
+    needed = plan(spec, seed)
+    return all(store.has(*entry) for entry in needed) and store.verify_entry(*needed[0])
+
+
 # --------------------------------------------------------------------------- compute
 
 
@@ -467,11 +476,13 @@ def _model_params(
     """A model-based detector's parameters: its seed from the ``inference`` stream, and grids
     chosen on D_in_val vs D_out_val (see :mod:`oodsim.protocols.tuning`)."""
     from oodsim.detectors import confidence, get_detector
-    from oodsim.protocols.tuning import choose
+    from oodsim.protocols.tuning import choose, is_grid
 
     params = detector.kwargs
     if "seed" in get_detector(detector.name).defaults:
         params.setdefault("seed", sim.streams.torch_seed("inference"))
+    if not is_grid(params):
+        return params
     sets = [
         EvalSet(prefix, (OUTPUTS, outputs_key(sim.checkpoint)), prefix)
         for prefix in ("in_val", "out_val")
@@ -547,6 +558,7 @@ def _kappa(
 
 def score(spec: ExperimentSpec, sim: _Simulation) -> np.ndarray:
     """Metric values of shape (method, metric, ood) from cached outputs."""
+    from oodsim.detectors._api import NonFiniteKappaError
     from oodsim.metrics import METRICS, NonFiniteScoreError
 
     store = sim.store
@@ -562,7 +574,7 @@ def score(spec: ExperimentSpec, sim: _Simulation) -> np.ndarray:
     for detector in spec.detectors:
         try:
             kappas.append(_kappa(sim, detector, sets, outputs, pooled, fits, split_arrays))
-        except NonFiniteScoreError as error:
+        except (NonFiniteScoreError, NonFiniteKappaError) as error:
             raise SimulationFailed(
                 f"detector {detector.label} gave non-finite κ on seed {sim.seed}: {error}"
             ) from None

@@ -1,0 +1,411 @@
+"""Bad input: one clear error, before any compute where it can be known, cache untouched.
+
+Each row of the bad-input table in docs/reliability.md is a test here. Spec and data errors go
+through ``oodsim run`` (the CLI's ``main``, in this process: no cluster may start) and must
+leave the cache directory uncreated.
+"""
+
+from __future__ import annotations
+
+import gzip
+import re
+import socket
+import struct
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import oodsim
+from oodsim.cli import main as cli_main
+from oodsim.data.builtin import read_image_folder
+from oodsim.detectors import confidence
+from oodsim.detectors._checks import DetectorInputError
+from oodsim.errors import DataNotFoundError
+from oodsim.executor import ClusterError
+from oodsim.metrics import accuracy, auroc
+from oodsim.outputs import Outputs
+from oodsim.specs import DatasetSpec, ExperimentSpec
+from tests.conftest import ROOT, small_digits
+
+BASE = (ROOT / "specs" / "digits.toml").read_text()
+
+
+def run_cli(
+    tmp_path: Path, text: str, capsys: pytest.CaptureFixture[str], *extra: str
+) -> tuple[int, str, Path]:
+    """``oodsim run`` on a spec text; returns (exit code, stderr, cache dir)."""
+    spec = tmp_path / "spec.toml"
+    spec.write_text(text)
+    cache = tmp_path / "cache"
+    args = ["run", str(spec), "--cache", str(cache), "--out", str(tmp_path / "r.zarr")]
+    started = time.monotonic()
+    code = cli_main([*args, "--workers", "1", "--quiet", *extra])
+    assert time.monotonic() - started < 30  # failed before starting a cluster or training
+    return code, capsys.readouterr().err, cache
+
+
+def assert_rejected(
+    tmp_path: Path, text: str, capsys: pytest.CaptureFixture[str], *patterns: str
+) -> str:
+    """The spec is refused with one ``oodsim: error:`` line matching every pattern, no cache
+    directory and no results are written."""
+    code, err, cache = run_cli(tmp_path, text, capsys)
+    assert code == 2, err
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("oodsim: error: "), err
+    for pattern in patterns:
+        assert re.search(pattern, lines[0]), (pattern, lines[0])
+    assert not cache.exists() and not (tmp_path / "r.zarr").exists()
+    return lines[0]
+
+
+def with_dataset(text: str, body: str) -> str:
+    """The digits spec with its ``[dataset]`` table replaced."""
+    return text.replace('[dataset]\nname = "digits"', f"[dataset]\n{body}")
+
+
+# --------------------------------------------------------------------------- names
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "patterns"),
+    [
+        (
+            'name = "digits"\n\n[split]',
+            'name = "fashion_mnst"\n\n[split]',
+            ["'fashion_mnst'", "Did you mean 'fashion_mnist'"],
+        ),
+        (
+            'arch = "small_cnn"',
+            'arch = "resnet19"',
+            ["arch: 'resnet19'", "Did you mean 'resnet18'"],
+        ),
+        (
+            '"msp", "temperature"',
+            '"msp", "temprature"',
+            ["detector: 'temprature'", "Did you mean 'temperature'"],
+        ),
+        ('metrics = ["auroc"', 'metrics = ["aurco"', ["metrics: 'aurco'", "Did you mean 'auroc'"]),
+        (
+            "[seeds]\nn = 50",
+            "[seeds]\nn = 50\npinned = { clas_split = 1 }",
+            ["'clas_split'", "Did you mean 'class_split'"],
+        ),
+        (
+            "[seeds]",
+            'ood = ["held_out", "uniform_nosie"]\n[seeds]',
+            ["'uniform_nosie'", "Did you mean 'uniform_noise'"],
+        ),
+    ],
+    ids=["dataset", "model", "detector", "metric", "stream", "ood-kind"],
+)
+def test_unknown_names_suggest_a_close_match(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], old: str, new: str, patterns: list[str]
+) -> None:
+    if new.startswith("ood = "):  # top-level key: must come before the first table
+        text = new.split("\n")[0] + "\n" + BASE
+    else:
+        assert old in BASE
+        text = BASE.replace(old, new, 1)
+    assert_rejected(tmp_path, text, capsys, *patterns)
+
+
+# --------------------------------------------------------------------------- splits and sizes
+
+
+@pytest.mark.parametrize(
+    ("split", "patterns"),
+    [
+        ("n_known = 10", [r"at most 10 classes", "at least one OOD test class"]),
+        ("n_known = 6\nn_ood_val = 3\nn_ood_test = 2", [r"at most 10 classes"]),
+        ("n_known = 3\nknown_classes = [[0, 1]]", [r"known_classes: \(0, 1\)", "n_known=3"]),
+        ("n_known = 2\nknown_classes = [[0, 12]]", [r"class ids in 0\.\.9"]),
+        ("fractions = [0.5, 0.3, 0.3]", ["summing to 1"]),
+        ("fractions = [0.8, 0.2, 0.0]", [r"fractions: \(0\.8, 0\.2, 0\.0\)", "> 0"]),
+    ],
+    ids=["all-known", "too-many-classes", "known-list-size", "class-id", "sum", "zero"],
+)
+def test_impossible_class_splits(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], split: str, patterns: list[str]
+) -> None:
+    text = BASE.replace("n_known = 6\nfractions = [0.6, 0.2, 0.2]", split)
+    assert_rejected(tmp_path, text, capsys, *patterns)
+
+
+def test_impossible_sample_split_fails_before_training(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """One sample per class cannot fill train, val and test: the driver builds the first seed's
+    split before any compute (instead of every seed failing on the cluster)."""
+    text = with_dataset(BASE, 'name = "digits"\nmax_per_class = 1')
+    assert_rejected(
+        tmp_path, text, capsys, "max_per_class=1", "Seed 0 gets no samples in in_val, in_test"
+    )
+
+
+def test_image_folder_with_fewer_classes_than_the_split(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    root = image_folder(tmp_path / "images", classes=3, per_class=2)
+    text = with_dataset(BASE, f'name = "image_folder"\nroot = "{root}"')
+    assert_rejected(tmp_path, text, capsys, r"split: 7 .*at most 3 classes")
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "pattern"),
+    [
+        ("[seeds]\nn = 50", "[seeds]\nn = 0", r"n: 0 .*> 0"),
+        ("[seeds]\nn = 50", "[seeds]\nn = -3", r"n: -3 .*> 0"),
+        (
+            'name = "digits"\n\n[split]',
+            'name = "digits"\nmax_per_class = -5\n\n[split]',
+            r"max_per_class: -5 .*> 0",
+        ),
+        ("batch_size = 64", "batch_size = 0", r"batch_size: 0 .*> 0"),
+        ("max_epochs = 30", "max_epochs = 0", r"max_epochs: 0 .*> 0"),
+        ("width = 16", "width = -8", r"width: -8 .*> 0"),
+        ("lr = 0.05", "lr = 0.0", r"lr: 0\.0 .*> 0"),
+        (
+            "[seeds]",
+            'ood = [{ kind = "uniform_noise", n_samples = 0 }]\n[seeds]',
+            r"n_samples: 0 .*> 0",
+        ),
+    ],
+    ids=["seeds-0", "seeds-neg", "max-per-class", "batch", "epochs", "width", "lr", "ood-size"],
+)
+def test_negative_or_zero_sizes(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], old: str, new: str, pattern: str
+) -> None:
+    if new.startswith("ood = "):
+        text = new.split("\n")[0] + "\n" + BASE
+    else:
+        assert old in BASE
+        text = BASE.replace(old, new, 1)
+    assert_rejected(tmp_path, text, capsys, pattern)
+
+
+# --------------------------------------------------------------------------- TOML
+
+
+def test_toml_syntax_error_names_line_and_column(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    text = BASE.replace("n_known = 6", "n_known = = 6")
+    line = text.splitlines().index("n_known = = 6") + 1
+    assert_rejected(tmp_path, text, capsys, "TOML syntax", rf"line {line}, column 11", "spec.toml")
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "pattern"),
+    [
+        ("[seeds]\nn = 50", '[seeds]\nn = "many"', r"seeds\.n"),
+        ("lr = 0.05", 'lr = "fast"', r"training\.lr"),
+        ("fractions = [0.6, 0.2, 0.2]", 'fractions = "60/20/20"', r"fractions"),
+        ("dropout = 0.2", "dropout = [0.2]", r"model\.dropout"),
+        ("[training.augment]", "[training.augment]\ncolour = true", r"colour"),
+    ],
+    ids=["int", "float", "tuple", "list-for-float", "extra-key"],
+)
+def test_wrong_type_in_a_toml_field_names_the_field(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], old: str, new: str, pattern: str
+) -> None:
+    assert old in BASE
+    assert_rejected(tmp_path, BASE.replace(old, new, 1), capsys, pattern)
+
+
+# --------------------------------------------------------------------------- data
+
+
+def test_missing_data_root_says_where_it_looked_and_how_to_get_it(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    missing = tmp_path / "nowhere"
+    text = with_dataset(BASE, f'name = "fashion_mnist"\nroot = "{missing}"')
+    assert_rejected(
+        tmp_path,
+        text,
+        capsys,
+        f"looked in {missing}, {missing}/fashion-mnist",
+        "apt-get install dataset-fashion-mnist",
+        r"root= / set \$OODSIM_DATA",
+    )
+
+
+def test_torchvision_dataset_without_root_or_files(tmp_path: Path) -> None:
+    with pytest.raises(DataNotFoundError, match="needs root= pointing at its torchvision folder"):
+        oodsim.run(spec_on(DatasetSpec(name="mnist")), cache=tmp_path / "c", progress=False)
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    with pytest.raises(DataNotFoundError, match=rf"cifar10 not found under '{empty}'.*download"):
+        oodsim.run(
+            spec_on(DatasetSpec(name="cifar10", root=str(empty))),
+            cache=tmp_path / "c",
+            progress=False,
+        )
+    assert not (tmp_path / "c").exists()
+
+
+def spec_on(dataset: DatasetSpec) -> ExperimentSpec:
+    return ExperimentSpec(dataset=dataset)
+
+
+def image_folder(root: Path, classes: int, per_class: int) -> Path:
+    from PIL import Image
+
+    for c in range(classes):
+        (root / f"class{c}").mkdir(parents=True)
+        for i in range(per_class):
+            pixels = np.full((8, 8, 3), 20 * c + i, dtype=np.uint8)
+            Image.fromarray(pixels).save(root / f"class{c}" / f"{i}.png")
+    return root
+
+
+def test_image_folder_without_images(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    root = image_folder(tmp_path / "images", classes=10, per_class=1)
+    for path in (root / "class4").iterdir():
+        path.rename(path.with_suffix(".txt"))  # only non-image files left in one class
+    text = with_dataset(BASE, f'name = "image_folder"\nroot = "{root}"')
+    assert_rejected(tmp_path, text, capsys, f"class folder {root}/class4 holds no images")
+    empty = tmp_path / "no_classes"
+    empty.mkdir()
+    with pytest.raises(DataNotFoundError, match="has no class sub-folders"):
+        read_image_folder(empty)
+
+
+def test_image_folder_with_an_unreadable_file(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    root = image_folder(tmp_path / "images", classes=10, per_class=2)
+    broken = root / "class7" / "1.png"
+    broken.write_bytes(b"this is not a PNG")
+    text = with_dataset(BASE, f'name = "image_folder"\nroot = "{root}"')
+    assert_rejected(tmp_path, text, capsys, f"cannot read image {broken}")
+
+
+def write_idx(path: Path, array: np.ndarray) -> None:
+    header = bytes([0, 0, 0x08, array.ndim]) + struct.pack(f">{array.ndim}I", *array.shape)
+    with gzip.open(path, "wb") as handle:
+        handle.write(header + array.astype(np.uint8).tobytes())
+
+
+def fake_idx_root(root: Path, size: int, n_classes: int) -> Path:
+    """The four Fashion-MNIST file names, holding another dataset (``size``², ``n_classes``)."""
+    root.mkdir()
+    rng = np.random.default_rng(0)
+    for part, n in (("train", 50), ("t10k", 20)):
+        write_idx(root / f"{part}-images-idx3-ubyte.gz", rng.integers(0, 255, (n, size, size)))
+        write_idx(root / f"{part}-labels-idx1-ubyte.gz", np.arange(n) % n_classes)
+    return root
+
+
+@pytest.mark.parametrize(
+    ("size", "n_classes", "pattern"),
+    [
+        (32, 10, r"images of shape \(32, 32\), not \(28, 28\)"),  # e.g. another 32x32 set
+        (28, 47, r"labels up to 46, not 0\.\.9"),  # e.g. EMNIST balanced
+    ],
+    ids=["image-size", "classes"],
+)
+def test_root_with_another_datasets_idx_files(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], size: int, n_classes: int, pattern: str
+) -> None:
+    root = fake_idx_root(tmp_path / "data", size, n_classes)
+    text = with_dataset(BASE, f'name = "fashion_mnist"\nroot = "{root}"')
+    assert_rejected(tmp_path, text, capsys, f"{root} does not hold Fashion-MNIST IDX", pattern)
+
+
+def test_root_with_files_that_are_not_idx(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    root = tmp_path / "data"
+    root.mkdir()
+    for stem in ("train-images-idx3", "train-labels-idx1", "t10k-images-idx3", "t10k-labels-idx1"):
+        with gzip.open(root / f"{stem}-ubyte.gz", "wb") as handle:
+            handle.write(b"a CSV file, say\n1,2,3\n")
+    text = with_dataset(BASE, f'name = "fashion_mnist"\nroot = "{root}"')
+    assert_rejected(tmp_path, text, capsys, "is not an unsigned-byte IDX file")
+
+
+def test_torchvision_root_with_wrong_files(tmp_path: Path) -> None:
+    """A CIFAR-10 root whose batch files are not CIFAR-10's: torchvision's checksums fail."""
+    folder = tmp_path / "cifar" / "cifar-10-batches-py"
+    folder.mkdir(parents=True)
+    for name in (
+        "data_batch_1",
+        "data_batch_2",
+        "data_batch_3",
+        "data_batch_4",
+        "data_batch_5",
+        "test_batch",
+        "batches.meta",
+    ):
+        (folder / name).write_bytes(b"not a pickle")
+    with pytest.raises(DataNotFoundError, match="not found or corrupted"):
+        oodsim.run(
+            spec_on(DatasetSpec(name="cifar10", root=str(tmp_path / "cifar"))),
+            cache=tmp_path / "c",
+            progress=False,
+        )
+    assert not (tmp_path / "c").exists()
+
+
+# --------------------------------------------------------------------------- arrays
+
+
+def test_logits_with_fewer_classes_than_the_labels() -> None:
+    rng = np.random.default_rng(0)
+    fit = Outputs(
+        logits=rng.normal(size=(60, 3)),
+        features=rng.normal(size=(60, 4)),
+        labels=np.arange(60) % 6,  # six classes, three logit columns
+    )
+    scored = Outputs(logits=rng.normal(size=(10, 3)), features=rng.normal(size=(10, 4)))
+    for name in ("temperature", "openmax", "mahalanobis"):
+        with pytest.raises(
+            DetectorInputError,
+            match=rf"detector '{name}': fit\.labels go up to 5 but fit\.logits have 3 classes",
+        ):
+            confidence(name, scored, fit=fit)
+    with pytest.raises(ValueError, match="labels has 9 rows but logits have 10"):
+        Outputs(logits=np.zeros((10, 3)), labels=np.zeros(9, dtype=int))
+    with pytest.raises(ValueError, match=r"logits must have shape \(n, classes\)"):
+        Outputs(logits=np.zeros(10))
+
+
+def test_metric_inputs_that_do_not_match() -> None:
+    with pytest.raises(ValueError, match="is_ood"):
+        auroc(np.zeros(5), np.array([True, False]))
+    with pytest.raises(ValueError, match="do not match"):
+        accuracy(np.zeros(5, dtype=int), np.zeros(4, dtype=int))
+
+
+# --------------------------------------------------------------------------- cluster
+
+
+def test_dask_address_that_does_not_answer_fails_after_a_bounded_wait(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A port that accepts connections but never speaks (a hung or foreign server): without a
+    bound, distributed's client would wait for its handshake forever."""
+    import oodsim.executor
+
+    monkeypatch.setattr(oodsim.executor, "CONNECT_TIMEOUT", 3.0)
+    with socket.socket() as silent:
+        silent.bind(("127.0.0.1", 0))
+        silent.listen(8)
+        address = f"tcp://127.0.0.1:{silent.getsockname()[1]}"
+        started = time.monotonic()
+        with pytest.raises(
+            ClusterError, match=rf"no Dask scheduler answered at '{address}' within 3 s \(Timeout"
+        ):
+            oodsim.run(small_digits(1), address=address, cache=tmp_path / "c", progress=False)
+        assert time.monotonic() - started < 15
+    cache = tmp_path / "c"
+    assert [p.name for p in cache.iterdir()] == [".gitignore"]  # no entry, no lock, no temp
+
+
+def test_malformed_dask_address(tmp_path: Path) -> None:
+    with pytest.raises(ClusterError, match=r"'nonsense' is not a Dask scheduler address"):
+        oodsim.run(small_digits(1), address="nonsense", cache=tmp_path / "c", progress=False)

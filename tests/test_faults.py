@@ -1,0 +1,581 @@
+"""Faults with real processes: killed workers and drivers, corrupt entries, concurrent runs,
+stale locks, a full or read-only cache, diverging training. See docs/reliability.md."""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import json
+import logging
+import os
+import resource
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any, TypeVar
+
+import attrs
+import numpy as np
+import pytest
+import xarray as xr
+
+import oodsim
+from oodsim.cli import main as cli_main
+from oodsim.executor import RunAborted
+from oodsim.protocols.open_set import CHECKPOINT, OUTPUTS, plan
+from oodsim.results import store_counts
+from oodsim.specs import ExperimentSpec, load_spec
+from oodsim.store import CorruptEntryWarning, Store, _start_time
+from tests.conftest import ROOT, small_digits
+
+T = TypeVar("T")
+
+
+# --------------------------------------------------------------------------- helpers
+
+
+def digits_toml(
+    path: Path, n: int, *, start: int = 0, detectors: str = '"msp"', **fields: str
+) -> Path:
+    """Write the TOML form of ``small_digits(n)`` for ``oodsim run``; ``fields`` replace the
+    values of other ``key = value`` lines (e.g. ``lr="1e6"``)."""
+    values = {"width": "8", "max_epochs": "6", "patience": "2", "n": f"{n}\nstart = {start}"}
+    values |= {"metrics": '["auroc", "accuracy"]', "detectors": f"[{detectors}]", **fields}
+    lines = []
+    for line in (ROOT / "specs" / "digits.toml").read_text().splitlines():
+        if line.startswith('  "') or line == "]":  # the rest of the multi-line detector list
+            continue
+        key = line.split(" = ", 1)[0]
+        lines.append(f"{key} = {values[key]}" if " = " in line and key in values else line)
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def wait_for(probe: Callable[[], T | None], timeout: float, what: str) -> T:
+    """Poll ``probe`` until it returns something truthy."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        found = probe()
+        if found:
+            return found
+        time.sleep(0.01)
+    raise AssertionError(f"timed out after {timeout} s waiting for {what}")
+
+
+def complete(cache: Path, kind: str) -> list[str]:
+    """Keys of the complete entries of ``kind`` (meta file present: written last)."""
+    return sorted(p.parent.name for p in cache.glob(f"{kind}/??/*/meta.json"))
+
+
+def oodsim_cli(*args: str, **kwargs: Any) -> subprocess.Popen:
+    """``oodsim ARGS`` as a real process in its own session (so all of its processes can be
+    found and reaped by session id)."""
+    return subprocess.Popen(
+        [sys.executable, "-m", "oodsim.cli", *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+        **kwargs,
+    )
+
+
+def session_pids(sid: int) -> list[int]:
+    """Live processes of session ``sid`` (Linux /proc)."""
+    pids = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        if int(fields[3]) == sid and fields[0] not in "ZX":
+            pids.append(int(stat.parent.name))
+    return pids
+
+
+def reap_session(sid: int, timeout: float = 30.0) -> list[int]:
+    """Wait for the processes of a killed session to exit; SIGKILL the ones that do not.
+    Returns the pids that had to be killed."""
+    deadline = time.monotonic() + timeout
+    while session_pids(sid) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    leftover = session_pids(sid)
+    for pid in leftover:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+    return leftover
+
+
+@contextlib.contextmanager
+def own_cluster(n_workers: int = 2) -> Iterator[Any]:
+    """A LocalCluster this test may kill workers of (the shared one must stay whole)."""
+    from distributed import Client, LocalCluster
+
+    with (
+        LocalCluster(
+            n_workers=n_workers,
+            threads_per_worker=1,
+            processes=True,
+            dashboard_address=None,
+            silence_logs=logging.CRITICAL,
+        ) as cluster,
+        Client(cluster) as client,
+    ):
+        yield client
+
+
+def in_thread(function: Callable[[], T]) -> tuple[threading.Thread, dict[str, Any]]:
+    """Run ``function`` in a thread; its result or exception lands in the returned dict."""
+    box: dict[str, Any] = {}
+
+    def target() -> None:
+        try:
+            box["result"] = function()
+        except BaseException as error:  # re-raised by the test
+            box["error"] = error
+
+    thread = threading.Thread(target=target, daemon=True)
+    thread.start()
+    return thread, box
+
+
+def lock_owner(lock: Path) -> dict[str, Any] | None:
+    """A lock file's holder, or None while it is being written or already gone."""
+    try:
+        return json.loads(lock.read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def test_digits_toml_matches_small_digits(tmp_path: Path) -> None:
+    """The helper's TOML gives exactly the spec the API tests use (same keys, same cache)."""
+    assert load_spec(digits_toml(tmp_path / "s.toml", 3)) == small_digits(3)
+
+
+# --------------------------------------------------------------------------- workers and drivers
+
+
+def test_worker_killed_mid_training_run_completes_like_a_clean_run(
+    cluster_address: str, tmp_path: Path
+) -> None:
+    cache = tmp_path / "cache"
+    spec = small_digits(3)
+    with own_cluster(2) as client:
+        workers = set(client.run(os.getpid).values())
+        address = client.scheduler.address
+        thread, box = in_thread(
+            lambda: oodsim.run(spec, address=address, cache=cache, progress=False)
+        )
+        # a worker holds a checkpoint's lock exactly while it trains that checkpoint
+        lock, owner = wait_for(
+            lambda: next(
+                (
+                    (p, lock_owner(p))
+                    for p in (cache / "locks").glob("checkpoint-*.lock")
+                    if lock_owner(p)
+                ),
+                None,
+            ),
+            120,
+            "a training task",
+        )
+        key = lock.name.removeprefix("checkpoint-").removesuffix(".lock")
+        assert owner["pid"] in workers
+        os.kill(owner["pid"], signal.SIGKILL)
+        assert not Store(cache).has(CHECKPOINT, key)  # the killed task left nothing visible
+        thread.join(300)
+        assert owner["pid"] not in set(client.run(os.getpid).values())  # it really died
+    assert "error" not in box, box.get("error")
+    faulty = box["result"]
+    assert faulty.sizes["seed"] == 3 and not any(faulty.failure.values)
+    assert store_counts(faulty)["computed"] == {CHECKPOINT: 3, OUTPUTS: 3}
+    store = Store(cache)
+    assert store.has(CHECKPOINT, key) and store.verify() == []
+    assert list((cache / "locks").glob("*.lock")) == []  # the dead worker's lock was taken over
+    clean = oodsim.run(spec, address=cluster_address, cache=tmp_path / "clean", progress=False)
+    xr.testing.assert_identical(faulty.score, clean.score)
+    xr.testing.assert_identical(faulty.failure, clean.failure)
+
+
+def test_driver_killed_mid_run_rerun_computes_only_the_missing(
+    cluster_address: str, tmp_path: Path
+) -> None:
+    cache, n = tmp_path / "cache", 5
+    spec_path = digits_toml(tmp_path / "s.toml", n)
+    args = ("run", str(spec_path), "--cache", str(cache), "--quiet")
+    driver = oodsim_cli(*args, "--workers", "2", "--out", str(tmp_path / "first.zarr"))
+    try:
+        wait_for(lambda: len(complete(cache, CHECKPOINT)) >= 2, 180, "two checkpoints")
+    finally:
+        os.kill(driver.pid, signal.SIGKILL)
+        driver.communicate()
+    # its workers notice the dead driver and exit; none may keep writing during the re-run
+    assert reap_session(driver.pid) == []
+    assert driver.returncode == -signal.SIGKILL
+    before = {kind: len(complete(cache, kind)) for kind in (CHECKPOINT, OUTPUTS)}
+    assert 2 <= before[CHECKPOINT] < n and before[OUTPUTS] < n
+
+    # the same command again (on the warm shared cluster, to keep the test short)
+    rerun = oodsim_cli(*args, "--address", cluster_address, "--out", str(tmp_path / "second.zarr"))
+    out, err = rerun.communicate(timeout=300)
+    assert rerun.returncode == 0, err
+    results = oodsim.open_results(tmp_path / "second.zarr")
+    counts = store_counts(results)
+    assert counts["computed"] == {
+        CHECKPOINT: n - before[CHECKPOINT],
+        OUTPUTS: n - before[OUTPUTS],
+    }
+    assert results.sizes["seed"] == n and not any(results.failure.values)
+    assert Store(cache).verify() == []
+
+
+# --------------------------------------------------------------------------- corrupt entries
+
+
+def _corrupt_three(cache: Path, spec: ExperimentSpec) -> dict[str, tuple[str, str]]:
+    """Seed 0: truncate an outputs chunk; seed 1: alter checkpoint bytes (same size);
+    seed 2: edit a field of an outputs meta.json. Returns what was damaged, by name."""
+    store = Store(cache)
+    (ckpt0, out0), (ckpt1, _), (_, out2) = (plan(spec, seed)[:2] for seed in range(3))
+    chunk = next(p for p in sorted(store.path(*out0).rglob("c/*")) if p.is_file())
+    chunk.write_bytes(chunk.read_bytes()[:-7])
+    weight = max(
+        (p for p in store.path(*ckpt1).rglob("*") if p.is_file() and "/c/" in str(p)),
+        key=lambda p: p.stat().st_size,
+    )
+    data = bytearray(weight.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    weight.write_bytes(bytes(data))
+    meta_path = store.path(*out2) / "meta.json"
+    meta = json.loads(meta_path.read_text())
+    meta["describe"] = "edited by hand"
+    meta_path.write_text(json.dumps(meta))
+    return {"truncated chunk": out0, "altered checkpoint": ckpt1, "edited meta": out2}
+
+
+def test_corrupt_entries_warned_and_recomputed_by_the_next_run(
+    cluster_address: str, cache: Path
+) -> None:
+    spec = small_digits(3)
+    first = oodsim.run(spec, address=cluster_address, cache=cache, progress=False)
+    damaged = _corrupt_three(cache, spec)
+    with pytest.warns(CorruptEntryWarning) as caught:
+        second = oodsim.run(spec, address=cluster_address, cache=cache, progress=False)
+    messages = " ".join(str(w.message) for w in caught)
+    for kind, key in damaged.values():
+        assert f"{kind}/{key[:12]}" in messages
+    assert store_counts(second)["computed"] == {CHECKPOINT: 1, OUTPUTS: 2}
+    xr.testing.assert_identical(first.score, second.score)
+    assert Store(cache).verify() == []
+
+
+def test_cache_verify_lists_corrupt_entries_and_repair_removes_them(
+    cluster_address: str, cache: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    spec = small_digits(3)
+    oodsim.run(spec, address=cluster_address, cache=cache, progress=False)
+    damaged = _corrupt_three(cache, spec)
+    assert cli_main(["cache", "verify", "--cache", str(cache)]) == 1
+    listed = capsys.readouterr().out
+    assert "3 corrupt entries" in listed
+    for kind, key in damaged.values():
+        assert f"corrupt: {kind}/{key}" in listed
+    assert "checksum mismatch" in listed and "meta.json was altered" in listed
+    assert cli_main(["cache", "verify", "--cache", str(cache), "--repair"]) == 0
+    assert "3 corrupt entries removed" in capsys.readouterr().out
+    store = Store(cache)
+    assert not any(store.path(*entry).exists() for entry in damaged.values())
+    assert cli_main(["cache", "verify", "--cache", str(cache)]) == 0
+    assert len(list(store.entries())) == 6 - 3
+
+
+def test_entry_with_unreadable_meta_is_replaced_not_blocking(tmp_path: Path) -> None:
+    """A folder whose meta.json is gone or garbage would block the rename of its replacement;
+    ``has`` quarantines it so the next ``put`` succeeds."""
+    store = Store(tmp_path)
+    key = "cd" + "1" * 62
+    path = store.put(OUTPUTS, key, {"x": np.arange(3)})
+    (path / "meta.json").write_text("{not json")
+    assert "unreadable meta" in store.verify()[0][1]
+    with pytest.warns(CorruptEntryWarning, match="unreadable meta.json"):
+        assert not store.has(OUTPUTS, key)
+    store.put(OUTPUTS, key, {"x": np.arange(3)})
+    assert store.get(OUTPUTS, key) is not None and store.verify() == []
+
+
+# --------------------------------------------------------------------------- concurrent runs, locks
+
+
+def test_two_overlapping_runs_at_once_share_work_and_agree(tmp_path: Path) -> None:
+    cache = tmp_path / "cache"
+    small = digits_toml(tmp_path / "a.toml", 3)
+    large = digits_toml(tmp_path / "b.toml", 4, detectors='"msp", "energy"')
+    runs = [
+        oodsim_cli(
+            "run",
+            str(path),
+            "--workers",
+            "1",
+            "--cache",
+            str(cache),
+            "--quiet",
+            "--out",
+            str(tmp_path / f"{path.stem}.zarr"),
+        )
+        for path in (small, large)
+    ]
+    for run in runs:
+        _, err = run.communicate(timeout=300)
+        assert run.returncode == 0, err
+    a, b = (oodsim.open_results(tmp_path / f"{name}.zarr") for name in "ab")
+    xr.testing.assert_identical(a.score, b.score.sel({"method": ["msp"], "seed": a.seed}))
+    computed = [store_counts(r)["computed"] for r in (a, b)]
+    # every key computed exactly once across both runs: the second waited for the first's lock
+    assert sum(c.get(CHECKPOINT, 0) for c in computed) == 4
+    assert sum(c.get(OUTPUTS, 0) for c in computed) == 4
+    verify = subprocess.run(
+        [sys.executable, "-m", "oodsim.cli", "cache", "verify", "--cache", str(cache)],
+        capture_output=True,
+        text=True,
+    )
+    assert verify.returncode == 0 and "0 corrupt entries" in verify.stdout
+
+
+def _exited_pid() -> tuple[int, str | None]:
+    """The pid and start time of a process that has exited and been reaped."""
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(0.3)"])
+    start = wait_for(lambda: _start_time(child.pid), 10, "process start time")
+    child.wait()
+    return child.pid, start
+
+
+def _zombie_pid() -> tuple[subprocess.Popen, int, str | None]:
+    """A child that has exited but is not reaped yet (a zombie keeps its pid)."""
+    child = subprocess.Popen(["true"])
+    start = wait_for(lambda: _start_time(child.pid), 10, "process start time")
+    wait_for(
+        lambda: Path(f"/proc/{child.pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z",
+        10,
+        "a zombie",
+    )
+    return child, child.pid, start
+
+
+def test_stale_locks_of_dead_zombie_and_reused_pids_are_taken_over(
+    cluster_address: str, cache: Path
+) -> None:
+    import socket
+
+    spec = small_digits(3)
+    dead_pid, dead_start = _exited_pid()
+    zombie, zombie_pid, zombie_start = _zombie_pid()
+    owners = [
+        {"pid": dead_pid, "start": dead_start},  # process gone
+        {"pid": zombie_pid, "start": zombie_start},  # exited, parent has not reaped it
+        {"pid": os.getpid(), "start": "1"},  # pid alive but reused by another process
+    ]
+    (cache / "locks").mkdir(parents=True)
+    for seed, owner in enumerate(owners):
+        key = plan(spec, seed)[0][1]
+        lock = cache / "locks" / f"{CHECKPOINT}-{key}.lock"
+        lock.write_text(json.dumps({"host": socket.gethostname(), "time": 0, **owner}))
+    assert len(Store(cache).stale_locks()) == 3
+    try:
+        started = time.monotonic()
+        results = oodsim.run(spec, address=cluster_address, cache=cache, progress=False)
+        assert time.monotonic() - started < 120
+    finally:
+        zombie.wait()
+    assert store_counts(results)["computed"] == {CHECKPOINT: 3, OUTPUTS: 3}
+    assert list((cache / "locks").glob("*")) == []
+
+
+def test_live_lock_is_waited_for_not_taken_over(tmp_path: Path) -> None:
+    """A second process computing the same key waits for the live holder, then finds the entry
+    and computes nothing."""
+    code = (
+        "import sys, time, numpy as np; from oodsim.store import Store\n"
+        "s = Store(sys.argv[1]); key = 'ef' + '2' * 62\n"
+        "def slow():\n"
+        "    time.sleep(float(sys.argv[2])); s.put('outputs', key, {'x': np.arange(3)})\n"
+        "print(s.ensure('outputs', key, slow), flush=True)\n"
+    )
+    first = subprocess.Popen(
+        [sys.executable, "-c", code, str(tmp_path), "3"], text=True, stdout=subprocess.PIPE
+    )
+    wait_for(lambda: list((tmp_path / "locks").glob("*.lock")), 30, "the first lock")
+    second = subprocess.run(
+        [sys.executable, "-c", code, str(tmp_path), "0"], text=True, capture_output=True, timeout=60
+    )
+    assert first.communicate(timeout=60)[0].strip() == "True"
+    assert second.stdout.strip() == "False", second.stderr  # waited, then loaded
+
+
+# --------------------------------------------------------------------------- unusable cache
+
+
+def _limit_file_size(limit: int) -> Callable[[], None]:
+    def apply() -> None:  # runs in the child before exec; workers inherit both settings
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a write past the limit fails (EFBIG)
+        resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
+
+    return apply
+
+
+def test_full_cache_fails_at_the_write_with_a_clear_error_and_no_entry(tmp_path: Path) -> None:
+    cache = tmp_path / "cache"
+    spec_path = digits_toml(tmp_path / "s.toml", 2)
+    run = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "oodsim.cli",
+            "run",
+            str(spec_path),
+            "--workers",
+            "1",
+            "--cache",
+            str(cache),
+            "--out",
+            str(tmp_path / "r.zarr"),
+            "--quiet",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        preexec_fn=_limit_file_size(4096),
+    )
+    assert run.returncode == 2, run.stderr
+    last = run.stderr.strip().splitlines()[-1]  # above it: the worker's own log of the task
+    assert last.startswith("oodsim: error: could not write checkpoint entry")
+    assert "File too large" in last and "run again" in last
+    store = Store(cache)
+    assert list(store.entries()) == []  # no entry, complete or half-written
+    assert list(cache.glob("**/.tmp-*")) == []  # the failed write cleaned up after itself
+    assert not (tmp_path / "r.zarr").exists()
+
+
+def _drop_file_permission_override() -> None:
+    """Root ignores permission bits through CAP_DAC_OVERRIDE / CAP_DAC_READ_SEARCH: drop both
+    from the bounding set so the exec'd process is refused writes like any user."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    for capability in (1, 2):  # CAP_DAC_OVERRIDE, CAP_DAC_READ_SEARCH
+        libc.prctl(24, capability, 0, 0, 0)  # PR_CAPBSET_DROP; harmless where not root
+
+
+def test_read_only_cache_fails_before_any_compute(tmp_path: Path) -> None:
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    cache.chmod(0o555)
+    spec_path = digits_toml(tmp_path / "s.toml", 2)
+    started = time.monotonic()
+    run = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "oodsim.cli",
+            "run",
+            str(spec_path),
+            "--workers",
+            "1",
+            "--cache",
+            str(cache),
+            "--quiet",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        preexec_fn=_drop_file_permission_override,
+    )
+    cache.chmod(0o755)
+    assert run.returncode == 2, run.stderr
+    assert f"cache directory {cache} is not writable" in run.stderr
+    assert "Permission denied" in run.stderr
+    assert list(cache.iterdir()) == []
+    assert time.monotonic() - started < 60  # no cluster was started, nothing trained
+
+
+# --------------------------------------------------------------------------- diverging training
+
+
+def _with_lr(spec: ExperimentSpec, lr: float, **changes: Any) -> ExperimentSpec:
+    return attrs.evolve(spec, training=attrs.evolve(spec.training, lr=lr), **changes)
+
+
+def test_diverging_seeds_are_recorded_as_failed_not_averaged(
+    cluster_address: str, cache: Path
+) -> None:
+    from oodsim.stats import estimate
+
+    spec = _with_lr(small_digits(6), 300.0)  # some seeds' loss becomes NaN/inf on CPU
+    results = oodsim.run(spec, address=cluster_address, cache=cache, progress=False)
+    failed = results.failure.values != ""
+    assert 0 < failed.sum() < 6, "lr=300 no longer gives a mix of diverging and finished seeds"
+    assert all(r.startswith("training diverged:") for r in results.failure.values[failed])
+    assert np.isnan(results.score.values[failed]).all()
+    assert np.isfinite(results.score.values[~failed]).all()
+    assert results.attrs["n_failed"] == failed.sum()
+    auroc = estimate(results).sel({"method": "msp", "metric": "auroc", "severity": "all"})
+    assert int(auroc["n"]) == (~failed).sum()
+    assert float(auroc["mean"]) == pytest.approx(
+        results.score.sel({"method": "msp", "metric": "auroc"}).values[~failed].mean()
+    )
+    assert store_counts(results)["computed"][CHECKPOINT] == (~failed).sum()  # nothing stored
+
+
+def test_run_summary_shows_failed_seeds_and_why(
+    cluster_address: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    spec_path = digits_toml(tmp_path / "s.toml", 2, lr="1e6")
+    code = cli_main(
+        [
+            "run",
+            str(spec_path),
+            "--address",
+            cluster_address,
+            "--quiet",
+            "--cache",
+            str(tmp_path / "c"),
+            "--out",
+            str(tmp_path / "r.zarr"),
+        ]
+    )
+    out = capsys.readouterr().out
+    assert code == 0
+    assert "2 of 2 simulations failed (excluded from the estimates above):" in out
+    assert "2 x training diverged: training loss became nan in epoch 0 (seed 0, 1)" in out
+    assert "2 simulations (2 failed)" in out
+    saved = oodsim.open_results(tmp_path / "r.zarr")
+    assert (
+        list(saved.failure.values) == ["training diverged: training loss became nan in epoch 0"] * 2
+    )
+
+
+def test_on_failure_abort_stops_the_run(
+    cluster_address: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    spec = _with_lr(small_digits(2), 1e6, on_failure="abort")
+    with pytest.raises(RunAborted, match=r"seed \d failed: training diverged"):
+        oodsim.run(spec, address=cluster_address, cache=tmp_path / "c", progress=False)
+    spec_path = digits_toml(tmp_path / "s.toml", 2, lr="1e6")
+    spec_path.write_text('on_failure = "abort"\n' + spec_path.read_text())
+    code = cli_main(
+        [
+            "run",
+            str(spec_path),
+            "--address",
+            cluster_address,
+            "--quiet",
+            "--cache",
+            str(tmp_path / "c"),
+            "--out",
+            str(tmp_path / "r.zarr"),
+        ]
+    )
+    assert code == 2
+    assert "on_failure = 'abort'" in capsys.readouterr().err
+    assert not (tmp_path / "r.zarr").exists()
