@@ -25,25 +25,31 @@ from oodsim.seeds import STREAMS
 # --------------------------------------------------------------------------- validators
 
 
-def _positive(_: Any, attribute: attrs.Attribute, value: Any) -> None:
+def _field(instance: Any, attribute: attrs.Attribute) -> str:
+    """The field's path as a user writes it in TOML, e.g. ``dataset.name`` or ``seeds.n``."""
+    tag = getattr(type(instance), "TAG", "")
+    return f"{tag}.{attribute.name}" if tag and tag != "experiment" else attribute.name
+
+
+def _positive(instance: Any, attribute: attrs.Attribute, value: Any) -> None:
     if value is not None and not value > 0:
-        raise SpecError(attribute.name, value, "a number > 0")
+        raise SpecError(_field(instance, attribute), value, "a number > 0")
 
 
-def _non_negative(_: Any, attribute: attrs.Attribute, value: Any) -> None:
+def _non_negative(instance: Any, attribute: attrs.Attribute, value: Any) -> None:
     if value is not None and not value >= 0:
-        raise SpecError(attribute.name, value, "a number >= 0")
+        raise SpecError(_field(instance, attribute), value, "a number >= 0")
 
 
-def _unit_interval(_: Any, attribute: attrs.Attribute, value: float) -> None:
+def _unit_interval(instance: Any, attribute: attrs.Attribute, value: float) -> None:
     if not 0.0 <= value < 1.0:
-        raise SpecError(attribute.name, value, "a number in [0, 1)")
+        raise SpecError(_field(instance, attribute), value, "a number in [0, 1)")
 
 
 def _one_of(*allowed: str) -> Callable[[Any, attrs.Attribute, Any], None]:
-    def check(_: Any, attribute: attrs.Attribute, value: Any) -> None:
+    def check(instance: Any, attribute: attrs.Attribute, value: Any) -> None:
         if value not in allowed:
-            raise UnknownNameError(attribute.name, value, allowed)
+            raise UnknownNameError(_field(instance, attribute), value, allowed)
 
     return check
 
@@ -51,10 +57,10 @@ def _one_of(*allowed: str) -> Callable[[Any, attrs.Attribute, Any], None]:
 def _registered(names: Callable[[], list[str]]) -> Callable[[Any, attrs.Attribute, Any], None]:
     """Validate a name against a registry that is looked up lazily (plugins load late)."""
 
-    def check(_: Any, attribute: attrs.Attribute, value: Any) -> None:
+    def check(instance: Any, attribute: attrs.Attribute, value: Any) -> None:
         known = names()
         if value not in known:
-            raise UnknownNameError(attribute.name, value, known)
+            raise UnknownNameError(_field(instance, attribute), value, known)
 
     return check
 

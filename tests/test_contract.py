@@ -16,7 +16,7 @@ def _commands() -> list[str]:
 def test_readme_has_the_two_commands() -> None:
     main, tests = _commands()
     assert "pip install -e ." in main and "oodsim run specs/digits.toml" in main
-    assert "pip install -e \".[test]\"" in tests and "pytest" in tests
+    assert 'pip install -e ".[test]"' in tests and "pytest" in tests
 
 
 def test_ci_runs_exactly_the_readme_test_command() -> None:

@@ -12,7 +12,7 @@ import oodsim
 from oodsim.detectors import confidence
 from oodsim.errors import SpecError
 from oodsim.outputs import Outputs
-from oodsim.protocols.open_set import outputs_key, checkpoint_key
+from oodsim.protocols.open_set import checkpoint_key, outputs_key
 from oodsim.protocols.tuning import grid
 from oodsim.seeds import SeedStreams
 from oodsim.specs import DetectorSpec, SplitSpec
@@ -51,11 +51,10 @@ def test_logit_and_model_detectors_tuned_on_validation(cluster_address: str, cac
         assert arrays is not None
         a = arrays.arrays
 
-        def part(prefix: str) -> Outputs:
-            return Outputs(logits=a[f"{prefix}.logits"], labels=a[f"{prefix}.labels"])
-
-        def auc(t: float, first: str, second: str) -> float:
-            x, y = part(first), part(second)
+        def auc(t: float, first: str, second: str, a: dict = a) -> float:
+            x, y = (
+                Outputs(logits=a[f"{p}.logits"], labels=a[f"{p}.labels"]) for p in (first, second)
+            )
             kappa = confidence("energy", Outputs.concat([x, y]), temperature=t)
             return roc_auc_score(np.r_[np.ones(len(x)), np.zeros(len(y))], kappa)
 

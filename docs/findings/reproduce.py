@@ -30,13 +30,18 @@ def spread_table(results: xr.Dataset) -> str:
     """Per method: mean, std, min and max of AUROC over seeds, and the 95% interval."""
     auroc = _auroc(results)
     est = stats.estimate(results).sel({"metric": "auroc", "severity": "all"})
-    rows = ["| method | mean AUROC [95% CI] | std over seeds | min | max |", "|---|---|---|---|---|"]
+    rows = [
+        "| method | mean AUROC [95% CI] | std over seeds | min | max |",
+        "|---|---|---|---|---|",
+    ]
     for method in auroc.method.values:
         values = auroc.sel({"method": method}).values
         e = est.sel({"method": method})
-        rows.append(f"| {method} | {float(e['mean']):.3f} [{float(e.lower):.3f}, "
-                    f"{float(e.upper):.3f}] | {np.nanstd(values, ddof=1):.3f} | "
-                    f"{np.nanmin(values):.3f} | {np.nanmax(values):.3f} |")
+        rows.append(
+            f"| {method} | {float(e['mean']):.3f} [{float(e.lower):.3f}, "
+            f"{float(e.upper):.3f}] | {np.nanstd(values, ddof=1):.3f} | "
+            f"{np.nanmin(values):.3f} | {np.nanmax(values):.3f} |"
+        )
     return "\n".join(rows)
 
 
@@ -47,8 +52,7 @@ def win_table(results: xr.Dataset, methods: list[str] | None = None) -> str:
     probability = probability.sel({"severity": "all"})
     rows = ["| method | " + " | ".join(METRICS) + " |", "|---" * (len(METRICS) + 1) + "|"]
     for method in probability.method.values:
-        cells = [f"{float(probability.sel({'method': method, 'metric': m})):.3f}"
-                 for m in METRICS]
+        cells = [f"{float(probability.sel({'method': method, 'metric': m})):.3f}" for m in METRICS]
         rows.append(f"| {method} | " + " | ".join(cells) + " |")
     return "\n".join(rows)
 
@@ -65,21 +69,27 @@ def required_summary(results: xr.Dataset, methods: list[str] | None = None) -> s
     never = int(np.sum(~np.isfinite(counts)))
     finite = counts[np.isfinite(counts)]
     median = f"{np.median(finite):.0f}" if finite.size else "-"
-    return (f"{len(counts)} pairs: {within5} separated within 5 seeds, {later} later "
-            f"(median of those separated: {median} seeds), {never} never within "
-            f"{results.sizes['seed']} seeds")
+    return (
+        f"{len(counts)} pairs: {within5} separated within 5 seeds, {later} later "
+        f"(median of those separated: {median} seeds), {never} never within "
+        f"{results.sizes['seed']} seeds"
+    )
 
 
 def variance_table(results: xr.Dataset) -> str:
     """Between- vs within-class-split variance of AUROC per method."""
     table = stats.variance_components_table(results).sel({"metric": "auroc", "severity": "all"})
-    rows = ["| method | between-split var | within-split var | ICC [95% CI] | F-test p |",
-            "|---|---|---|---|---|"]
+    rows = [
+        "| method | between-split var | within-split var | ICC [95% CI] | F-test p |",
+        "|---|---|---|---|---|",
+    ]
     for method in table.method.values:
         t = table.sel({"method": method})
-        rows.append(f"| {method} | {float(t.sigma2_between):.2e} | {float(t.sigma2_within):.2e} | "
-                    f"{float(t.icc):.2f} [{float(t.icc_lower):.2f}, {float(t.icc_upper):.2f}] | "
-                    f"{float(t.p_value):.1e} |")
+        rows.append(
+            f"| {method} | {float(t.sigma2_between):.2e} | {float(t.sigma2_within):.2e} | "
+            f"{float(t.icc):.2f} [{float(t.icc_lower):.2f}, {float(t.icc_upper):.2f}] | "
+            f"{float(t.p_value):.1e} |"
+        )
     return "\n".join(rows)
 
 
@@ -94,10 +104,16 @@ def plot_by_class_split(results: xr.Dataset, path: Path, method: str = "msp") ->
     grid = np.linspace(float(auroc.min()) - 0.02, 1.0, 400)
     for split in sorted(set(results.class_split.values)):
         values = auroc.values[results.class_split.values == split]
-        ax.plot(grid, gaussian_kde(values)(grid),
-                label=f"known {split} (n={values.size}, mean {values.mean():.3f})")
-    ax.set(xlabel=f"AUROC ({method})", ylabel="density",
-           title="AUROC over seeds, per fixed class split")
+        ax.plot(
+            grid,
+            gaussian_kde(values)(grid),
+            label=f"known {split} (n={values.size}, mean {values.mean():.3f})",
+        )
+    ax.set(
+        xlabel=f"AUROC ({method})",
+        ylabel="density",
+        title="AUROC over seeds, per fixed class split",
+    )
     ax.legend(fontsize=7)
     fig.savefig(path, dpi=110)
 
@@ -115,7 +131,9 @@ def main() -> None:
         results = oodsim.open_results(path)
         name = Path(path).stem
         write_report(results, Path(args.out) / name)
-        print(f"## {name}: {results.sizes['seed']} seeds, {int(results.attrs['n_failed'])} failed\n")
+        print(
+            f"## {name}: {results.sizes['seed']} seeds, {int(results.attrs['n_failed'])} failed\n"
+        )
         print(spread_table(results), "\n")
         print("All methods:\n\n" + win_table(results), "\n")
         print("The study's five methods only:\n\n" + win_table(results, PAPER_METHODS), "\n")
@@ -124,15 +142,19 @@ def main() -> None:
     if args.splits:
         results = oodsim.open_results(args.splits)
         write_report(results, Path(args.out) / Path(args.splits).stem)
-        print(f"## class splits: {results.sizes['seed']} seeds over "
-              f"{len(set(results.class_split.values))} splits\n")
+        print(
+            f"## class splits: {results.sizes['seed']} seeds over "
+            f"{len(set(results.class_split.values))} splits\n"
+        )
         print(variance_table(results))
         plot_by_class_split(results, Path(args.out) / Path(args.splits).stem / "by_class_split.png")
         auroc = _auroc(results).sel({"method": "msp"})
         for split in sorted(set(results.class_split.values)):
             values = auroc.values[results.class_split.values == split]
-            print(f"msp, known {split}: mean {values.mean():.3f}, std {values.std(ddof=1):.3f}, "
-                  f"min {values.min():.3f}, max {values.max():.3f}")
+            print(
+                f"msp, known {split}: mean {values.mean():.3f}, std {values.std(ddof=1):.3f}, "
+                f"min {values.min():.3f}, max {values.max():.3f}"
+            )
 
 
 if __name__ == "__main__":
