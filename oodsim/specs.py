@@ -353,7 +353,8 @@ class StoppingSpec(_Keyed):
 # --------------------------------------------------------------------------- the experiment
 
 
-def _detectors(value: Any) -> tuple[DetectorSpec, ...]:
+def detector_specs(value: Any) -> tuple[DetectorSpec, ...]:
+    """Converter: detector names or specs → a tuple of :class:`DetectorSpec`."""
     return tuple(DetectorSpec(name=v) if isinstance(v, str) else v for v in value)
 
 
@@ -373,7 +374,7 @@ class ExperimentSpec(_Keyed):
     split: SplitSpec = attrs.field(factory=SplitSpec)
     model: ModelSpec = attrs.field(factory=ModelSpec)
     training: TrainingSpec = attrs.field(factory=TrainingSpec)
-    detectors: tuple[DetectorSpec, ...] = attrs.field(default=("msp",), converter=_detectors)
+    detectors: tuple[DetectorSpec, ...] = attrs.field(default=("msp",), converter=detector_specs)
     metrics: tuple[str, ...] = attrs.field(default=("auroc", "accuracy"), converter=tuple)
     ood: tuple[OODSetSpec, ...] = attrs.field(default=("held_out",), converter=_ood_sets)
     seeds: SeedsSpec = attrs.field(factory=SeedsSpec)

@@ -84,6 +84,26 @@ def oodsim_cli(*args: str, **kwargs: Any) -> subprocess.Popen:
     )
 
 
+def run_quietly(
+    spec_path: Path, cache: Path, *args: str, **kwargs: Any
+) -> subprocess.CompletedProcess:
+    """``oodsim run SPEC --workers 1 --cache CACHE --quiet ARGS`` to completion (300 s at most)."""
+    command = [
+        sys.executable,
+        "-m",
+        "oodsim.cli",
+        "run",
+        str(spec_path),
+        "--workers",
+        "1",
+        "--cache",
+        str(cache),
+        "--quiet",
+        *args,
+    ]
+    return subprocess.run(command, capture_output=True, text=True, **{"timeout": 300, **kwargs})
+
+
 def session_pids(sid: int) -> list[int]:
     """Live processes of session ``sid`` (Linux /proc)."""
     pids = []
@@ -429,25 +449,8 @@ def _limit_file_size(limit: int) -> Callable[[], None]:
 def test_full_cache_fails_at_the_write_with_a_clear_error_and_no_entry(tmp_path: Path) -> None:
     cache = tmp_path / "cache"
     spec_path = digits_toml(tmp_path / "s.toml", 2)
-    run = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "oodsim.cli",
-            "run",
-            str(spec_path),
-            "--workers",
-            "1",
-            "--cache",
-            str(cache),
-            "--out",
-            str(tmp_path / "r.zarr"),
-            "--quiet",
-        ],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        preexec_fn=_limit_file_size(4096),
+    run = run_quietly(
+        spec_path, cache, "--out", str(tmp_path / "r.zarr"), preexec_fn=_limit_file_size(4096)
     )
     assert run.returncode == 2, run.stderr
     last = run.stderr.strip().splitlines()[-1]  # above it: the worker's own log of the task
@@ -473,24 +476,7 @@ def test_read_only_cache_fails_before_any_compute(tmp_path: Path) -> None:
     cache.chmod(0o555)
     spec_path = digits_toml(tmp_path / "s.toml", 2)
     started = time.monotonic()
-    run = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "oodsim.cli",
-            "run",
-            str(spec_path),
-            "--workers",
-            "1",
-            "--cache",
-            str(cache),
-            "--quiet",
-        ],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        preexec_fn=_drop_file_permission_override,
-    )
+    run = run_quietly(spec_path, cache, timeout=120, preexec_fn=_drop_file_permission_override)
     cache.chmod(0o755)
     assert run.returncode == 2, run.stderr
     assert f"cache directory {cache} is not writable" in run.stderr

@@ -24,6 +24,7 @@ from oodsim.specs import (
     DetectorSpec,
     _Keyed,
     detector_from_data,
+    detector_specs,
     detector_to_data,
     first_spec_error,
     read_toml,
@@ -149,10 +150,6 @@ class SourceSpec(_Keyed):
         return self.kind in NOISE_KINDS
 
 
-def _detectors(value: Any) -> tuple[DetectorSpec, ...]:
-    return tuple(DetectorSpec(name=v) if isinstance(v, str) else v for v in value)
-
-
 def _models(value: Any) -> tuple[ModelRef, ...]:
     return tuple(ModelRef(name=v) if isinstance(v, str) else v for v in value)
 
@@ -172,7 +169,7 @@ class SeveritySpec(_Keyed):
 
     name: str = attrs.field(default="severity", metadata=no_key())
     models: tuple[ModelRef, ...] = attrs.field(converter=_models)
-    detectors: tuple[DetectorSpec, ...] = attrs.field(default=("msp",), converter=_detectors)
+    detectors: tuple[DetectorSpec, ...] = attrs.field(default=("msp",), converter=detector_specs)
     id: SourceSpec
     ood: tuple[SourceSpec, ...] = attrs.field(converter=tuple)
     fit: SourceSpec | None = None
