@@ -10,7 +10,10 @@ computed vs loaded, the stopping decision) lives in ``attrs`` as JSON strings.
 from __future__ import annotations
 
 import json
+import os
 import platform
+import shutil
+import uuid
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -101,18 +104,30 @@ def store_counts(results: xr.Dataset) -> dict[str, dict[str, int]]:
 
 
 def save_results(results: xr.Dataset, path: str | Path) -> Path:
-    """Write results as a zarr store (replacing an older one at ``path``)."""
+    """Write results as a zarr store, replacing an older one at ``path`` only once the new one
+    is complete (written beside it, then renamed), so a crash never leaves half of either."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp-{uuid.uuid4().hex[:8]}")
     # Variable-length strings have a zarr v3 data type; fixed-width numpy unicode does not.
     strings = {
         name: results[name].astype(object)
         for name in results.variables
         if results[name].dtype.kind == "U"
     }
-    results.assign(strings).assign_coords(
-        {n: v for n, v in strings.items() if n in results.coords}
-    ).to_zarr(path, mode="w", consolidated=False)
+    try:
+        results.assign(strings).assign_coords(
+            {n: v for n, v in strings.items() if n in results.coords}
+        ).to_zarr(tmp, mode="w", consolidated=False)
+        if path.exists():
+            old = path.with_name(f".{path.name}.old-{uuid.uuid4().hex[:8]}")
+            os.rename(path, old)
+            os.rename(tmp, path)
+            shutil.rmtree(old, ignore_errors=True)
+        else:
+            os.rename(tmp, path)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
     return path
 
 
