@@ -8,10 +8,11 @@ not enter :attr:`key`. Specs load from TOML with :func:`load_spec` and build the
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import tomllib
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -524,20 +525,28 @@ def first_spec_error(error: BaseException) -> SpecError | None:
     return None
 
 
-def spec_from_dict(data: Mapping[str, Any]) -> ExperimentSpec:
-    """Build an :class:`ExperimentSpec` from plain data, with field-path error messages."""
+@contextlib.contextmanager
+def spec_errors(what: str = "spec") -> Iterator[None]:
+    """Turn the errors of building a spec from data into one :class:`SpecError`: the first
+    validator's own error when there is one, else cattrs' messages with field paths."""
     try:
-        return _converter.structure(dict(data), ExperimentSpec)
+        yield
     except SpecError:
         raise
     except cattrs.BaseValidationError as error:
         found = first_spec_error(error)
         if found is not None:
             raise found from None
-        messages = cattrs.transform_error(error, path="spec")
-        raise SpecError("spec", "; ".join(messages), "fields of the documented types") from None
+        messages = cattrs.transform_error(error, path=what)
+        raise SpecError(what, "; ".join(messages), "fields of the documented types") from None
     except (TypeError, ValueError) as error:
-        raise SpecError("spec", str(error), "fields of the documented types") from None
+        raise SpecError(what, str(error), "fields of the documented types") from None
+
+
+def spec_from_dict(data: Mapping[str, Any]) -> ExperimentSpec:
+    """Build an :class:`ExperimentSpec` from plain data, with field-path error messages."""
+    with spec_errors("spec"):
+        return _converter.structure(dict(data), ExperimentSpec)
 
 
 def load_spec(path: str | Path) -> ExperimentSpec:

@@ -26,8 +26,8 @@ from oodsim.specs import (
     detector_from_data,
     detector_specs,
     detector_to_data,
-    first_spec_error,
     read_toml,
+    spec_errors,
     spec_from_dict,
 )
 
@@ -308,7 +308,7 @@ def severity_spec_from_dict(
     base = Path(base) if base is not None else None
     data = dict(data)
     nested: dict[str, Any] = {}
-    try:
+    with spec_errors("severity spec"):
         nested["models"] = tuple(_structure_model(m, base) for m in data.pop("models", ()))
         nested["detectors"] = tuple(detector_from_data(d) for d in data.pop("detectors", ["msp"]))
         if "id" not in data:
@@ -321,18 +321,6 @@ def severity_spec_from_dict(
         if fit is not None:
             nested["fit"] = _structure_source(fit, "fit", base)
         plain = _converter.structure(data, _PlainFields)
-    except SpecError:
-        raise
-    except cattrs.BaseValidationError as error:
-        found = first_spec_error(error)
-        if found is not None:
-            raise found from None
-        messages = cattrs.transform_error(error, path="severity spec")
-        raise SpecError(
-            "severity spec", "; ".join(messages), "fields of the documented types"
-        ) from None
-    except (TypeError, ValueError) as error:
-        raise SpecError("severity spec", str(error), "fields of the documented types") from None
     return SeveritySpec(**attrs.asdict(plain, recurse=False), **nested)
 
 
