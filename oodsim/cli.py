@@ -7,20 +7,30 @@ import argparse
 import sys
 import time
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from oodsim.errors import OodsimError
 
 
-def _cmd_run(args: argparse.Namespace) -> int:
-    from oodsim.executor import run
-    from oodsim.report import format_summary_table
-    from oodsim.specs import load_spec
+def add_run_options(command: argparse.ArgumentParser) -> None:
+    """The options every command that runs a spec on a cluster shares."""
+    command.add_argument("--address", help="address of an existing Dask scheduler")
+    command.add_argument("--workers", type=int, help="worker processes of the local cluster")
+    command.add_argument("--cache", help="store root (default: $OODSIM_CACHE or ./cache)")
+    command.add_argument("--out", help="where to write results (default: results/<name>.zarr)")
+    command.add_argument("--quiet", action="store_true", help="no progress line")
 
-    spec = load_spec(args.spec)
+
+def run_from_args(
+    args: argparse.Namespace, spec: Any, runner: Callable[..., Any]
+) -> tuple[Any, Path, float]:
+    """Run ``spec`` with ``runner`` (``oodsim.run``, ``run_severity``) as the options say; the
+    results, where they were written and the seconds it took."""
     out = Path(args.out) if args.out else Path("results") / f"{spec.name}.zarr"
     started = time.perf_counter()
-    results = run(
+    results = runner(
         spec,
         address=args.address,
         n_workers=args.workers,
@@ -28,6 +38,15 @@ def _cmd_run(args: argparse.Namespace) -> int:
         out=out,
         progress=not args.quiet,
     )
+    return results, out, time.perf_counter() - started
+
+
+def _cmd_run(args: argparse.Namespace) -> int:
+    from oodsim.executor import run
+    from oodsim.report import format_summary_table
+    from oodsim.specs import load_spec
+
+    results, out, seconds = run_from_args(args, load_spec(args.spec), run)
     print(format_summary_table(results))
     _print_failures(results)
     _print_win_probabilities(results)
@@ -35,8 +54,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
     n_failed = int(results.attrs.get("n_failed", 0))
     failed = f" ({n_failed} failed)" if n_failed else ""
     print(
-        f"\n{results.sizes['seed']} simulations{failed} in "
-        f"{time.perf_counter() - started:.1f} s "
+        f"\n{results.sizes['seed']} simulations{failed} in {seconds:.1f} s "
         f"(store: {counts}); results written to {out}"
     )
     return 0
@@ -139,11 +157,7 @@ def parser() -> argparse.ArgumentParser:
 
     run = commands.add_parser("run", help="run (or resume) an experiment spec")
     run.add_argument("spec", help="experiment spec (TOML)")
-    run.add_argument("--address", help="address of an existing Dask scheduler")
-    run.add_argument("--workers", type=int, help="worker processes of the local cluster")
-    run.add_argument("--cache", help="store root (default: $OODSIM_CACHE or ./cache)")
-    run.add_argument("--out", help="where to write results (default: results/<name>.zarr)")
-    run.add_argument("--quiet", action="store_true", help="no progress line")
+    add_run_options(run)
     run.set_defaults(func=_cmd_run)
 
     report = commands.add_parser("report", help="plots and a summary of saved results")

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import time
 from pathlib import Path
 from typing import Any
 
@@ -16,27 +15,18 @@ from oodsim.errors import SpecError
 
 
 def _cmd_severity(args: argparse.Namespace) -> int:
+    from oodsim.cli import run_from_args
     from oodsim.protocols.severity_run import load_severity_spec, run_severity
     from oodsim.report_severity import format_level_table, write_severity_report
 
-    spec = load_severity_spec(args.spec)
-    out = Path(args.out) if args.out else Path("results") / f"{spec.name}.zarr"
-    started = time.perf_counter()
-    results = run_severity(
-        spec,
-        address=args.address,
-        n_workers=args.workers,
-        cache=args.cache,
-        out=out,
-        progress=not args.quiet,
-    )
+    results, out, seconds = run_from_args(args, load_severity_spec(args.spec), run_severity)
     print(format_level_table(results, args.metric))
     if args.report:
         path = write_severity_report(results, args.report, metric=args.metric)
         print(f"report written to {path}")
     print(
         f"\n{results.sizes['model']} model(s) x {results.sizes['method']} κ in "
-        f"{time.perf_counter() - started:.1f} s (store: {results.attrs['store']}); "
+        f"{seconds:.1f} s (store: {results.attrs['store']}); "
         f"results written to {out}"
     )
     return 0
@@ -110,13 +100,11 @@ def add_commands(commands: Any) -> None:
     severity.add_argument(
         "spec", help="severity spec (TOML), e.g. specs/severity_fashion_mnist.toml"
     )
-    severity.add_argument("--address", help="address of an existing Dask scheduler")
-    severity.add_argument("--workers", type=int, help="worker processes of the local cluster")
-    severity.add_argument("--cache", help="store root (default: $OODSIM_CACHE or ./cache)")
-    severity.add_argument("--out", help="where to write results (default: results/<name>.zarr)")
+    from oodsim.cli import add_run_options
+
+    add_run_options(severity)
     severity.add_argument("--report", help="also write plots and a summary into this folder")
     severity.add_argument("--metric", default="auroc", help="metric of the printed table")
-    severity.add_argument("--quiet", action="store_true", help="no progress lines")
     severity.set_defaults(func=_cmd_severity)
 
     inet = commands.add_parser(
