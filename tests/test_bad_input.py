@@ -8,9 +8,12 @@ leave the cache directory uncreated.
 from __future__ import annotations
 
 import gzip
+import os
 import re
 import socket
 import struct
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -409,3 +412,26 @@ def test_dask_address_that_does_not_answer_fails_after_a_bounded_wait(
 def test_malformed_dask_address(tmp_path: Path) -> None:
     with pytest.raises(ClusterError, match=r"'nonsense' is not a Dask scheduler address"):
         oodsim.run(small_digits(1), address="nonsense", cache=tmp_path / "c", progress=False)
+
+
+def test_download_without_network_fails_clearly(tmp_path: Path) -> None:
+    """download=true on a machine without internet: one clear error, not a deep traceback.
+    The network is cut off by a proxy on a closed loopback port (no traffic leaves the host)."""
+    proxy = "http://127.0.0.1:9"
+    env = {
+        **os.environ,
+        **{k: proxy for k in ("HTTP_PROXY", "HTTPS_PROXY", "http_proxy", "https_proxy")},
+    }
+    env.pop("NO_PROXY", None)
+    env.pop("no_proxy", None)
+    code = (
+        "from oodsim.data.registry import load_dataset\n"
+        f"load_dataset('cifar10', {str(tmp_path / 'cifar')!r}, True)\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode != 0
+    last = done.stderr.strip().splitlines()[-1]
+    assert last.startswith("oodsim.errors.DataNotFoundError: could not download cifar10")
+    assert "no internet access" in last and "root=" in last
