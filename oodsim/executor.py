@@ -33,6 +33,7 @@ from oodsim.specs import ExperimentSpec, load_spec
 from oodsim.store import Store, default_root
 
 CONNECT_TIMEOUT = 10.0
+LOCAL_WORKER_TIMEOUT = 120.0  # seconds without any worker before a local run gives up
 
 
 class ClusterError(OodsimError):
@@ -279,12 +280,16 @@ def run(
     cache: str | Path | None = None,
     out: str | Path | None = None,
     progress: bool | TextIO = True,
+    worker_timeout: float | None = None,
 ) -> xr.Dataset:
     """Run (or resume) an experiment and return its results as an ``xarray.Dataset``.
 
     ``address``: an existing Dask scheduler; else a local cluster of ``n_workers`` processes.
     ``cache``: the store root (default ``$OODSIM_CACHE`` or ``./cache``); ``out``: also save the
     results there (zarr). ``progress``: print a status line to stderr (or the given stream).
+    ``worker_timeout``: stop with :class:`ClusterError` when the cluster has had no worker for
+    this many seconds while work is pending (default: 120 s on oodsim's own local cluster; none
+    with ``address``, where workers may still be queued, e.g. on SLURM).
 
     With a sequential stopping rule, seeds go out in batches of ``stopping.batch_size`` (the
     next batch is submitted while the current one runs); the rule is checked each time a whole
@@ -312,7 +317,10 @@ def run(
                     if ahead[0] not in futures:
                         futures.update(dict.fromkeys(ahead))
                         futures.update(submitter.submit(ahead))
-                outcomes += _collect(spec, store, batch, futures, tracker)
+                timeout = worker_timeout
+                if timeout is None and address is None:
+                    timeout = LOCAL_WORKER_TIMEOUT
+                outcomes += _collect(spec, store, batch, futures, tracker, timeout)
                 if sequential:
                     decision = check_stopping(spec, outcomes, final=index == len(batches) - 1)
                     if decision.stop:
@@ -341,23 +349,53 @@ def _collect(
     batch: Sequence[int],
     futures: dict[int, Any],
     tracker: Progress,
+    worker_timeout: float | None = None,
 ) -> list[SeedOutcome]:
     """Outcomes of one batch: cached seeds scored here, the others gathered as they land."""
-    from distributed import as_completed
-
     outcomes = []
     for seed in batch:
         if futures.get(seed) is None:
             outcomes.append(_check(spec, simulate(spec, seed, str(store.root))))
             tracker.update(outcomes[-1], cached=True)
     running = [futures.pop(seed) for seed in batch if futures.get(seed) is not None]
-    for future in as_completed(running) if running else ():
+    for future in _as_landed(running, worker_timeout):
         outcomes.append(_check(spec, future.result()))
         tracker.update(outcomes[-1], cached=False)
     for seed in batch:
         futures.pop(seed, None)
     order = {seed: i for i, seed in enumerate(batch)}
     return sorted(outcomes, key=lambda o: order[o.seed])
+
+
+def _as_landed(
+    futures: Sequence[Any], worker_timeout: float | None, poll: float = 2.0
+) -> Iterator[Any]:
+    """Futures as they finish; a cluster without any worker for ``worker_timeout`` seconds
+    raises :class:`ClusterError` instead of waiting forever (finished work stays cached)."""
+    from distributed import wait
+
+    pending = set(futures)
+    idle_since: float | None = None
+    while pending:
+        try:
+            done, pending = wait(pending, timeout=poll, return_when="FIRST_COMPLETED")
+        except TimeoutError:
+            done = set()
+        yield from done
+        if done or worker_timeout is None:
+            idle_since = None
+            continue
+        client = next(iter(pending)).client
+        if client.nthreads():
+            idle_since = None
+        elif idle_since is None:
+            idle_since = time.monotonic()
+        elif time.monotonic() - idle_since > worker_timeout:
+            raise ClusterError(
+                f"the Dask cluster has had no worker for {worker_timeout:.0f} s with "
+                f"{len(pending)} simulations pending; finished simulations are cached, run "
+                "again (or restart the workers) to resume"
+            )
 
 
 def _check(spec: ExperimentSpec, outcome: SeedOutcome) -> SeedOutcome:

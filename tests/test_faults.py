@@ -25,7 +25,7 @@ import xarray as xr
 
 import oodsim
 from oodsim.cli import main as cli_main
-from oodsim.executor import RunAborted
+from oodsim.executor import ClusterError, RunAborted
 from oodsim.protocols.open_set import CHECKPOINT, OUTPUTS, plan
 from oodsim.results import store_counts
 from oodsim.specs import ExperimentSpec, load_spec
@@ -565,3 +565,51 @@ def test_on_failure_abort_stops_the_run(
     assert code == 2
     assert "on_failure = 'abort'" in capsys.readouterr().err
     assert not (tmp_path / "r.zarr").exists()
+
+
+def test_cluster_without_workers_stops_after_worker_timeout(tmp_path: Path) -> None:
+    """The only worker (started with --no-nanny, so nothing restarts it) dies mid-run: the run
+    stops with a ClusterError after ``worker_timeout`` instead of waiting forever."""
+    scheduler_file = tmp_path / "scheduler.json"
+    scheduler = subprocess.Popen(
+        [
+            "dask",
+            "scheduler",
+            "--scheduler-file",
+            str(scheduler_file),
+            "--port",
+            "0",
+            "--no-dashboard",
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    worker = None
+    try:
+        wait_for(lambda: scheduler_file.exists() or None, 60, "the scheduler file")
+        address = json.loads(scheduler_file.read_text())["address"]
+        worker = subprocess.Popen(
+            ["dask", "worker", address, "--no-nanny", "--nthreads", "1", "--no-dashboard"],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        cache = tmp_path / "cache"
+        thread, box = in_thread(
+            lambda: oodsim.run(
+                small_digits(6), address=address, cache=cache, progress=False, worker_timeout=5
+            )
+        )
+        wait_for(lambda: complete(cache, CHECKPOINT) or None, 120, "a first checkpoint")
+        worker.kill()
+        worker.wait()
+        thread.join(timeout=90)
+        assert not thread.is_alive(), "the run kept waiting for workers that never came"
+        error = box.get("error")
+        assert isinstance(error, ClusterError), box
+        assert "no worker for 5 s" in str(error) and "cached" in str(error)
+        assert Store(cache).verify() == []  # what finished is intact
+    finally:
+        for process in (worker, scheduler):
+            if process is not None and process.poll() is None:
+                process.kill()
+                process.wait()
