@@ -16,14 +16,19 @@ from oodsim.errors import SpecError
 
 def _cmd_severity(args: argparse.Namespace) -> int:
     from oodsim.cli import run_from_args
-    from oodsim.protocols.severity_run import load_severity_spec, run_severity
+    from oodsim.protocols.severity_suite import (
+        load_severity_suite,
+        per_dataset,
+        run_severity_suite,
+    )
     from oodsim.report_severity import format_level_table, write_severity_report
 
-    results, out, seconds = run_from_args(args, load_severity_spec(args.spec), run_severity)
-    print(format_level_table(results, args.metric))
-    if args.report:
-        path = write_severity_report(results, args.report, metric=args.metric)
-        print(f"report written to {path}")
+    results, out, seconds = run_from_args(args, load_severity_suite(args.spec), run_severity_suite)
+    for label, part in per_dataset(results):
+        print(f"\n[{label}]" if label else "", format_level_table(part, args.metric), sep="\n")
+        if args.report:
+            folder = Path(args.report) / label if label else Path(args.report)
+            print(f"report written to {write_severity_report(part, folder, metric=args.metric)}")
     print(
         f"\n{results.sizes['model']} model(s) x {results.sizes['method']} κ in "
         f"{seconds:.1f} s (store: {results.attrs['store']}); "

@@ -254,3 +254,30 @@ def test_cli_severity_prints_levels_and_writes_results(fmnist, tmp_path, capsys)
     assert '"computed": {}' in printed
     np.testing.assert_array_equal(open_results(out)["score"].values, first["score"].values)
     assert (tmp_path / "report" / "auroc_by_level.png").is_file()
+
+
+def test_suite_of_datasets_adds_a_dataset_dimension(cluster_address: str, tmp_path: Path) -> None:
+    from oodsim.protocols.severity_suite import (
+        load_severity_suite,
+        per_dataset,
+        run_severity_suite,
+    )
+
+    suite = load_severity_suite(ROOT / "specs" / "severity_suite_fashion_mnist.toml")
+    labels = [label for label, _ in suite.datasets]
+    assert labels == ["fashion_and_digits", "digits_and_noise"]
+    cache = tmp_path / "cache"
+    results = run_severity_suite(
+        suite, address=cluster_address, cache=cache, progress=False, out=tmp_path / "r.zarr"
+    )
+    assert list(results["dataset"].values) == labels
+    assert results["score"].dims[0] == "dataset" and results.sizes["severity"] == 11
+    assert np.isfinite(results["score"].values).all()
+    # the same model and shared sources: the second dataset reuses the first one's outputs
+    first = json.loads(results.attrs["store"])["computed"]
+    assert first.get("checkpoint", 0) <= 1
+    again = run_severity_suite(suite, address=cluster_address, cache=cache, progress=False)
+    assert json.loads(again.attrs["store"])["computed"] == {}
+    assert [label for label, _ in per_dataset(again)] == labels
+    reopened = open_results(tmp_path / "r.zarr")
+    np.testing.assert_array_equal(reopened["score"].values, results["score"].values)
