@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import logging
 import os
 import random
 import signal
@@ -91,20 +90,11 @@ class Killer(threading.Thread):
 def faulty_phase(args: argparse.Namespace, cache: Path) -> tuple[list[xr.Dataset], Killer, int]:
     """Rounds of new seeds under fire until the time is up. Returns the results of every
     round, the killer (its counts) and the number of runs that raised (none expected)."""
-    from distributed import Client, LocalCluster
+    from oodsim.executor import cluster_client
 
     rounds: list[xr.Dataset] = []
     raised = 0
-    with (
-        LocalCluster(
-            n_workers=args.workers,
-            threads_per_worker=1,
-            processes=True,
-            dashboard_address=None,
-            silence_logs=logging.ERROR,
-        ) as cluster,
-        Client(cluster) as client,
-    ):
+    with cluster_client(n_workers=args.workers) as client:
         deadline = time.monotonic() + 60 * args.minutes
         killer = Killer(client, cache, args.interval, args.rng, deadline)
         killer.start()
@@ -112,7 +102,7 @@ def faulty_phase(args: argparse.Namespace, cache: Path) -> tuple[list[xr.Dataset
             spec = _spec(args.seeds, start=len(rounds) * args.seeds)
             try:
                 results = oodsim.run(
-                    spec, address=cluster.scheduler_address, cache=cache, progress=False
+                    spec, address=client.scheduler.address, cache=cache, progress=False
                 )
             except Exception as error:  # a fault was not survived: report it, resume the round
                 raised += 1

@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
+import json
 import os
+import subprocess
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -26,6 +30,48 @@ def small_digits(n_seeds: int = 4, **changes) -> ExperimentSpec:
         metrics=("auroc", "accuracy"),
     )
     return attrs.evolve(spec, **changes)
+
+
+@contextlib.contextmanager
+def dask_cli_cluster(folder: Path, *worker_args: str) -> Iterator[tuple[str, subprocess.Popen]]:
+    """A scheduler and one worker started as separate processes with the ``dask`` CLI (as a
+    user would on a cluster); yields the scheduler address and the worker process, and stops
+    both on exit. ``worker_args`` are extra ``dask worker`` options (e.g. ``--no-nanny``)."""
+    from distributed import Client
+
+    scheduler_file = folder / "scheduler.json"
+    quiet = {"stdout": subprocess.DEVNULL, "stderr": subprocess.DEVNULL}
+    processes = [
+        subprocess.Popen(
+            [
+                "dask",
+                "scheduler",
+                "--scheduler-file",
+                str(scheduler_file),
+                "--port",
+                "0",
+                "--no-dashboard",
+            ],
+            **quiet,
+        )
+    ]
+    try:
+        deadline = time.time() + 60
+        while not scheduler_file.exists() and time.time() < deadline:
+            time.sleep(0.2)
+        address = json.loads(scheduler_file.read_text())["address"]
+        worker = subprocess.Popen(
+            ["dask", "worker", address, "--nthreads", "1", "--no-dashboard", *worker_args], **quiet
+        )
+        processes.append(worker)
+        with Client(address, timeout=30) as client:
+            client.wait_for_workers(1, timeout=60)
+        yield address, worker
+    finally:
+        for process in reversed(processes):
+            if process.poll() is None:
+                process.kill()
+            process.wait()
 
 
 @pytest.fixture(scope="session")

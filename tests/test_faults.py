@@ -6,7 +6,6 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import json
-import logging
 import os
 import resource
 import signal
@@ -30,7 +29,7 @@ from oodsim.protocols.open_set import CHECKPOINT, OUTPUTS, plan
 from oodsim.results import store_counts
 from oodsim.specs import ExperimentSpec, load_spec
 from oodsim.store import CorruptEntryWarning, Store, _start_time
-from tests.conftest import ROOT, small_digits
+from tests.conftest import ROOT, dask_cli_cluster, small_digits
 
 T = TypeVar("T")
 
@@ -104,6 +103,13 @@ def run_quietly(
     return subprocess.run(command, capture_output=True, text=True, **{"timeout": 300, **kwargs})
 
 
+def cli_run_on(address: str, spec_path: Path, folder: Path) -> int:
+    """``oodsim run SPEC`` in this process on the cluster at ``address``, cache and results
+    under ``folder``; its exit code."""
+    out = ["--cache", str(folder / "c"), "--out", str(folder / "r.zarr")]
+    return cli_main(["run", str(spec_path), "--address", address, "--quiet", *out])
+
+
 def session_pids(sid: int) -> list[int]:
     """Live processes of session ``sid`` (Linux /proc)."""
     pids = []
@@ -133,18 +139,9 @@ def reap_session(sid: int, timeout: float = 30.0) -> list[int]:
 @contextlib.contextmanager
 def own_cluster(n_workers: int = 2) -> Iterator[Any]:
     """A LocalCluster this test may kill workers of (the shared one must stay whole)."""
-    from distributed import Client, LocalCluster
+    from oodsim.executor import cluster_client
 
-    with (
-        LocalCluster(
-            n_workers=n_workers,
-            threads_per_worker=1,
-            processes=True,
-            dashboard_address=None,
-            silence_logs=logging.CRITICAL,
-        ) as cluster,
-        Client(cluster) as client,
-    ):
+    with cluster_client(n_workers=n_workers) as client:
         yield client
 
 
@@ -517,19 +514,7 @@ def test_run_summary_shows_failed_seeds_and_why(
     cluster_address: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     spec_path = digits_toml(tmp_path / "s.toml", 2, lr="1e6")
-    code = cli_main(
-        [
-            "run",
-            str(spec_path),
-            "--address",
-            cluster_address,
-            "--quiet",
-            "--cache",
-            str(tmp_path / "c"),
-            "--out",
-            str(tmp_path / "r.zarr"),
-        ]
-    )
+    code = cli_run_on(cluster_address, spec_path, tmp_path)
     out = capsys.readouterr().out
     assert code == 0
     assert "2 of 2 simulations failed (excluded from the estimates above):" in out
@@ -549,19 +534,7 @@ def test_on_failure_abort_stops_the_run(
         oodsim.run(spec, address=cluster_address, cache=tmp_path / "c", progress=False)
     spec_path = digits_toml(tmp_path / "s.toml", 2, lr="1e6")
     spec_path.write_text('on_failure = "abort"\n' + spec_path.read_text())
-    code = cli_main(
-        [
-            "run",
-            str(spec_path),
-            "--address",
-            cluster_address,
-            "--quiet",
-            "--cache",
-            str(tmp_path / "c"),
-            "--out",
-            str(tmp_path / "r.zarr"),
-        ]
-    )
+    code = cli_run_on(cluster_address, spec_path, tmp_path)
     assert code == 2
     assert "on_failure = 'abort'" in capsys.readouterr().err
     assert not (tmp_path / "r.zarr").exists()
@@ -570,29 +543,7 @@ def test_on_failure_abort_stops_the_run(
 def test_cluster_without_workers_stops_after_worker_timeout(tmp_path: Path) -> None:
     """The only worker (started with --no-nanny, so nothing restarts it) dies mid-run: the run
     stops with a ClusterError after ``worker_timeout`` instead of waiting forever."""
-    scheduler_file = tmp_path / "scheduler.json"
-    scheduler = subprocess.Popen(
-        [
-            "dask",
-            "scheduler",
-            "--scheduler-file",
-            str(scheduler_file),
-            "--port",
-            "0",
-            "--no-dashboard",
-        ],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    worker = None
-    try:
-        wait_for(lambda: scheduler_file.exists() or None, 60, "the scheduler file")
-        address = json.loads(scheduler_file.read_text())["address"]
-        worker = subprocess.Popen(
-            ["dask", "worker", address, "--no-nanny", "--nthreads", "1", "--no-dashboard"],
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-        )
+    with dask_cli_cluster(tmp_path, "--no-nanny") as (address, worker):
         cache = tmp_path / "cache"
         thread, box = in_thread(
             lambda: oodsim.run(
@@ -608,8 +559,3 @@ def test_cluster_without_workers_stops_after_worker_timeout(tmp_path: Path) -> N
         assert isinstance(error, ClusterError), box
         assert "no worker for 5 s" in str(error) and "cached" in str(error)
         assert Store(cache).verify() == []  # what finished is intact
-    finally:
-        for process in (worker, scheduler):
-            if process is not None and process.poll() is None:
-                process.kill()
-                process.wait()

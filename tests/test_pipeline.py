@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import io
-import signal
 import subprocess
 import time
 from pathlib import Path
@@ -16,7 +15,7 @@ import xarray as xr
 import oodsim
 from oodsim.results import store_counts
 from oodsim.specs import DatasetSpec, SeedsSpec, SplitSpec
-from tests.conftest import ROOT, small_digits
+from tests.conftest import ROOT, dask_cli_cluster, small_digits
 
 
 def test_digits_run_then_rerun_computes_nothing(
@@ -121,59 +120,11 @@ def test_progress_reports_to_a_stream(cluster_address: str, cache: Path) -> None
 
 
 def test_scheduler_and_worker_started_with_the_dask_cli(tmp_path: Path) -> None:
-    scheduler_file = tmp_path / "scheduler.json"
-    scheduler = subprocess.Popen(
-        [
-            "dask",
-            "scheduler",
-            "--scheduler-file",
-            str(scheduler_file),
-            "--port",
-            "0",
-            "--no-dashboard",
-        ],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    worker = None
-    try:
-        deadline = time.time() + 60
-        while not scheduler_file.exists() and time.time() < deadline:
-            time.sleep(0.2)
-        worker = subprocess.Popen(
-            [
-                "dask",
-                "worker",
-                "--scheduler-file",
-                str(scheduler_file),
-                "--nworkers",
-                "1",
-                "--nthreads",
-                "1",
-                "--no-dashboard",
-            ],
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-        )
-        import json
-
-        address = json.loads(scheduler_file.read_text())["address"]
-        from distributed import Client
-
-        with Client(address, timeout=30) as client:
-            client.wait_for_workers(1, timeout=60)
+    with dask_cli_cluster(tmp_path, "--nworkers", "1") as (address, _):
         results = oodsim.run(
             small_digits(2), address=address, cache=tmp_path / "cache", progress=False
         )
-        assert store_counts(results)["computed"]["checkpoint"] == 2
-    finally:
-        for process in (worker, scheduler):
-            if process is not None:
-                process.send_signal(signal.SIGINT)
-                try:
-                    process.wait(timeout=20)
-                except subprocess.TimeoutExpired:
-                    process.kill()
+    assert store_counts(results)["computed"]["checkpoint"] == 2
 
 
 def test_unreachable_scheduler_fails_clearly(tmp_path: Path) -> None:
