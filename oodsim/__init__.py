@@ -1,6 +1,8 @@
 """oodsim: evaluate out-of-distribution detectors as a Monte Carlo process.
 
-The public API is imported lazily so that ``import oodsim`` stays cheap in worker processes.
+``load(path)`` reads a spec of any protocol (open set, severity, ImageNet-O) and ``run(spec)``
+runs it on the engine (:mod:`oodsim.engine`). The public API is imported lazily so that
+``import oodsim`` stays cheap in worker processes.
 """
 
 from __future__ import annotations
@@ -11,7 +13,8 @@ from typing import Any
 __version__ = "0.1.0"
 
 _LAZY = {
-    "run": "oodsim.executor",
+    "run": "oodsim.engine",
+    "load": "oodsim.engine",
     "load_spec": "oodsim.specs",
     "open_results": "oodsim.results",
     "Outputs": "oodsim.outputs",

@@ -1,10 +1,12 @@
-"""Assemble per-seed outcomes into an ``xarray.Dataset``; save and reopen it with zarr.
+"""One result schema for every protocol: :class:`SeedResult` per seed, :func:`build` for all.
 
-Layout: variable ``score`` with dims ``(seed, method, metric, severity[, ood])`` (``severity`` is
-the single label ``"all"`` for open set simulations; ``ood`` only when the spec has several OOD
-test sets), ``failure`` (seed,) holding the reason a seed failed ("" when it did not), and the
-coordinate ``class_split`` along ``seed``. Provenance (spec JSON, key, versions, what the store
-computed vs loaded, the stopping decision) lives in ``attrs`` as JSON strings.
+Layout: variable ``score`` with dims ``(seed, method, metric, severity, ...)`` where a protocol
+adds ``model``, ``dataset`` or ``ood`` only when its spec varies them (``severity`` is the single
+label ``"all"`` for protocols without severity levels), ``failure`` (seed,) holding the reason a
+seed failed ("" when it did not), and whatever per-seed variables and coordinates the protocol's
+:class:`Layout` declares (``class_split``, ``level_severity``, ...). Provenance (protocol, spec
+JSON, key, versions, what the store computed vs loaded, the stopping decision) lives in
+``attrs`` as JSON strings. Save with :func:`save_results`, reopen with :func:`open_results`.
 """
 
 from __future__ import annotations
@@ -18,12 +20,14 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+import attrs
 import numpy as np
 import xarray as xr
 
-from oodsim.protocols.open_set import SeedOutcome
-from oodsim.specs import ExperimentSpec
 from oodsim.store import summarize_events
+
+SCORE_DIMS = ("method", "metric", "severity")
+NO_SEVERITY = "all"
 
 
 def package_versions() -> dict[str, str]:
@@ -49,53 +53,114 @@ def package_versions() -> dict[str, str]:
     return versions
 
 
-def assemble(
-    spec: ExperimentSpec,
-    outcomes: Sequence[SeedOutcome],
+@attrs.frozen(eq=False)
+class SeedResult:
+    """What one seed contributes to the result (small: arrays of scores, no model outputs).
+
+    ``variables`` maps each per-seed variable of the :class:`Layout` to an array of its dims
+    (without ``seed``); empty when the seed ``failure`` is set. ``coords`` holds the per-seed
+    string coordinates (e.g. the class split); ``events`` the store events of scoring.
+    """
+
+    seed: int
+    variables: Mapping[str, Any] = attrs.field(factory=dict)
+    coords: Mapping[str, str] = attrs.field(factory=dict)
+    failure: str = ""
+    events: tuple[tuple[str, str, str], ...] = ()
+    seconds: float = 0.0
+
+    @property
+    def failed(self) -> bool:
+        return bool(self.failure)
+
+
+@attrs.frozen
+class Layout:
+    """The shape of a protocol's result.
+
+    ``coords``: labels of every non-seed dimension (``method``, ``metric`` and ``severity``
+    always; ``model``, ``dataset``, ``ood`` where the spec varies them). ``variables``: the
+    dims (without ``seed``) of each per-seed variable; ``score`` is required and starts with
+    ``method, metric, severity``. ``seed_coords``: per-seed string coordinates.
+    ``static``: seed-independent variables as ``(dims, values)``.
+    """
+
+    coords: Mapping[str, Sequence[Any]]
+    variables: Mapping[str, tuple[str, ...]]
+    seed_coords: tuple[str, ...] = ()
+    static: Mapping[str, tuple[tuple[str, ...], Any]] = attrs.field(factory=dict)
+
+    def __attrs_post_init__(self) -> None:
+        dims = self.variables.get("score", ())
+        if tuple(dims[:3]) != SCORE_DIMS:
+            raise ValueError(f"score must start with dims {SCORE_DIMS}, got {dims}")
+        for name, var_dims in self.variables.items():
+            missing = [d for d in var_dims if d not in self.coords]
+            if missing:
+                raise ValueError(f"variable {name!r}: dims {missing} have no coordinates")
+
+    def shape(self, name: str) -> tuple[int, ...]:
+        return tuple(len(self.coords[d]) for d in self.variables[name])
+
+
+def _stack(layout: Layout, name: str, results: Sequence[SeedResult]) -> np.ndarray:
+    """One variable over seeds; a failed seed is NaN (numbers) or "" (strings)."""
+    shape = layout.shape(name)
+    rows = [np.asarray(r.variables[name]) for r in results if not r.failed]
+    kind = rows[0].dtype.kind if rows else "f"
+    fill: Any = "" if kind in "US" else np.nan
+    dtype = str if kind in "US" else np.float64
+    out = np.full((len(results), *shape), fill, dtype=object if dtype is str else dtype)
+    for i, result in enumerate(results):
+        if not result.failed:
+            value = np.asarray(result.variables[name])
+            if value.shape != shape:
+                raise ValueError(
+                    f"seed {result.seed}: variable {name!r} has shape {value.shape}, "
+                    f"expected {shape} from the layout"
+                )
+            out[i] = value
+    return out.astype(str) if dtype is str else out
+
+
+def build(
+    spec: Any,
+    protocol: str,
+    layout: Layout,
+    results: Sequence[SeedResult],
+    events: Sequence[tuple[str, str, str]] = (),
     extra_attrs: Mapping[str, Any] | None = None,
 ) -> xr.Dataset:
-    """One Dataset from the outcomes of a run (any order; sorted by seed)."""
-    outcomes = sorted(outcomes, key=lambda o: o.seed)
-    methods = [d.label for d in spec.detectors]
-    shape = (len(methods), len(spec.metrics), len(spec.ood))
-    scores = (
-        np.stack([o.scores if o.scores is not None else np.full(shape, np.nan) for o in outcomes])
-        if outcomes
-        else np.zeros((0, *shape))
-    )
-    scores = scores[:, :, :, None, :]  # severity axis
-    dims = ["seed", "method", "metric", "severity", "ood"]
-    coords: dict[str, Any] = {
-        "seed": [o.seed for o in outcomes],
-        "method": methods,
-        "metric": list(spec.metrics),
-        "severity": ["all"],
-        "class_split": ("seed", [o.class_split for o in outcomes]),
+    """The result Dataset of any protocol from its per-seed results (any order; sorted by seed).
+
+    ``events`` are the store events of the run's tasks (each task counted once); the scoring
+    events of every seed are added to them for ``attrs["store"]``.
+    """
+    results = sorted(results, key=lambda r: r.seed)
+    variables: dict[str, Any] = {
+        name: (("seed", *dims), _stack(layout, name, results))
+        for name, dims in layout.variables.items()
     }
-    if spec.varies_ood:
-        coords["ood"] = [o.label for o in spec.ood]
-    else:
-        scores, dims = scores[..., 0], dims[:-1]
-    events = [event for o in outcomes for event in o.events]
-    attrs = {
+    variables["failure"] = ("seed", np.array([r.failure for r in results], dtype=str))
+    variables.update(layout.static)
+    coords: dict[str, Any] = {"seed": [r.seed for r in results]}
+    coords |= {dim: list(labels) for dim, labels in layout.coords.items()}
+    for name in layout.seed_coords:
+        coords[name] = ("seed", np.array([r.coords.get(name, "") for r in results], dtype=str))
+    all_events = list(events) + [e for r in results for e in r.events]
+    attrs_ = {
+        "protocol": protocol,
         "spec": spec.to_json(),
         "spec_key": spec.key,
         "experiment": spec.name,
         "versions": json.dumps(package_versions()),
-        "store": json.dumps(summarize_events(events)),
-        "n_seeds": len(outcomes),
-        "n_failed": sum(o.failed for o in outcomes),
-        "simulation_seconds": float(sum(o.seconds for o in outcomes)),
+        "store": json.dumps(summarize_events(all_events)),
+        "n_seeds": len(results),
+        "n_failed": sum(r.failed for r in results),
+        "simulation_seconds": float(sum(r.seconds for r in results)),
         **(extra_attrs or {}),
     }
-    return xr.Dataset(
-        {
-            "score": (dims, scores),
-            "failure": ("seed", np.array([o.failure for o in outcomes], dtype=str)),
-        },
-        coords=coords,
-        attrs=attrs,
-    )
+    return xr.Dataset(variables, coords=coords, attrs=attrs_)
 
 
 def store_counts(results: xr.Dataset) -> dict[str, dict[str, int]]:

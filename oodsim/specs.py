@@ -349,6 +349,50 @@ class StoppingSpec(_Keyed):
     min_seeds: int = attrs.field(default=5, validator=_positive)
     max_seeds: int | None = attrs.field(default=None, validator=_positive)
     batch_size: int = attrs.field(default=10, validator=_positive)
+    severity: str | None = attrs.field(
+        default=None, converter=lambda v: None if v is None else str(v)
+    )
+
+
+class Seeded:
+    """Mixin of every protocol's spec: ``seeds``, ``stopping`` and ``on_failure`` fields.
+
+    The rule watches ``stopping.metric`` at severity level ``stopping.severity`` (default: the
+    first level) for every method; see :func:`oodsim.engine.run.stopping_values`.
+    """
+
+    seeds: SeedsSpec
+    stopping: StoppingSpec
+    metrics: tuple[str, ...]
+
+    @property
+    def max_seeds(self) -> int:
+        """The most seeds the run may take: ``stopping.max_seeds`` or all seeds."""
+        return self.stopping.max_seeds or len(self.seeds.all())
+
+    def check_stopping(self, levels: tuple[str, ...]) -> None:
+        """A sequential rule must watch one of the spec's metrics and levels and fit the seeds."""
+        rule = self.stopping
+        if rule.severity is not None and rule.severity not in levels:
+            raise SpecError("stopping.severity", rule.severity, f"one of the levels {list(levels)}")
+        if rule.rule == "fixed":
+            return
+        if rule.metric not in self.metrics:
+            raise SpecError(
+                "stopping.metric",
+                rule.metric,
+                f"one of the spec's metrics {list(self.metrics)}",
+            )
+        if rule.max_seeds is not None and rule.max_seeds > len(self.seeds.all()):
+            raise SpecError(
+                "stopping.max_seeds",
+                rule.max_seeds,
+                f"at most the {len(self.seeds.all())} seeds in [seeds]",
+            )
+        if rule.min_seeds > self.max_seeds:
+            raise SpecError(
+                "stopping.min_seeds", rule.min_seeds, f"at most max_seeds = {self.max_seeds}"
+            )
 
 
 # --------------------------------------------------------------------------- the experiment
@@ -364,7 +408,7 @@ def _ood_sets(value: Any) -> tuple[OODSetSpec, ...]:
 
 
 @attrs.frozen(kw_only=True)
-class ExperimentSpec(_Keyed):
+class ExperimentSpec(Seeded, _Keyed):
     """An open set simulation experiment: everything that determines its results."""
 
     TAG = "experiment"
@@ -395,7 +439,7 @@ class ExperimentSpec(_Keyed):
         self._check_grids()
         self._check_unique("ood", [o.label for o in self.ood])
         self._check_split_fits_dataset()
-        self._check_stopping()
+        self.check_stopping(("all",))
 
     def _check_grids(self) -> None:
         from oodsim.protocols.tuning import is_grid
@@ -406,27 +450,6 @@ class ExperimentSpec(_Keyed):
                 "split.n_ood_val",
                 self.split.n_ood_val,
                 f">= 1 OOD validation class to choose the parameters of {tuned}",
-            )
-
-    def _check_stopping(self) -> None:
-        rule = self.stopping
-        if rule.rule == "fixed":
-            return
-        if rule.metric not in self.metrics:
-            raise SpecError(
-                "stopping.metric",
-                rule.metric,
-                f"one of the experiment's metrics {list(self.metrics)}",
-            )
-        if rule.max_seeds is not None and rule.max_seeds > len(self.seeds.all()):
-            raise SpecError(
-                "stopping.max_seeds",
-                rule.max_seeds,
-                f"at most the {len(self.seeds.all())} seeds in [seeds]",
-            )
-        if rule.min_seeds > self.max_seeds:
-            raise SpecError(
-                "stopping.min_seeds", rule.min_seeds, f"at most max_seeds = {self.max_seeds}"
             )
 
     @staticmethod
@@ -454,11 +477,6 @@ class ExperimentSpec(_Keyed):
         for classes in self.split.known_classes:
             if max(classes) >= n_classes:
                 raise SpecError("split.known_classes", classes, f"class ids in 0..{n_classes - 1}")
-
-    @property
-    def max_seeds(self) -> int:
-        """The most simulations the run may take: ``stopping.max_seeds`` or all seeds."""
-        return self.stopping.max_seeds or len(self.seeds.all())
 
     @property
     def varies_ood(self) -> bool:

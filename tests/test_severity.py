@@ -241,7 +241,7 @@ def test_improvement_over_softmax() -> None:
 
 
 def test_report_writes_pngs_and_a_summary(tmp_path) -> None:
-    from oodsim.report_severity import format_level_table, write_severity_report
+    from oodsim.report.severity import format_level_table, write_severity_report
 
     results = _results()
     table = format_level_table(results)

@@ -7,7 +7,7 @@ how to get the data; nothing is downloaded unless the spec asks for ``download =
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 
 import attrs
 import numpy as np
@@ -65,6 +65,22 @@ def register_dataset(
         return load
 
     return decorate
+
+
+def user_datasets(names: Iterable[str]) -> tuple[DatasetInfo, ...]:
+    """The datasets among ``names`` that a script registered in this process (not oodsim's
+    own loaders): worker processes never ran that script, so the engine ships these."""
+    return tuple(
+        DATASETS[name]
+        for name in dict.fromkeys(names)
+        if name in DATASETS and not DATASETS[name].load.__module__.startswith("oodsim.")
+    )
+
+
+def adopt_datasets(infos: Iterable[DatasetInfo]) -> None:
+    """Register datasets shipped from the driver in this (worker) process."""
+    for info in infos:
+        DATASETS.setdefault(info.name, info)
 
 
 def dataset_info(name: str) -> DatasetInfo:

@@ -1,7 +1,8 @@
-"""One open set simulation: split, train (or load), infer (or load), score every detector.
+"""The open set protocol: split, train (or load), infer (or load), score every detector.
 
-:func:`simulate` is the unit of work the executor sends to a Dask worker. It consults the store
-for every artifact first and computes only what is missing:
+One seed is one simulation. :data:`PROTOCOL` plans one task per seed (:func:`compute_seed`,
+run on a Dask worker by the engine), which consults the store for every artifact first and
+computes only what is missing:
 
 - ``checkpoint``: trained weights + input normalization, per (dataset, split, model, training,
   training streams);
@@ -9,16 +10,16 @@ for every artifact first and computes only what is missing:
 - ``ood_outputs``: the same for each extra OOD test set (another dataset, noise);
 - ``kappa``: κ of a model-based detector (ODIN, MC dropout) on one evaluated subset.
 
-Scoring logit/feature detectors is cheap and never cached: adding such a detector to a finished
-experiment reads the cached arrays only.
+Scoring (:meth:`OpenSetProtocol.score`) reads these entries; logit/feature detectors are cheap
+and never cached, so adding one to a finished experiment reads the cached arrays only.
 """
 
 from __future__ import annotations
 
 import functools
-import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from functools import partial
+from pathlib import Path
 from typing import Any
 
 import attrs
@@ -26,11 +27,13 @@ import numpy as np
 
 from oodsim.data.registry import ImageData, dataset_info, load_dataset
 from oodsim.data.splits import SUBSETS, OpenSetSplit, make_split
-from oodsim.errors import OodsimError
+from oodsim.errors import SpecError
 from oodsim.keys import digest
 from oodsim.outputs import Outputs
+from oodsim.protocols.base import Protocol, SeedFailed, Task
+from oodsim.results import NO_SEVERITY, Layout, SeedResult
 from oodsim.seeds import TRAINING_STREAMS, SeedStreams
-from oodsim.specs import DetectorSpec, ExperimentSpec, OODSetSpec
+from oodsim.specs import DetectorSpec, ExperimentSpec, OODSetSpec, spec_from_dict
 from oodsim.store import Store
 
 CHECKPOINT = "checkpoint"
@@ -40,24 +43,8 @@ KAPPA = "kappa"
 HELD_OUT = "held_out"
 
 
-class SimulationFailed(OodsimError):
+class SimulationFailed(SeedFailed):
     """A seed that cannot produce scores (diverged training, non-finite outputs)."""
-
-
-@attrs.frozen
-class SeedOutcome:
-    """What one simulation returns to the executor (small: no arrays but the scores)."""
-
-    seed: int
-    scores: np.ndarray | None  # (method, metric, ood); None when failed
-    class_split: str
-    failure: str
-    events: tuple[tuple[str, str, str], ...]
-    seconds: float
-
-    @property
-    def failed(self) -> bool:
-        return bool(self.failure)
 
 
 # --------------------------------------------------------------------------- keys
@@ -137,8 +124,8 @@ def eval_sets(spec: ExperimentSpec, streams: SeedStreams, checkpoint: str) -> li
     return sets
 
 
-def plan(spec: ExperimentSpec, seed: int) -> list[tuple[str, str]]:
-    """Every (kind, key) a finished simulation of ``seed`` has in the store."""
+def entries(spec: ExperimentSpec, seed: int) -> list[tuple[str, str]]:
+    """Every (kind, key) a finished simulation of ``seed`` has in the store (checkpoint first)."""
     streams = SeedStreams(seed, dict(spec.seeds.pinned))
     checkpoint = checkpoint_key(spec, streams)
     needed = [(CHECKPOINT, checkpoint)]
@@ -148,15 +135,6 @@ def plan(spec: ExperimentSpec, seed: int) -> list[tuple[str, str]]:
         if _needs_model(detector):
             needed += [(KAPPA, kappa_key(s.entry[1], s.prefix, detector, streams)) for s in sets]
     return needed
-
-
-def is_cached(spec: ExperimentSpec, seed: int, store: Store) -> bool:
-    """Whether every artifact of ``seed`` is in the store and intact, so that it can be scored
-    without a cluster. All entries get the cheap :meth:`Store.has` check; the checkpoint, which
-    scoring does not read, is also checksummed here (the entries scoring reads are checksummed
-    on read), so a checkpoint altered on disk is found and retrained by the next run."""
-    needed = plan(spec, seed)
-    return all(store.has(*entry) for entry in needed) and store.verify_entry(*needed[0])
 
 
 # --------------------------------------------------------------------------- compute
@@ -360,65 +338,33 @@ def _outputs(arrays: dict[str, np.ndarray], prefix: str) -> Outputs:
     )
 
 
-def _class_split_label(store: Store, checkpoint: str) -> str:
+def class_split_label(store: Store, checkpoint: str) -> str:
+    """The known classes of a stored checkpoint, e.g. "0-3-5-7-8-9" ("" before training)."""
     meta = store.meta(CHECKPOINT, checkpoint) or {}
     return "-".join(map(str, meta.get("class_split", {}).get("known", [])))
 
 
-def simulate(
-    spec: ExperimentSpec,
-    seed: int,
-    cache_root: str,
-    *,
-    torch_threads: int | None = None,
-    detectors: tuple[Any, ...] = (),
-) -> SeedOutcome:
-    """Run (or load) one open set simulation and score every detector and metric.
+def compute_seed(spec: ExperimentSpec, seed: int, store: Store) -> None:
+    """The task of one simulation: train (or load) its model and store every missing output
+    and model-based κ of :func:`entries` (run on a Dask worker by the engine)."""
+    sim = _simulation(spec, seed, store)
+    missing = [entry for entry in entries(spec, seed) if not store.has(*entry)]
+    if any(kind != KAPPA for kind, _ in missing):
+        if not store.has(CHECKPOINT, sim.checkpoint):
+            sim.model()
+        sim.ensure_outputs()
+        for ood in spec.ood:
+            if ood.kind != HELD_OUT:
+                sim.ensure_ood_outputs(ood)
+    prepared = _Prepared.load(spec, sim)
+    for detector in spec.detectors:
+        if _needs_model(detector):
+            _checked(detector, sim.seed, lambda d=detector: prepared.kappa(sim, d))
 
-    ``detectors``: detectors a script registered in the driver process, registered here too
-    (a worker process never ran that script).
-    """
-    if detectors:
-        from oodsim.detectors import adopt
 
-        adopt(detectors)
-    started = time.perf_counter()
-    store = Store(cache_root)
+def _simulation(spec: ExperimentSpec, seed: int, store: Store) -> _Simulation:
     streams = SeedStreams(seed, dict(spec.seeds.pinned))
-    checkpoint = checkpoint_key(spec, streams)
-    sim = _Simulation(spec, seed, store, streams, checkpoint)
-    try:
-        missing = [entry for entry in plan(spec, seed) if not store.has(*entry)]
-        if missing and torch_threads:
-            import torch
-
-            torch.set_num_threads(torch_threads)
-            torch.use_deterministic_algorithms(True, warn_only=True)
-        if any(kind != KAPPA for kind, _ in missing):
-            if not store.has(CHECKPOINT, checkpoint):
-                sim.model()
-            sim.ensure_outputs()
-            for ood in spec.ood:
-                if ood.kind != HELD_OUT:
-                    sim.ensure_ood_outputs(ood)
-        scores = score(spec, sim)
-    except SimulationFailed as error:
-        return SeedOutcome(
-            seed,
-            None,
-            _class_split_label(store, checkpoint),
-            str(error),
-            tuple(store.events),
-            time.perf_counter() - started,
-        )
-    return SeedOutcome(
-        seed,
-        scores,
-        _class_split_label(store, checkpoint),
-        "",
-        tuple(store.events),
-        time.perf_counter() - started,
-    )
+    return _Simulation(spec, seed, store, streams, checkpoint_key(spec, streams))
 
 
 # --------------------------------------------------------------------------- scoring
@@ -531,57 +477,75 @@ def _validation_is_ood(split_arrays: dict[str, np.ndarray]) -> np.ndarray:
     return np.r_[np.zeros(n_in, bool), np.ones(n_out, bool)]
 
 
-def _kappa(
-    sim: _Simulation,
-    detector: DetectorSpec,
-    sets: list[EvalSet],
-    outputs: list[Outputs],
-    pooled: Outputs,
-    fits: dict[str, Outputs],
-    split_arrays: dict[str, np.ndarray],
-) -> np.ndarray:
-    """κ of one detector on the ID test set followed by every OOD test set."""
-    from oodsim.detectors import confidence, get_detector
+@attrs.frozen(eq=False)
+class _Prepared:
+    """The cached outputs one seed is scored from: evaluated sets, fit splits, validation."""
 
-    info = get_detector(detector.name)
-    fit = fits.get(info.fit_on) if info.fit_on else None
-    if "model" in info.needs:
-        params = functools.cache(partial(_model_params, sim, detector, fit, split_arrays))
-        kappa = np.concatenate(
-            [_model_kappa(sim, detector, s, fit, o, params) for s, o in zip(sets, outputs)]
-        )
-    else:
-        params = _logit_params(detector, fit, split_arrays)
-        kappa = confidence(detector.name, pooled, fit=fit, **params)
-    return np.asarray(kappa, dtype=np.float64)
+    sets: list[EvalSet]
+    outputs: list[Outputs]
+    pooled: Outputs
+    fits: dict[str, Outputs]
+    split_arrays: dict[str, np.ndarray]
+
+    @classmethod
+    def load(cls, spec: ExperimentSpec, sim: _Simulation) -> _Prepared:
+        sets = eval_sets(spec, sim.streams, sim.checkpoint)
+        found = {entry: _load(sim.store, *entry) for entry in sorted({s.entry for s in sets})}
+        split_arrays = found[(OUTPUTS, outputs_key(sim.checkpoint))]
+        outputs = [_outputs(found[s.entry], s.prefix) for s in sets]
+        fits = {
+            "train": _outputs(split_arrays, "in_train"),
+            "val": _outputs(split_arrays, "in_val"),
+        }
+        return cls(sets, outputs, Outputs.concat(outputs), fits, split_arrays)
+
+    def kappa(self, sim: _Simulation, detector: DetectorSpec) -> np.ndarray:
+        """κ of one detector on the ID test set followed by every OOD test set; a detector
+        with a fit split is fitted once and applied to all of them."""
+        from oodsim.detectors import confidence, get_detector
+
+        info = get_detector(detector.name)
+        fit = self.fits.get(info.fit_on) if info.fit_on else None
+        if "model" in info.needs:
+            params = functools.cache(
+                partial(_model_params, sim, detector, fit, self.split_arrays)
+            )
+            kappa = np.concatenate(
+                [
+                    _model_kappa(sim, detector, s, fit, o, params)
+                    for s, o in zip(self.sets, self.outputs)
+                ]
+            )
+        else:
+            params = _logit_params(detector, fit, self.split_arrays)
+            kappa = confidence(detector.name, self.pooled, fit=fit, **params)
+        return np.asarray(kappa, dtype=np.float64)
+
+
+def _checked(detector: DetectorSpec, seed: int, kappa: Callable[[], np.ndarray]) -> np.ndarray:
+    """Run a κ computation; non-finite κ fails the seed with a message naming the detector."""
+    from oodsim.detectors._api import NonFiniteKappaError
+    from oodsim.metrics import NonFiniteScoreError
+
+    try:
+        return kappa()
+    except (NonFiniteScoreError, NonFiniteKappaError) as error:
+        raise SimulationFailed(
+            f"detector {detector.label} gave non-finite κ on seed {seed}: {error}"
+        ) from None
 
 
 def score(spec: ExperimentSpec, sim: _Simulation) -> np.ndarray:
     """Metric values of shape (method, metric, ood) from cached outputs."""
-    from oodsim.detectors._api import NonFiniteKappaError
     from oodsim.metrics import METRICS, NonFiniteScoreError
 
-    store = sim.store
-    sets = eval_sets(spec, sim.streams, sim.checkpoint)
-    entries = {entry: _load(store, *entry) for entry in sorted({s.entry for s in sets})}
-    split_arrays = entries[(OUTPUTS, outputs_key(sim.checkpoint))]
-    outputs = [_outputs(entries[s.entry], s.prefix) for s in sets]
-    sizes = np.cumsum([0] + [len(o) for o in outputs])
-    pooled = Outputs.concat(outputs)
-    fits = {"train": _outputs(split_arrays, "in_train"), "val": _outputs(split_arrays, "in_val")}
-
-    kappas = []
-    for detector in spec.detectors:
-        try:
-            kappas.append(_kappa(sim, detector, sets, outputs, pooled, fits, split_arrays))
-        except (NonFiniteScoreError, NonFiniteKappaError) as error:
-            raise SimulationFailed(
-                f"detector {detector.label} gave non-finite κ on seed {sim.seed}: {error}"
-            ) from None
-    kappa = np.stack(kappas)  # (method, samples)
-
+    prepared = _Prepared.load(spec, sim)
+    kappa = np.stack(
+        [_checked(d, sim.seed, partial(prepared.kappa, sim, d)) for d in spec.detectors]
+    )  # (method, samples)
+    sizes = np.cumsum([0] + [len(o) for o in prepared.outputs])
     id_part = slice(sizes[0], sizes[1])
-    id_outputs = outputs[0]
+    id_outputs = prepared.outputs[0]
     accuracy = float(np.mean(id_outputs.logits.argmax(axis=1) == id_outputs.labels))
     result = np.empty((len(spec.detectors), len(spec.metrics), len(spec.ood)))
     for j in range(len(spec.ood)):
@@ -610,7 +574,98 @@ def trained_model(
 ) -> tuple[Any, np.ndarray, np.ndarray, OpenSetSplit]:
     """The model of one simulation (trained and stored if missing), its input normalization
     (mean, std) and its split: for protocols that reuse open set training, e.g. severity."""
-    streams = SeedStreams(seed, dict(spec.seeds.pinned))
-    sim = _Simulation(spec, seed, store, streams, checkpoint_key(spec, streams))
+    sim = _simulation(spec, seed, store)
     model, mean, std = sim.model()
     return model, mean, std, sim.split
+
+
+# --------------------------------------------------------------------------- the plug-in
+
+
+def _check_sample_split(spec: ExperimentSpec, data: Any) -> None:
+    """Build the first seed's split here (labels only, milliseconds): a sample split that
+    leaves a subset every seed needs empty (e.g. ``max_per_class = 1``) fails before any
+    training instead of failing every seed on the cluster."""
+    seed = spec.seeds.all()[0]
+    streams = SeedStreams(seed, dict(spec.seeds.pinned))
+    split = make_split(data.labels, data.n_classes, spec.split, streams, spec.dataset.max_per_class)
+    needed = ["in_train", "in_val", "in_test"]
+    needed += ["out_test"] if any(o.kind == HELD_OUT for o in spec.ood) else []
+    empty = [subset for subset in needed if len(split.indices[subset]) == 0]
+    if empty:
+        raise SpecError(
+            "split",
+            f"fractions={list(spec.split.fractions)}, "
+            f"dataset.max_per_class={spec.dataset.max_per_class}",
+            "a sample split that leaves samples in every subset",
+            f"Seed {seed} gets no samples in {', '.join(empty)}; raise max_per_class or the "
+            "smallest fraction",
+        )
+
+
+class OpenSetProtocol(Protocol):
+    """Open set simulations (the randomness study): one seed is one simulation."""
+
+    name = "open_set"
+    spec_type = ExperimentSpec
+    unit = "simulations"
+
+    def from_data(self, data: Mapping[str, Any], base: Path | None) -> ExperimentSpec:
+        return spec_from_dict(data)
+
+    def preflight(self, spec: ExperimentSpec, store: Store) -> None:
+        """Data present and consistent, cache writable. The data is checked first (reading
+        only), so bad input leaves the cache directory untouched."""
+        for dataset in [spec.dataset] + [o.dataset for o in spec.ood if o.dataset is not None]:
+            data = load_dataset(dataset.name, dataset.root, dataset.download, dataset.image_size)
+            if dataset is spec.dataset:
+                if spec.split.n_classes_needed() > data.n_classes:
+                    raise SpecError(
+                        "split",
+                        spec.split.n_classes_needed(),
+                        f"at most {data.n_classes} classes (found in {dataset.root})",
+                    )
+                _check_sample_split(spec, data)
+        store.ensure_writable()
+
+    def plan(self, spec: ExperimentSpec, seed: int) -> list[Task]:
+        needed = entries(spec, seed)
+        return [
+            Task(
+                key=digest("simulation", "1", {"spec": spec.key, "seed": seed}),
+                entries=tuple(needed),
+                compute=partial(compute_seed, spec, seed),
+                verify=(needed[0],),  # the checkpoint: scoring never reads it
+                label=f"simulation {seed}",
+            )
+        ]
+
+    def score(self, spec: ExperimentSpec, seed: int, store: Store) -> SeedResult:
+        sim = _simulation(spec, seed, store)
+        scores = score(spec, sim)[:, :, None, :]  # severity axis
+        return SeedResult(
+            seed,
+            {"score": scores if spec.varies_ood else scores[..., 0]},
+            self.seed_coords(spec, seed, store),
+        )
+
+    def seed_coords(self, spec: ExperimentSpec, seed: int, store: Store) -> dict[str, str]:
+        return {"class_split": class_split_label(store, _simulation(spec, seed, store).checkpoint)}
+
+    def layout(self, spec: ExperimentSpec) -> Layout:
+        coords: dict[str, list[str]] = {
+            "method": [d.label for d in spec.detectors],
+            "metric": list(spec.metrics),
+            "severity": [NO_SEVERITY],
+        }
+        dims = ("method", "metric", "severity")
+        if spec.varies_ood:
+            coords["ood"] = [o.label for o in spec.ood]
+            dims += ("ood",)
+        return Layout(coords, {"score": dims}, seed_coords=("class_split",))
+
+    def dataset_names(self, spec: ExperimentSpec) -> list[str]:
+        return [spec.dataset.name] + [o.dataset.name for o in spec.ood if o.dataset is not None]
+
+
+PROTOCOL = OpenSetProtocol()

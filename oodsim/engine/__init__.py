@@ -1,0 +1,12 @@
+"""The engine every protocol plugs into: plan → compute → store → score → results.
+
+:func:`load` reads a spec file of any protocol; :func:`run` plans each seed's tasks with the
+spec's protocol, computes the missing ones on a Dask cluster, scores every seed from the store
+and returns one ``xarray`` result (:mod:`oodsim.results`).
+"""
+
+from oodsim.engine.cluster import ClusterError, cluster_client
+from oodsim.engine.load import load
+from oodsim.engine.run import RunAborted, run
+
+__all__ = ["ClusterError", "RunAborted", "cluster_client", "load", "run"]

@@ -1,0 +1,186 @@
+"""The Dask side of the engine: one way to get a client, watch work land, and show progress.
+
+:func:`cluster_client` starts a ``distributed.LocalCluster`` of worker processes (one torch
+thread each), or a ``dask_cuda.LocalCUDACluster`` when CUDA and dask-cuda are present, or
+connects to an existing scheduler at ``address`` (``dask scheduler``, dask-jobqueue on SLURM).
+:func:`as_landed` yields futures as they finish and gives up with :class:`ClusterError` when the
+cluster has had no worker for ``worker_timeout`` seconds.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import time
+from collections.abc import Iterator, Sequence
+from typing import Any, TextIO
+
+from oodsim.errors import OodsimError
+
+CONNECT_TIMEOUT = 10.0
+LOCAL_WORKER_TIMEOUT = 120.0  # seconds without any worker before a local run gives up
+
+
+class ClusterError(OodsimError):
+    """The Dask scheduler could not be reached or the cluster could not start."""
+
+
+# --------------------------------------------------------------------------- progress
+
+
+class Progress:
+    """Status of a run: done/total, cached, failed, elapsed, ETA.
+
+    On a terminal one line is rewritten in place; in logs a line is printed at most every
+    ``interval`` seconds and at the end.
+    """
+
+    def __init__(
+        self, total: int, stream: TextIO | None, interval: float = 5.0, unit: str = "seeds"
+    ) -> None:
+        self.total, self.stream, self.interval, self.unit = total, stream, interval, unit
+        self.done = self.cached = self.failed = 0
+        self.started = self.last = time.perf_counter()
+        self.tty = bool(stream is not None and getattr(stream, "isatty", lambda: False)())
+
+    def update(self, failed: bool, cached: bool) -> None:
+        self.done += 1
+        self.cached += cached
+        self.failed += failed
+        now = time.perf_counter()
+        finished = self.done == self.total
+        if self.stream is None or not (self.tty or finished or now - self.last >= self.interval):
+            return
+        self.last = now
+        elapsed = now - self.started
+        computed = self.done - self.cached
+        eta = ""
+        if computed and not finished:
+            eta = f", ~{_clock(elapsed / computed * (self.total - self.done))} left"
+        failed = f", {self.failed} failed" if self.failed else ""
+        line = (
+            f"oodsim: {self.done}/{self.total} {self.unit} ({self.cached} cached{failed}) "
+            f"in {_clock(elapsed)}{eta}"
+        )
+        if self.tty:
+            print(f"\r{line}   ", end="\n" if finished else "", file=self.stream, flush=True)
+        else:
+            print(line, file=self.stream, flush=True)
+
+    def stopped(self, reason: str) -> None:
+        """End the status line early (a stopping rule fired or the run was interrupted)."""
+        if self.stream is not None:
+            print(("\n" if self.tty else "") + f"oodsim: {reason}", file=self.stream, flush=True)
+
+
+def _clock(seconds: float) -> str:
+    minutes, seconds = divmod(int(seconds), 60)
+    return f"{minutes}:{seconds:02d}"
+
+
+# --------------------------------------------------------------------------- cluster
+
+
+def _cuda_cluster() -> Any | None:
+    """A LocalCUDACluster (one worker per GPU) when CUDA and dask-cuda are both present."""
+    try:
+        import torch
+
+        if not torch.cuda.is_available():
+            return None
+        from dask_cuda import LocalCUDACluster
+    except ImportError:
+        return None
+    return LocalCUDACluster(threads_per_worker=1, silence_logs=logging.ERROR)
+
+
+def _probe_scheduler(address: str, timeout: float) -> None:
+    """Connect to ``address`` and complete the comm handshake within ``timeout`` seconds.
+
+    ``distributed.Client(address, timeout=...)`` bounds the TCP connect but then waits for the
+    handshake without a bound, so a server that accepts connections and never answers (a
+    stopped scheduler, a wrong port) hangs it forever. This probe runs the same connect in its
+    own event loop (in a thread, so it works under a running loop too) with a hard deadline.
+    """
+    import asyncio
+    from concurrent.futures import ThreadPoolExecutor
+
+    from distributed.comm import connect
+    from distributed.security import Security
+
+    async def probe() -> None:
+        args = Security().get_connection_args("client")
+        comm = await asyncio.wait_for(connect(address, timeout=timeout, **args), timeout)
+        await comm.close()
+
+    with ThreadPoolExecutor(1) as pool:
+        pool.submit(asyncio.run, probe()).result()
+
+
+@contextlib.contextmanager
+def cluster_client(address: str | None = None, n_workers: int | None = None) -> Iterator[Any]:
+    """A ``distributed.Client``: to ``address``, else to a new local cluster closed on exit."""
+    from distributed import Client, LocalCluster
+
+    if address:
+        try:
+            _probe_scheduler(address, CONNECT_TIMEOUT)
+            client = Client(address, timeout=CONNECT_TIMEOUT)
+        except ValueError as error:  # not an address at all
+            raise ClusterError(
+                f"{address!r} is not a Dask scheduler address ({error}); expected e.g. "
+                "tcp://host:8786"
+            ) from None
+        except (OSError, TimeoutError) as error:
+            raise ClusterError(
+                f"no Dask scheduler answered at {address!r} within {CONNECT_TIMEOUT:.0f} s "
+                f"({str(error) or type(error).__name__}). Start one with `dask scheduler` and "
+                "`dask worker ADDRESS`."
+            ) from None
+        with client:
+            yield client
+        return
+    cluster = None if n_workers else _cuda_cluster()
+    if cluster is None:
+        cluster = LocalCluster(
+            n_workers=n_workers or os.cpu_count() or 1,
+            threads_per_worker=1,
+            processes=True,
+            dashboard_address=None,
+            silence_logs=logging.ERROR,
+        )
+    with cluster, Client(cluster) as client:
+        yield client
+
+
+
+def as_landed(
+    futures: Sequence[Any], worker_timeout: float | None, poll: float = 2.0
+) -> Iterator[Any]:
+    """Futures as they finish; a cluster without any worker for ``worker_timeout`` seconds
+    raises :class:`ClusterError` instead of waiting forever (finished work stays cached)."""
+    from distributed import wait
+
+    pending = set(futures)
+    idle_since: float | None = None
+    while pending:
+        try:
+            done, pending = wait(pending, timeout=poll, return_when="FIRST_COMPLETED")
+        except TimeoutError:
+            done = set()
+        yield from done
+        if done or worker_timeout is None:
+            idle_since = None
+            continue
+        client = next(iter(pending)).client
+        if client.nthreads():
+            idle_since = None
+        elif idle_since is None:
+            idle_since = time.monotonic()
+        elif time.monotonic() - idle_since > worker_timeout:
+            raise ClusterError(
+                f"the Dask cluster has had no worker for {worker_timeout:.0f} s with "
+                f"{len(pending)} tasks pending; finished work is cached, run "
+                "again (or restart the workers) to resume"
+            )

@@ -1,0 +1,284 @@
+"""``oodsim.run``: run (or resume) a spec of any protocol and return its ``xarray`` result.
+
+For each batch of seeds the spec's protocol plans content-keyed tasks; the engine skips the
+ones whose store entries exist, submits the others to a Dask cluster (started on first need;
+a task shared by several seeds runs once), scores each seed where its tasks ran (or here, when
+everything was cached) and assembles one result. The next batch is submitted while the current
+one runs; a sequential stopping rule is checked when a whole batch has landed, in seed order,
+so its decision does not depend on worker timing. An interrupted run loses nothing that
+finished: the same call resumes from the store.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import sys
+import time
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any, TextIO
+
+import attrs
+import numpy as np
+import xarray as xr
+
+from oodsim.engine.cluster import LOCAL_WORKER_TIMEOUT, Progress, as_landed, cluster_client
+from oodsim.engine.load import as_spec
+from oodsim.engine.work import Shipped, run_task, score_seed
+from oodsim.errors import OodsimError
+from oodsim.keys import digest
+from oodsim.protocols import protocol_of
+from oodsim.protocols.base import Protocol, Task
+from oodsim.results import Layout, SeedResult, build, save_results
+from oodsim.store import Store, default_root
+
+
+class RunAborted(OodsimError):
+    """A seed failed and the spec says ``on_failure = "abort"``."""
+
+
+def _batches(seeds: Sequence[int], size: int) -> Iterator[Sequence[int]]:
+    for start in range(0, len(seeds), size):
+        yield seeds[start : start + size]
+
+
+class _Submitter:
+    """Submits the missing tasks of a batch and one scoring call per seed (cluster on demand)."""
+
+    def __init__(
+        self,
+        protocol: Protocol,
+        spec: Any,
+        store: Store,
+        stack: contextlib.ExitStack,
+        address: str | None,
+        n_workers: int | None,
+    ) -> None:
+        self.protocol, self.spec, self.store, self.stack = protocol, spec, store, stack
+        self.address, self.n_workers = address, n_workers
+        self.root = str(store.root.resolve())
+        self.shipped = Shipped.of(protocol, spec)
+        self.client: Any = None
+        self.tasks: dict[str, Any] = {}  # task key → future
+        self.cached: set[str] = set()  # task keys found complete in the store
+
+    def _client(self) -> Any:
+        if self.client is None:
+            self.client = self.stack.enter_context(cluster_client(self.address, self.n_workers))
+        return self.client
+
+    def _done(self, task: Task) -> bool:
+        if task.key not in self.cached and task.done(self.store):
+            self.cached.add(task.key)
+        return task.key in self.cached
+
+    def _task_future(self, task: Task, planned: dict[str, Task]) -> Any:
+        if task.key not in self.tasks:
+            after = [
+                self._task_future(planned[k], planned)
+                for k in task.after
+                if k in planned and not self._done(planned[k])
+            ]
+            self.tasks[task.key] = self._client().submit(
+                run_task,
+                task,
+                self.root,
+                self.shipped,
+                *after,
+                key=f"oodsim-task-{task.key[:32]}",
+                pure=False,
+            )
+        return self.tasks[task.key]
+
+    def submit(self, batch: Sequence[int]) -> dict[int, Any]:
+        """A scoring future per seed with missing tasks; None for seeds scored from the cache."""
+        futures: dict[int, Any] = {}
+        for seed in batch:
+            planned = {t.key: t for t in self.protocol.plan(self.spec, seed)}
+            missing = [t for t in planned.values() if not self._done(t)]
+            if not missing:
+                futures[seed] = None
+                continue
+            upstream = [self._task_future(t, planned) for t in missing]
+            futures[seed] = self._client().submit(
+                score_seed,
+                self.protocol.name,
+                self.spec,
+                seed,
+                self.root,
+                self.shipped,
+                *upstream,
+                key="oodsim-score-"
+                + digest("score", "1", {"spec": self.spec.key, "seed": seed})[:24],
+                pure=False,
+            )
+        return futures
+
+    def score_here(self, seed: int) -> SeedResult:
+        return score_seed(
+            self.protocol.name, self.spec, seed, self.root, self.shipped, torch_threads=None
+        )
+
+    def task_events(self) -> list[tuple[str, str, str]]:
+        """Store events of every task that finished (each shared task counted once)."""
+        events: list[tuple[str, str, str]] = []
+        for future in self.tasks.values():
+            if future.status == "finished":
+                events += future.result()[1]
+        return events
+
+    def cancel(self, futures: Sequence[Any]) -> None:
+        if self.client is not None and futures:
+            self.client.cancel(list(futures))
+
+
+def run(
+    spec: Any,
+    *,
+    address: str | None = None,
+    n_workers: int | None = None,
+    cache: str | Path | None = None,
+    out: str | Path | None = None,
+    progress: bool | TextIO = True,
+    worker_timeout: float | None = None,
+) -> xr.Dataset:
+    """Run (or resume) a spec of any protocol (or a spec file) and return its results.
+
+    ``address``: an existing Dask scheduler; else a local cluster of ``n_workers`` processes,
+    started only when something is missing from the store. ``cache``: the store root (default
+    ``$OODSIM_CACHE`` or ``./cache``); ``out``: also save the results there (zarr).
+    ``progress``: print a status line to stderr (or the given stream). ``worker_timeout``:
+    stop with :class:`~oodsim.engine.ClusterError` when the cluster has had no worker for this
+    many seconds while work is pending (default: 120 s on oodsim's own local cluster; none with
+    ``address``, where workers may still be queued, e.g. on SLURM).
+
+    With a sequential stopping rule, seeds go out in batches of ``stopping.batch_size``; when
+    the rule fires, queued work is cancelled and the decision is recorded in
+    ``attrs["stopping"]``. ``attrs["store"]`` counts what was computed and what was loaded.
+    """
+    spec = as_spec(spec)
+    protocol = protocol_of(spec)
+    store = Store(cache if cache is not None else default_root())
+    protocol.preflight(spec, store)
+    layout = protocol.layout(spec)
+    stream = (sys.stderr if progress is True else progress) or None
+    seeds = list(spec.seeds.all())[: spec.max_seeds]
+    sequential = spec.stopping.rule != "fixed"
+    batches = list(_batches(seeds, spec.stopping.batch_size if sequential else len(seeds)))
+    tracker = Progress(len(seeds), stream, unit=protocol.unit)
+    if worker_timeout is None and address is None:
+        worker_timeout = LOCAL_WORKER_TIMEOUT
+    results: list[SeedResult] = []
+    decision = None
+    started = time.perf_counter()
+    with contextlib.ExitStack() as stack:
+        submitter = _Submitter(protocol, spec, store, stack, address, n_workers)
+        futures: dict[int, Any] = {}
+        try:
+            for index, batch in enumerate(batches):
+                for ahead in batches[index : index + 2]:  # this batch and the next one
+                    if ahead[0] not in futures:
+                        futures.update(dict.fromkeys(ahead))
+                        futures.update(submitter.submit(ahead))
+                results += _collect(spec, submitter, batch, futures, tracker, worker_timeout)
+                if sequential:
+                    final = index == len(batches) - 1
+                    decision = check_stopping(spec, layout, results, final=final)
+                    if decision.stop:
+                        break
+        except KeyboardInterrupt:
+            tracker.stopped(
+                f"interrupted; {len(results)} finished {protocol.unit} are cached in the "
+                "store; run the same spec again to resume."
+            )
+            raise
+        if decision is not None and decision.stop and len(results) < len(seeds):
+            submitter.cancel([f for f in futures.values() if f is not None])
+            submitter.cancel(list(submitter.tasks.values()))
+            tracker.stopped(f"stopped after {len(results)} {protocol.unit}: {decision.reason}")
+        events = submitter.task_events()
+    extra: dict[str, Any] = {"wall_seconds": round(time.perf_counter() - started, 3)}
+    if decision is not None:
+        extra["stopping"] = json.dumps(decision.as_dict())
+    result = build(spec, protocol.name, layout, results, events, extra)
+    if out is not None:
+        save_results(result, out)
+    return result
+
+
+def _collect(
+    spec: Any,
+    submitter: _Submitter,
+    batch: Sequence[int],
+    futures: dict[int, Any],
+    tracker: Progress,
+    worker_timeout: float | None,
+) -> list[SeedResult]:
+    """Results of one batch: cached seeds scored here, the others gathered as they land."""
+    results = []
+    for seed in batch:
+        if futures.get(seed) is None:
+            results.append(_check(spec, submitter.score_here(seed)))
+            tracker.update(results[-1].failed, cached=True)
+    running = [futures.pop(seed) for seed in batch if futures.get(seed) is not None]
+    for future in as_landed(running, worker_timeout):
+        results.append(_check(spec, future.result()))
+        tracker.update(results[-1].failed, cached=False)
+    for seed in batch:
+        futures.pop(seed, None)
+    order = {seed: i for i, seed in enumerate(batch)}
+    return sorted(results, key=lambda r: order[r.seed])
+
+
+def _check(spec: Any, result: SeedResult) -> SeedResult:
+    if result.failed and spec.on_failure == "abort":
+        raise RunAborted(
+            f"seed {result.seed} failed: {result.failure} "
+            "(on_failure = 'abort'; finished seeds stay cached)"
+        )
+    return result
+
+
+def stopping_values(layout: Layout, results: Sequence[SeedResult], rule: Any) -> np.ndarray:
+    """(seed, method) values a stopping rule watches: ``rule.metric`` at level
+    ``rule.severity`` (default: the first), first entry of every other dimension (model,
+    dataset, ood); failed seeds are NaN rows, which the rules skip."""
+    metric = list(layout.coords["metric"]).index(rule.metric)
+    levels = [str(level) for level in layout.coords["severity"]]
+    level = levels.index(str(rule.severity)) if rule.severity is not None else 0
+    n_methods = len(layout.coords["method"])
+    rows = []
+    for result in results:
+        if result.failed:
+            rows.append(np.full(n_methods, np.nan))
+            continue
+        score = np.asarray(result.variables["score"])[:, metric, level]
+        rows.append(score.reshape(n_methods, -1)[:, 0])
+    return np.array(rows).reshape(-1, n_methods)
+
+
+def check_stopping(
+    spec: Any, layout: Layout, results: Sequence[SeedResult], *, final: bool = False
+) -> Any:
+    """Apply the spec's stopping rule to the results so far (in submission order).
+    Reaching ``max_seeds`` always stops."""
+    from oodsim.stats import decide  # stats pulls in scipy: only runs with a rule need it
+
+    rule = spec.stopping
+    params: dict[str, Any] = {"min_seeds": rule.min_seeds, "max_seeds": spec.max_seeds}
+    if rule.rule == "ci_width":
+        params["epsilon"] = rule.epsilon
+    else:
+        params |= {
+            "alpha": rule.alpha,
+            "batch_size": rule.batch_size,
+            "higher_is_better": rule.metric != "fpr95",
+            "method_names": [str(m) for m in layout.coords["method"]],
+        }
+    decision = decide(rule.rule, stopping_values(layout, results, rule), **params)
+    if final and not decision.stop:
+        decision = attrs.evolve(
+            decision, stop=True, reason=f"all {len(results)} seeds ran ({decision.reason})"
+        )
+    return decision

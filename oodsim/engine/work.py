@@ -1,0 +1,115 @@
+"""What the engine runs on a Dask worker: one task, or the scoring of one seed.
+
+Every call first makes the worker look like the driver: detectors and datasets that a script
+registered in the driver are registered here too (a worker never ran that script), torch uses
+one thread and deterministic algorithms. The same functions run in the driver for seeds whose
+entries are all cached.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import attrs
+
+from oodsim.protocols.base import SeedFailed, Task, first_failure
+from oodsim.results import SeedResult
+from oodsim.store import Store
+
+
+@attrs.frozen
+class Shipped:
+    """Driver-side registrations that workers need: detectors and datasets of the spec."""
+
+    detectors: tuple[Any, ...] = ()
+    datasets: tuple[Any, ...] = ()
+
+    @classmethod
+    def of(cls, protocol: Any, spec: Any) -> Shipped:
+        from oodsim.data.registry import user_datasets
+        from oodsim.detectors import user_detectors
+
+        return cls(
+            user_detectors(protocol.detector_names(spec)),
+            user_datasets(protocol.dataset_names(spec)),
+        )
+
+    def adopt(self) -> None:
+        """Register the shipped detectors and datasets in this process."""
+        if self.detectors:
+            from oodsim.detectors import adopt
+
+            adopt(self.detectors)
+        if self.datasets:
+            from oodsim.data.registry import adopt_datasets
+
+            adopt_datasets(self.datasets)
+
+
+def _prepare(shipped: Shipped, torch_threads: int | None) -> None:
+    shipped.adopt()
+    if torch_threads:
+        import torch  # imported here: scoring cached seeds in the driver needs no torch setup
+
+        torch.set_num_threads(torch_threads)
+        torch.use_deterministic_algorithms(True, warn_only=True)
+
+
+def run_task(
+    task: Task,
+    cache_root: str,
+    shipped: Shipped,
+    *after: Any,
+    torch_threads: int | None = 1,
+) -> tuple[str, tuple[tuple[str, str, str], ...]]:
+    """Run one task unless its entries exist: (failure message or "", store events).
+
+    ``after`` are the results of the tasks it waits for; a failed one fails this task too.
+    """
+    failure = first_failure([a[0] for a in after])
+    store = Store(cache_root)
+    if failure:
+        return failure, ()
+    _prepare(shipped, torch_threads)
+    try:
+        if not task.done(store):
+            task.compute(store)
+    except SeedFailed as error:
+        return str(error), tuple(store.events)
+    return "", tuple(store.events)
+
+
+def score_seed(
+    protocol_name: str,
+    spec: Any,
+    seed: int,
+    cache_root: str,
+    shipped: Shipped,
+    *upstream: Any,
+    torch_threads: int | None = 1,
+) -> SeedResult:
+    """Score one seed from the store; a failed upstream task or scoring fails the seed."""
+    from oodsim.protocols import get_protocol
+
+    started = time.perf_counter()
+    store = Store(cache_root)
+    protocol = get_protocol(protocol_name)
+    failure = first_failure([u[0] for u in upstream])
+    if not failure:
+        _prepare(shipped, torch_threads)
+        try:
+            result = protocol.score(spec, seed, store)
+        except SeedFailed as error:
+            failure = str(error)
+        else:
+            return attrs.evolve(
+                result, events=tuple(store.events), seconds=time.perf_counter() - started
+            )
+    return SeedResult(
+        seed,
+        coords=protocol.seed_coords(spec, seed, store),
+        failure=failure,
+        events=tuple(store.events),
+        seconds=time.perf_counter() - started,
+    )

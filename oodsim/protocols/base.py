@@ -1,0 +1,106 @@
+"""The contract between the engine and a protocol: :class:`Protocol`, :class:`Task`, failures.
+
+A protocol (open set, severity, ImageNet-O) says *what* a seed needs and *how to score* it:
+
+- :meth:`Protocol.plan` lists the content-keyed :class:`Task` objects that fill the store
+  entries of one seed (training a checkpoint, inferring outputs on a source, model-based κ);
+- :meth:`Protocol.score` reads those entries and returns one
+  :class:`~oodsim.results.SeedResult`;
+- :meth:`Protocol.layout` names the result's dimensions and coordinates.
+
+The engine (:mod:`oodsim.engine`) does everything else: skipping cached tasks, the cluster,
+batches, progress, timeouts, stopping rules, failures and assembling the result. Nothing in a
+protocol talks to Dask.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import Any, ClassVar
+
+import attrs
+
+from oodsim.errors import OodsimError
+from oodsim.results import Layout, SeedResult
+from oodsim.store import Store
+
+Entry = tuple[str, str]  # (kind, key) of a store entry
+
+
+class SeedFailed(OodsimError):
+    """A seed that cannot produce scores (diverged training, non-finite outputs or κ).
+
+    Raised by a task or by scoring; the engine records the message as the seed's ``failure``
+    (or stops the run when the spec says ``on_failure = "abort"``).
+    """
+
+
+@attrs.frozen(eq=False)
+class Task:
+    """One content-keyed unit of work that fills store ``entries``.
+
+    ``compute(store)`` must :meth:`~oodsim.store.Store.put` every entry (it runs on a Dask
+    worker); ``after`` names the keys of tasks that must finish first (e.g. the training of the
+    model a task infers with). ``verify`` lists entries that scoring does not read but whose
+    bytes must be checked before the task counts as done (a checkpoint). Two seeds that plan a
+    task with the same ``key`` share it: it runs once.
+    """
+
+    key: str
+    entries: tuple[Entry, ...]
+    compute: Callable[[Store], Any]
+    after: tuple[str, ...] = ()
+    verify: tuple[Entry, ...] = ()
+    label: str = ""
+
+    def done(self, store: Store) -> bool:
+        """Whether every entry is in the store (and the ``verify`` entries are intact)."""
+        return all(store.has(*entry) for entry in self.entries) and all(
+            store.verify_entry(*entry) for entry in self.verify
+        )
+
+
+class Protocol:
+    """Base class of a protocol plug-in; subclasses set :attr:`name` and :attr:`spec_type`."""
+
+    name: ClassVar[str]
+    spec_type: ClassVar[type]
+    #: what one seed is called in progress lines ("simulations", "seeds")
+    unit: ClassVar[str] = "seeds"
+
+    def from_data(self, data: Mapping[str, Any], base: Path | None) -> Any:
+        """A spec of this protocol from TOML data; relative paths resolve against ``base``."""
+        raise NotImplementedError
+
+    def preflight(self, spec: Any, store: Store) -> None:
+        """Checks that can fail before any compute (data present, weights on disk)."""
+
+    def plan(self, spec: Any, seed: int) -> Sequence[Task]:
+        """The tasks whose entries ``score(spec, seed, ...)`` reads."""
+        raise NotImplementedError
+
+    def score(self, spec: Any, seed: int, store: Store) -> SeedResult:
+        """Score one seed from the store; raise :class:`SeedFailed` for a failed seed."""
+        raise NotImplementedError
+
+    def seed_coords(self, spec: Any, seed: int, store: Store) -> Mapping[str, str]:
+        """Per-seed coordinates of a failed seed (what is known without scores)."""
+        return {}
+
+    def layout(self, spec: Any) -> Layout:
+        """Dimensions and coordinates of this spec's result."""
+        raise NotImplementedError
+
+    def detector_names(self, spec: Any) -> Iterable[str]:
+        """Registry names of the spec's detectors (driver-registered ones are shipped)."""
+        return (d.name for d in spec.detectors)
+
+    def dataset_names(self, spec: Any) -> Iterable[str]:
+        """Registry names of the datasets the spec reads (driver-registered ones are shipped)."""
+        return ()
+
+
+def first_failure(failures: Sequence[str]) -> str:
+    """The first non-empty failure message of a seed's tasks, else ""."""
+    return next((f for f in failures if f), "")
