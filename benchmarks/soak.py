@@ -90,7 +90,7 @@ class Killer(threading.Thread):
 def faulty_phase(args: argparse.Namespace, cache: Path) -> tuple[list[xr.Dataset], Killer, int]:
     """Rounds of new seeds under fire until the time is up. Returns the results of every
     round, the killer (its counts) and the number of runs that raised (none expected)."""
-    from oodsim.executor import cluster_client
+    from oodsim.engine import cluster_client
 
     rounds: list[xr.Dataset] = []
     raised = 0

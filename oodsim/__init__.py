@@ -21,10 +21,15 @@ _LAZY = {
     "Store": "oodsim.store",
 }
 
-__all__ = ["__version__", *_LAZY]
+#: subpackages reachable as attributes (``oodsim.detectors.register``) without an import
+_SUBPACKAGES = ("detectors", "stats", "results", "report", "specs", "engine", "protocols")
+
+__all__ = ["__version__", *_LAZY, *_SUBPACKAGES]
 
 
 def __getattr__(name: str) -> Any:
     if name in _LAZY:
         return getattr(importlib.import_module(_LAZY[name]), name)
+    if name in _SUBPACKAGES:
+        return importlib.import_module(f"oodsim.{name}")
     raise AttributeError(f"module 'oodsim' has no attribute {name!r}")

@@ -26,7 +26,7 @@ from oodsim.data.builtin import read_image_folder
 from oodsim.detectors import confidence
 from oodsim.detectors._checks import DetectorInputError
 from oodsim.errors import DataNotFoundError
-from oodsim.executor import ClusterError
+from oodsim.engine import ClusterError
 from oodsim.metrics import accuracy, auroc
 from oodsim.outputs import Outputs
 from oodsim.specs import DatasetSpec, ExperimentSpec
@@ -392,9 +392,9 @@ def test_dask_address_that_does_not_answer_fails_after_a_bounded_wait(
 ) -> None:
     """A port that accepts connections but never speaks (a hung or foreign server): without a
     bound, distributed's client would wait for its handshake forever."""
-    import oodsim.executor
+    import oodsim.engine.cluster
 
-    monkeypatch.setattr(oodsim.executor, "CONNECT_TIMEOUT", 3.0)
+    monkeypatch.setattr(oodsim.engine.cluster, "CONNECT_TIMEOUT", 3.0)
     with socket.socket() as silent:
         silent.bind(("127.0.0.1", 0))
         silent.listen(8)

@@ -21,6 +21,7 @@ import pytest
 
 import oodsim
 from oodsim.detectors import _registry
+from oodsim.engine.work import run_seed
 from oodsim.models import architectures, inference, training
 from oodsim.protocols.open_set import (
     CHECKPOINT,
@@ -28,9 +29,8 @@ from oodsim.protocols.open_set import (
     OOD_OUTPUTS,
     OUTPUTS,
     kappa_key,
+    entries,
     outputs_key,
-    plan,
-    simulate,
 )
 from oodsim.results import store_counts
 from oodsim.seeds import SeedStreams
@@ -59,7 +59,7 @@ def test_same_seed_gives_bit_identical_stored_arrays_across_runs_and_worker_coun
     reference = stores.pop("2 workers")
     logits = []
     for seed in spec.seeds.all():
-        for kind, key in plan(spec, seed):
+        for kind, key in entries(spec, seed):
             expected = reference.get(kind, key)
             assert expected is not None
             for name, store in stores.items():
@@ -77,12 +77,12 @@ def test_same_seed_gives_bit_identical_stored_arrays_across_runs_and_worker_coun
 
 KEYS_SCRIPT = """
 import json, oodsim, sys
-from oodsim.protocols.open_set import plan
+from oodsim.protocols.open_set import entries
 sys.path.insert(0, {tests!r})
 from conftest import small_digits
 import attrs
 spec = attrs.evolve(small_digits(1), detectors=("msp", "odin"), ood=("held_out", "uniform_noise"))
-print(json.dumps({{"file": oodsim.__file__, "plan": [plan(spec, s) for s in (0, 7)]}}))
+print(json.dumps({{"file": oodsim.__file__, "plan": [entries(spec, s) for s in (0, 7)]}}))
 """
 
 
@@ -104,7 +104,7 @@ def test_artifact_keys_stable_across_processes_hash_seeds_and_installs(tmp_path:
     spec = attrs.evolve(
         small_digits(1), detectors=("msp", "odin"), ood=("held_out", "uniform_noise")
     )
-    here = [[list(entry) for entry in plan(spec, s)] for s in (0, 7)]
+    here = [[list(entry) for entry in entries(spec, s)] for s in (0, 7)]
     assert {kind for kind, _ in here[0]} == {CHECKPOINT, OUTPUTS, OOD_OUTPUTS, KAPPA}
     for hash_seed in ("0", "4242"):
         _, keys = _plan_in_subprocess({"PYTHONHASHSEED": hash_seed})
@@ -119,7 +119,7 @@ def test_artifact_keys_stable_across_processes_hash_seeds_and_installs(tmp_path:
 
 def _keys_by_kind(spec: ExperimentSpec, seed: int = 0) -> dict[str, set[str]]:
     keys: dict[str, set[str]] = defaultdict(set)
-    for kind, key in plan(spec, seed):
+    for kind, key in entries(spec, seed):
         keys[kind].add(key)
     return dict(keys)
 
@@ -172,7 +172,7 @@ def test_a_detector_version_bump_changes_only_that_detectors_kappa(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     streams = SeedStreams(0, {})
-    source = outputs_key(plan(SPEC, 0)[0][1])
+    source = outputs_key(entries(SPEC, 0)[0][1])
     odin, mc_dropout = SPEC.detectors[1], SPEC.detectors[2]
     before = {d.name: kappa_key(source, "in_test", d, streams) for d in (odin, mc_dropout)}
     monkeypatch.setitem(
@@ -192,7 +192,7 @@ def test_a_version_bump_recomputes_exactly_the_dependent_artifacts(
     cache = str(tmp_path / "cache")
 
     def computed() -> dict[str, int]:
-        outcome = simulate(spec, 0, cache)
+        outcome = run_seed(spec, 0, cache, torch_threads=None)
         assert not outcome.failed, outcome.failure
         return store_counts_of(outcome.events)["computed"]
 

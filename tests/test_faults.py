@@ -24,8 +24,8 @@ import xarray as xr
 
 import oodsim
 from oodsim.cli import main as cli_main
-from oodsim.executor import ClusterError, RunAborted
-from oodsim.protocols.open_set import CHECKPOINT, OUTPUTS, plan
+from oodsim.engine import ClusterError, RunAborted
+from oodsim.protocols.open_set import CHECKPOINT, OUTPUTS, entries
 from oodsim.results import store_counts
 from oodsim.specs import ExperimentSpec, load_spec
 from oodsim.store import CorruptEntryWarning, Store, _start_time
@@ -139,7 +139,7 @@ def reap_session(sid: int, timeout: float = 30.0) -> list[int]:
 @contextlib.contextmanager
 def own_cluster(n_workers: int = 2) -> Iterator[Any]:
     """A LocalCluster this test may kill workers of (the shared one must stay whole)."""
-    from oodsim.executor import cluster_client
+    from oodsim.engine import cluster_client
 
     with cluster_client(n_workers=n_workers) as client:
         yield client
@@ -257,7 +257,7 @@ def _corrupt_three(cache: Path, spec: ExperimentSpec) -> dict[str, tuple[str, st
     """Seed 0: truncate an outputs chunk; seed 1: alter checkpoint bytes (same size);
     seed 2: edit a field of an outputs meta.json. Returns what was damaged, by name."""
     store = Store(cache)
-    (ckpt0, out0), (ckpt1, _), (_, out2) = (plan(spec, seed)[:2] for seed in range(3))
+    (ckpt0, out0), (ckpt1, _), (_, out2) = (entries(spec, seed)[:2] for seed in range(3))
     chunk = next(p for p in sorted(store.path(*out0).rglob("c/*")) if p.is_file())
     chunk.write_bytes(chunk.read_bytes()[:-7])
     weight = max(
@@ -397,7 +397,7 @@ def test_stale_locks_of_dead_zombie_and_reused_pids_are_taken_over(
     ]
     (cache / "locks").mkdir(parents=True)
     for seed, owner in enumerate(owners):
-        key = plan(spec, seed)[0][1]
+        key = entries(spec, seed)[0][1]
         lock = cache / "locks" / f"{CHECKPOINT}-{key}.lock"
         lock.write_text(json.dumps({"host": socket.gethostname(), "time": 0, **owner}))
     assert len(Store(cache).stale_locks()) == 3

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from oodsim.models.architectures import ARCHITECTURES, build_model
-from oodsim.protocols.open_set import simulate
+from oodsim.engine.work import run_seed
 from oodsim.specs import DatasetSpec, ModelSpec, TrainingSpec
 from tests.conftest import small_digits
 
@@ -52,7 +52,7 @@ def test_resnet18_simulation_runs_end_to_end(tmp_path: Path) -> None:
         model=ModelSpec(arch="resnet18", dropout=0.2),
         training=TrainingSpec(batch_size=64, max_epochs=1, patience=1),
     )
-    outcome = simulate(spec, 0, str(tmp_path), torch_threads=1)
+    outcome = run_seed(spec, 0, str(tmp_path), torch_threads=1)
     assert not outcome.failed
-    assert outcome.scores is not None and np.isfinite(outcome.scores).all()
+    assert np.isfinite(outcome.variables["score"]).all()
     assert attrs.asdict(spec.model)["arch"] == "resnet18"

@@ -128,7 +128,7 @@ def test_scheduler_and_worker_started_with_the_dask_cli(tmp_path: Path) -> None:
 
 
 def test_unreachable_scheduler_fails_clearly(tmp_path: Path) -> None:
-    from oodsim.executor import ClusterError
+    from oodsim.engine import ClusterError
 
     started = time.time()
     with pytest.raises(ClusterError, match="no Dask scheduler answered at"):

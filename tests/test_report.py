@@ -18,37 +18,12 @@ from oodsim.report import (
     write_report,
 )
 from oodsim.stats import StopDecision, estimate
+from tests.factories import METRICS, synthetic_results
 
-METRICS = ("auroc", "aupr_in", "aupr_out", "fpr95", "accuracy")
 
-
-def make_results(
-    n_seeds: int = 24,
-    methods: tuple[str, ...] = ("msp", "odin", "energy"),
-    severities: tuple[str, ...] = ("all",),
-    oods: tuple[str, ...] | None = None,
-    seed: int = 0,
-) -> xr.Dataset:
-    """A small results Dataset of the pipeline's shape, with one failed seed."""
-    rng = np.random.default_rng(seed)
-    shape = (n_seeds, len(methods), len(METRICS), len(severities)) + ((len(oods),) if oods else ())
-    base = np.linspace(0.80, 0.83, len(methods)).reshape(1, -1, *([1] * (len(shape) - 2)))
-    score = np.clip(base + rng.normal(0, 0.015, shape), 0, 1)
-    score[:, :, METRICS.index("fpr95")] = 1 - score[:, :, METRICS.index("fpr95")]
-    score[2] = np.nan
-    dims = ("seed", "method", "metric", "severity") + (("ood",) if oods else ())
-    coords = {
-        "seed": np.arange(n_seeds),
-        "method": list(methods),
-        "metric": list(METRICS),
-        "severity": list(severities),
-        "class_split": ("seed", [f"split{i % 3}" for i in range(n_seeds)]),
-    }
-    if oods:
-        coords["ood"] = list(oods)
-    failed = np.zeros(n_seeds, bool)
-    failed[2] = True
-    return xr.Dataset({"score": (dims, score), "failed": ("seed", failed)}, coords=coords)
+def make_results(n_seeds: int = 24, **options) -> xr.Dataset:
+    """Results of the protocols' own shape (see :func:`tests.factories.synthetic_results`)."""
+    return synthetic_results(n_seeds, **options)
 
 
 def assert_png(path: Path) -> None:
@@ -59,10 +34,7 @@ def assert_png(path: Path) -> None:
 
 @pytest.mark.parametrize("sweep", [False, True])
 def test_plots_write_valid_pngs(tmp_path: Path, sweep: bool) -> None:
-    if sweep:
-        results = make_results(severities=("0", "5"), oods=("svhn", "noise"))
-    else:
-        results = make_results()
+    results = make_results(levels=("0", "5"), models=("svhn", "noise")) if sweep else make_results()
     results.attrs["stopping"] = StopDecision(True, "ci_width", "narrow", 0.004, 20).to_json()
     paths = [
         plot_distributions(results, tmp_path / "d.png", metric="fpr95" if sweep else None),
@@ -108,11 +80,11 @@ def test_write_report_writes_plots_and_tables(tmp_path: Path) -> None:
 
 
 def test_write_report_with_sweep_dims_and_no_stopping(tmp_path: Path) -> None:
-    results = make_results(severities=("0", "1", "2"), oods=("svhn", "noise"))
+    results = make_results(levels=("0", "1", "2"), models=("svhn", "noise"))
     summary = write_report(results, tmp_path, metric="aupr_out", n_draws=500)
     text = summary.read_text()
-    assert "| severity | ood | method |" in text
-    assert "*severity=2, ood=noise*" in text
+    assert "| severity | model | method |" in text
+    assert "*severity=2, model=noise*" in text
     assert "No stopping rule recorded" in text
     assert_png(tmp_path / "distributions.png")
 
@@ -128,6 +100,6 @@ def test_format_summary_table() -> None:
     e = est.sel({"method": "energy", "metric": "fpr95"})
     cell = f"{e['mean'].item():.3f} [{e['lower'].item():.3f}, {e['upper'].item():.3f}]"
     assert cell in row and row.rstrip().endswith("23")
-    sweep = format_summary_table(make_results(severities=("0", "1"), oods=("svhn",)))
+    sweep = format_summary_table(make_results(levels=("0", "1"), models=("svhn",)))
     assert sweep.splitlines()[1].split()[:3] == ["severity", "method", "auroc"]
-    assert "ood=svhn" in sweep.splitlines()[0]
+    assert "model=svhn" in sweep.splitlines()[0]

@@ -32,56 +32,24 @@ from oodsim.stats import (
     win_probabilities,
     win_probability,
 )
+from tests.factories import synthetic_results
 
-METRICS = ("auroc", "aupr_in", "aupr_out", "fpr95", "accuracy")
 
-
-def make_results(
-    n_seeds: int = 40,
-    methods: tuple[str, ...] = ("msp", "odin", "energy"),
-    severities: tuple[str, ...] = ("all",),
-    oods: tuple[str, ...] | None = None,
-    n_splits: int = 4,
-    failed: tuple[int, ...] = (3,),
-    seed: int = 0,
-) -> xr.Dataset:
-    """A results Dataset of the pipeline's shape with a class-split effect and a failed seed."""
-    rng = np.random.default_rng(seed)
-    base = np.linspace(0.80, 0.83, len(methods))
-    splits = np.arange(n_seeds) % n_splits
-    split_effect = rng.normal(0, 0.02, n_splits)[splits]
-    shape = (n_seeds, len(methods), len(METRICS), len(severities)) + ((len(oods),) if oods else ())
-    mean = base[None, :, None, None] + split_effect[:, None, None, None]
-    mean = mean[..., None] if oods else mean
-    score = np.clip(mean + rng.normal(0, 0.01, shape), 0, 1)
-    score[:, :, METRICS.index("fpr95")] = 1 - score[:, :, METRICS.index("fpr95")]
-    score[list(failed)] = np.nan
-    dims = ("seed", "method", "metric", "severity") + (("ood",) if oods else ())
-    coords = {
-        "seed": np.arange(100, 100 + n_seeds),
-        "method": list(methods),
-        "metric": list(METRICS),
-        "severity": list(severities),
-        "class_split": ("seed", [f"split{s}" for s in splits]),
-    }
-    if oods:
-        coords["ood"] = list(oods)
-    is_failed = np.isin(np.arange(n_seeds), failed)
-    return xr.Dataset(
-        {"score": (dims, score), "failed": ("seed", is_failed)}, coords=coords, attrs={}
-    )
+def make_results(n_seeds: int = 40, **options) -> xr.Dataset:
+    """Results of the protocols' own shape (see :func:`tests.factories.synthetic_results`)."""
+    return synthetic_results(n_seeds, **options)
 
 
 # ----------------------------------------------------------------------------- estimates
 
 
 def test_estimate_t_interval_matches_scipy() -> None:
-    results = make_results(severities=("0", "1"), oods=("svhn", "noise"))
+    results = make_results(levels=("0", "1"), models=("svhn", "noise"))
     est = estimate(results)
     assert set(est.data_vars) >= {"mean", "std", "sem", "lower", "upper", "n", "n_excluded"}
     assert "seed" not in est.dims and "class_split" not in est.coords
-    assert set(est["mean"].dims) == {"method", "metric", "severity", "ood"}
-    cell = {"method": "odin", "metric": "auroc", "severity": "1", "ood": "noise"}
+    assert set(est["mean"].dims) == {"method", "metric", "severity", "model"}
+    cell = {"method": "odin", "metric": "auroc", "severity": "1", "model": "noise"}
     values = results["score"].sel(cell).values
     finite = values[np.isfinite(values)]
     lo, hi = sps.t.interval(0.95, len(finite) - 1, loc=finite.mean(), scale=sps.sem(finite))
@@ -98,7 +66,7 @@ def test_estimate_t_interval_matches_scipy() -> None:
 
 def test_estimate_masks_failed_flag_and_handles_tiny_cells() -> None:
     results = make_results(n_seeds=6, failed=())
-    results["failed"][:] = [False, True, True, True, True, True]
+    results["failure"][:] = ["", "diverged", "diverged", "diverged", "diverged", "diverged"]
     est = estimate(results)
     assert (est["n"] == 1).all() and (est["n_excluded"] == 5).all()
     assert np.isfinite(est["mean"]).all() and np.isnan(est["lower"]).all()
@@ -211,18 +179,18 @@ def test_win_probability_is_fast() -> None:
 
 
 def test_win_probabilities_over_results() -> None:
-    results = make_results(severities=("0", "1"), oods=("svhn", "noise"))
+    results = make_results(levels=("0", "1"), models=("svhn", "noise"))
     wp = win_probabilities(results, "auroc", k=5, n_draws=2000, rng=0)
-    assert set(wp.dims) == {"method", "severity", "ood"}
+    assert set(wp.dims) == {"method", "severity", "model"}
     np.testing.assert_allclose(wp.sum("method"), 1.0)
-    cell = {"severity": "1", "ood": "svhn"}
+    cell = {"severity": "1", "model": "svhn"}
     v = results["score"].sel(metric="auroc", **cell).transpose("seed", "method").values
     assert wp.sel(cell)["method"].values.tolist() == ["msp", "odin", "energy"]
     assert wp.sel(cell).values.argmax() == np.nanmean(v, axis=0).argmax()
     every = win_probabilities(results, None, n_draws=2000, rng=0)
     assert "metric" in every.dims
-    fpr = every.sel(metric="fpr95", severity="0", ood="svhn")
-    mean_fpr = results["score"].sel(metric="fpr95", severity="0", ood="svhn").mean("seed")
+    fpr = every.sel(metric="fpr95", severity="0", model="svhn")
+    mean_fpr = results["score"].sel(metric="fpr95", severity="0", model="svhn").mean("seed")
     assert fpr.values.argmax() == mean_fpr.values.argmin()  # lower FPR wins
     assert not higher_is_better("fpr95") and higher_is_better("auroc")
 
@@ -291,16 +259,17 @@ def test_required_simulations_degenerate_and_never() -> None:
 
 
 def test_required_simulations_table_is_symmetric_and_matches() -> None:
-    results = make_results(severities=("0", "1"))
+    results = make_results(levels=("0", "1"))
     table = required_simulations_table(results, "auroc")
-    assert table.dims == ("severity", "method", "versus")
-    values = table.sel(severity="0").values
+    assert table.dims == ("severity", "model", "method", "versus")
+    values = table.sel(severity="0").squeeze("model").values
     assert np.isnan(np.diag(values)).all()
     np.testing.assert_array_equal(values, values.T)
-    s = results["score"].sel(metric="auroc", severity="0")
+    s = results["score"].sel(metric="auroc", severity="0").squeeze("model")
     direct = required_simulations(s.sel({"method": "msp"}), s.sel({"method": "energy"}))
     assert direct is not None
-    assert table.sel({"severity": "0", "method": "msp", "versus": "energy"}).item() == direct
+    cell = {"severity": "0", "method": "msp", "versus": "energy"}
+    assert table.sel(cell).squeeze("model").item() == direct
 
 
 # ----------------------------------------------------------------------------- stopping rules
@@ -486,8 +455,8 @@ def test_variance_components_table_uses_class_split() -> None:
 
 
 def test_score_matrix_feeds_the_stopping_rules() -> None:
-    results = make_results(severities=("0", "1"), oods=("svhn", "noise"))
-    values, methods = score_matrix(results, "auroc", severity="1", ood="noise")
+    results = make_results(levels=("0", "1"), models=("svhn", "noise"))
+    values, methods = score_matrix(results, "auroc", severity="1", model="noise")
     assert values.shape == (40, 3) and methods == ["msp", "odin", "energy"]
     assert np.isnan(values[3]).all()  # the failed seed
     decision = decide("ranking", values, method_names=methods, max_seeds=40)

@@ -1,5 +1,6 @@
-"""The ``oodsim`` command: ``run``, ``report``, ``cache ls|verify|gc``, ``imagenet21k-classes``,
-``severity``, ``imagenet-o``."""
+"""The ``oodsim`` command: ``run`` (any protocol's spec), ``report``, ``cache ls|verify|gc``,
+``imagenet21k-classes``, ``imagenet-o`` (one model or saved logits); ``severity`` is an alias of
+``run``."""
 
 from __future__ import annotations
 
@@ -7,55 +8,60 @@ import argparse
 import sys
 import time
 from collections import Counter
-from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
+from oodsim.cli.imagenet_o import add_command as add_imagenet_o
 from oodsim.errors import OodsimError
 
 
 def add_run_options(command: argparse.ArgumentParser) -> None:
-    """The options every command that runs a spec on a cluster shares."""
+    """The options of ``oodsim run`` (the same for every protocol)."""
     command.add_argument("--address", help="address of an existing Dask scheduler")
     command.add_argument("--workers", type=int, help="worker processes of the local cluster")
     command.add_argument("--cache", help="store root (default: $OODSIM_CACHE or ./cache)")
     command.add_argument("--out", help="where to write results (default: results/<name>.zarr)")
     command.add_argument("--quiet", action="store_true", help="no progress line")
+    command.add_argument(
+        "--worker-timeout",
+        type=float,
+        help="seconds without any worker before giving up (default: 120 on the local cluster)",
+    )
+    command.add_argument("--metric", default="auroc", help="metric of the printed tables")
+    command.add_argument("--report", help="also write plots and a summary into this folder")
 
 
-def run_from_args(
-    args: argparse.Namespace, spec: Any, runner: Callable[..., Any]
-) -> tuple[Any, Path, float]:
-    """Run ``spec`` with ``runner`` (``oodsim.run``, ``run_severity``) as the options say; the
-    results, where they were written and the seconds it took."""
+def _cmd_run(args: argparse.Namespace) -> int:
+    from oodsim.engine import load, run
+    from oodsim.report import format_summary_table, write_report
+
+    spec = load(args.spec)
     out = Path(args.out) if args.out else Path("results") / f"{spec.name}.zarr"
     started = time.perf_counter()
-    results = runner(
+    results = run(
         spec,
         address=args.address,
         n_workers=args.workers,
         cache=args.cache,
         out=out,
         progress=not args.quiet,
+        worker_timeout=args.worker_timeout,
     )
-    return results, out, time.perf_counter() - started
+    seconds = time.perf_counter() - started
+    if results.attrs["protocol"] == "severity":
+        from oodsim.report.severity import format_level_table
 
-
-def _cmd_run(args: argparse.Namespace) -> int:
-    from oodsim.executor import run
-    from oodsim.report import format_summary_table
-    from oodsim.specs import load_spec
-
-    results, out, seconds = run_from_args(args, load_spec(args.spec), run)
-    print(format_summary_table(results))
+        print(format_level_table(results, args.metric))
+    else:
+        print(format_summary_table(results))
     _print_failures(results)
-    _print_win_probabilities(results)
-    counts = results.attrs["store"]
+    _print_win_probabilities(results, args.metric)
+    if args.report:
+        print(f"report written to {write_report(results, Path(args.report))}")
     n_failed = int(results.attrs.get("n_failed", 0))
     failed = f" ({n_failed} failed)" if n_failed else ""
     print(
-        f"\n{results.sizes['seed']} simulations{failed} in {seconds:.1f} s "
-        f"(store: {counts}); results written to {out}"
+        f"\n{results.sizes['seed']} seeds{failed} in {seconds:.1f} s "
+        f"(store: {results.attrs['store']}); results written to {out}"
     )
     return 0
 
@@ -78,13 +84,14 @@ def _print_failures(results) -> None:
         print(f"  {count} x {reason} (seed {shown})")
 
 
-def _print_win_probabilities(results, k: int = 5) -> None:
-    """P(each method has the best mean over k random seeds), per OOD set, for AUROC."""
+def _print_win_probabilities(results, metric: str, k: int = 5) -> None:
+    """P(each method has the best mean over k random seeds), per cell (OOD set, level, model)."""
     from oodsim.stats import win_probabilities
 
     if results.sizes["method"] < 2 or results.sizes["seed"] < k:
         return
-    metric = "auroc" if "auroc" in results.metric.values else str(results.metric.values[0])
+    if metric not in results.metric.values:
+        metric = str(results.metric.values[0])
     probability = win_probabilities(results, metric=metric, k=k, rng=0)
     print(f"\nP(best mean {metric} in a {k}-seed comparison):")
     for labels, row in _rows(probability):
@@ -155,10 +162,14 @@ def parser() -> argparse.ArgumentParser:
     main = argparse.ArgumentParser(prog="oodsim", description=__doc__)
     commands = main.add_subparsers(dest="command", required=True)
 
-    run = commands.add_parser("run", help="run (or resume) an experiment spec")
-    run.add_argument("spec", help="experiment spec (TOML)")
-    add_run_options(run)
-    run.set_defaults(func=_cmd_run)
+    for name, text in (
+        ("run", "run (or resume) a spec of any protocol: open set, severity, ImageNet-O"),
+        ("severity", "alias of `run` (kept for older scripts)"),
+    ):
+        run = commands.add_parser(name, help=text)
+        run.add_argument("spec", help="spec file (TOML); its `protocol` key picks the protocol")
+        add_run_options(run)
+        run.set_defaults(func=_cmd_run)
 
     report = commands.add_parser("report", help="plots and a summary of saved results")
     report.add_argument("results", help="results written by `oodsim run`")
@@ -184,9 +195,7 @@ def parser() -> argparse.ArgumentParser:
     classes.add_argument("--wordnet-root", help="WordNet 3.0 WNDB folder")
     classes.set_defaults(func=_cmd_imagenet21k)
 
-    from oodsim.cli_severity import add_commands
-
-    add_commands(commands)  # `oodsim severity`, `oodsim imagenet-o`
+    add_imagenet_o(commands)
     return main
 
 
@@ -199,7 +208,3 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     except KeyboardInterrupt:
         return 130
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

@@ -96,7 +96,3 @@ def load_dataset(
 ) -> ImageData:
     """Load a registered dataset (cached per process: workers read the files once)."""
     return dataset_info(name).load(root=root, download=download, image_size=image_size)
-
-
-# Built-in loaders register themselves on import.
-from oodsim.data import builtin  # noqa: E402,F401

@@ -154,7 +154,6 @@ def cluster_client(address: str | None = None, n_workers: int | None = None) -> 
         yield client
 
 
-
 def as_landed(
     futures: Sequence[Any], worker_timeout: float | None, poll: float = 2.0
 ) -> Iterator[Any]:

@@ -193,11 +193,11 @@ def run(
                 "store; run the same spec again to resume."
             )
             raise
+        events = submitter.task_events()
         if decision is not None and decision.stop and len(results) < len(seeds):
             submitter.cancel([f for f in futures.values() if f is not None])
-            submitter.cancel(list(submitter.tasks.values()))
+            submitter.cancel([f for f in submitter.tasks.values() if f.status != "finished"])
             tracker.stopped(f"stopped after {len(results)} {protocol.unit}: {decision.reason}")
-        events = submitter.task_events()
     extra: dict[str, Any] = {"wall_seconds": round(time.perf_counter() - started, 3)}
     if decision is not None:
         extra["stopping"] = json.dumps(decision.as_dict())

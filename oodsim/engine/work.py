@@ -113,3 +113,31 @@ def score_seed(
         events=tuple(store.events),
         seconds=time.perf_counter() - started,
     )
+
+
+def run_seed(spec: Any, seed: int, cache_root: str, *, torch_threads: int | None = 1) -> SeedResult:
+    """One seed in this process, without Dask: every missing task in order, then scoring.
+
+    For debugging a protocol and for tests; :func:`oodsim.run` does the same on a cluster.
+    """
+    from oodsim.protocols import protocol_of
+
+    protocol = protocol_of(spec)
+    shipped = Shipped()  # this process already has the driver's registrations
+    planned = {t.key: t for t in protocol.plan(spec, seed)}
+    results: dict[str, tuple[str, tuple]] = {}
+
+    def visit(task: Task) -> tuple[str, tuple]:
+        if task.key not in results:
+            after = [visit(planned[k]) for k in task.after if k in planned]
+            results[task.key] = run_task(
+                task, cache_root, shipped, *after, torch_threads=torch_threads
+            )
+        return results[task.key]
+
+    upstream = [visit(task) for task in planned.values()]
+    result = score_seed(
+        protocol.name, spec, seed, cache_root, shipped, *upstream, torch_threads=torch_threads
+    )
+    events = tuple(e for _, task_events in results.values() for e in task_events)
+    return attrs.evolve(result, events=events + result.events)

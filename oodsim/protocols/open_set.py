@@ -507,9 +507,7 @@ class _Prepared:
         info = get_detector(detector.name)
         fit = self.fits.get(info.fit_on) if info.fit_on else None
         if "model" in info.needs:
-            params = functools.cache(
-                partial(_model_params, sim, detector, fit, self.split_arrays)
-            )
+            params = functools.cache(partial(_model_params, sim, detector, fit, self.split_arrays))
             kappa = np.concatenate(
                 [
                     _model_kappa(sim, detector, s, fit, o, params)

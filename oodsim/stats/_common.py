@@ -20,8 +20,9 @@ def higher_is_better(metric: str) -> bool:
 def as_score(results_or_score: xr.Dataset | xr.DataArray) -> xr.DataArray:
     """The ``score`` DataArray of a results Dataset, with failed seeds set to NaN.
 
-    A DataArray passes through unchanged. A ``failed`` (seed,) boolean data variable, when
-    present, masks the seeds it flags even if their scores are finite.
+    A DataArray passes through unchanged. The ``failure`` (seed,) variable of
+    :func:`oodsim.results.build` masks every seed with a non-empty reason, even if a score of
+    it is finite.
     """
     if isinstance(results_or_score, xr.DataArray):
         return results_or_score
@@ -36,8 +37,8 @@ def as_score(results_or_score: xr.Dataset | xr.DataArray) -> xr.DataArray:
             + (", ".join(map(str, results_or_score.data_vars)) or "none")
         )
     score = results_or_score["score"]
-    if "failed" in results_or_score.data_vars:
-        score = score.where(~results_or_score["failed"].astype(bool))
+    if "failure" in results_or_score.data_vars:
+        score = score.where(results_or_score["failure"].astype(str) == "")
     return score
 
 

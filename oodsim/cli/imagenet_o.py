@@ -1,0 +1,78 @@
+"""``oodsim imagenet-o``: the ImageNet-O numbers of one model (image folders) or of saved logits.
+
+Spec files of several models (and seeds) run with ``oodsim run specs/imagenet_o.toml`` like
+every protocol; this command is the direct single-model evaluation without store or cluster.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+from typing import Any
+
+from oodsim.errors import SpecError
+
+
+def format_line(result: dict[str, Any]) -> str:
+    """One line: AUPR (with chance), AUROC, FPR@95TPR and the image counts."""
+    return (
+        f"AUPR {100 * result['aupr']:.2f} % (chance {100 * result['chance']:.2f} %), "
+        f"AUROC {100 * result['auroc']:.2f} %, FPR@95TPR {100 * result['fpr95']:.2f} % "
+        f"({result['n_id']} ID / {result['n_ood']} ImageNet-O images)"
+    )
+
+
+def _cmd_imagenet_o(args: argparse.Namespace) -> int:
+    # imported here: the protocol pulls in torch and timm, which other commands never need
+    from oodsim.protocols import imagenet_o
+
+    if args.id_logits or args.ood_logits:
+        if not (args.id_logits and args.ood_logits):
+            raise SpecError("--id-logits/--ood-logits", "one of them", "both .npy files")
+        result = imagenet_o.evaluate_logit_files(args.id_logits, args.ood_logits)
+    elif args.model and args.id_root and args.ood_root:
+        result = imagenet_o.evaluate_folders(
+            args.id_root,
+            args.ood_root,
+            args.model,
+            pretrained=not args.random_weights,
+            weights=args.weights,
+            image_size=args.image_size,
+            batch_size=args.batch_size,
+            save_logits=args.save_logits,
+        )
+    else:
+        raise SpecError(
+            "imagenet-o",
+            "missing inputs",
+            "--model with --id-root and --ood-root, or --id-logits with --ood-logits "
+            "(several models: `oodsim run specs/imagenet_o.toml`)",
+        )
+    print(format_line(result))
+    if args.json:
+        Path(args.json).write_text(json.dumps(result, indent=2) + "\n")
+    return 0
+
+
+def add_command(commands: Any) -> None:
+    """Add ``imagenet-o`` to the ``oodsim`` subparsers."""
+    inet = commands.add_parser(
+        "imagenet-o",
+        help="ImageNet-O AUPR of one model (image folders) or of saved logits",
+        description="The ImageNet-O recipe (softmax over the 200 classes, AUPR with ImageNet-O "
+        "as positives) for one model or saved logits. Specs of several models: "
+        "`oodsim run specs/imagenet_o.toml`.",
+    )
+    inet.add_argument("--model", help="timm:<name> or torchvision:<name>")
+    inet.add_argument("--id-root", help="ImageNet val folder with one folder per wnid")
+    inet.add_argument("--ood-root", help="ImageNet-O folder")
+    inet.add_argument("--weights", help="weights file (default: the local torch/HF caches)")
+    inet.add_argument("--random-weights", action="store_true", help="random init (smoke test)")
+    inet.add_argument("--image-size", type=int, help="override the model's input size")
+    inet.add_argument("--batch-size", type=int, default=64)
+    inet.add_argument("--save-logits", help="folder for id_logits.npy / ood_logits.npy")
+    inet.add_argument("--id-logits", help="saved ID logits (.npy, n x 1000 or n x 200)")
+    inet.add_argument("--ood-logits", help="saved ImageNet-O logits (.npy)")
+    inet.add_argument("--json", help="also write the numbers to this JSON file")
+    inet.set_defaults(func=_cmd_imagenet_o)

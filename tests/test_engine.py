@@ -1,0 +1,85 @@
+"""The engine's front door and its duties for every protocol, tested on a real cluster."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import oodsim
+from oodsim.data.registry import ImageData, load_dataset, register_dataset
+from oodsim.errors import SpecError
+from oodsim.results import store_counts
+from oodsim.specs import DatasetSpec, ExperimentSpec
+from tests.conftest import ROOT, small_digits
+
+
+# Registered here, in the driver: the cluster's worker processes never import this module, so
+# they only know these names if the engine ships them.
+@oodsim.detectors.register("test_engine_margin", needs={"logits"}, replace=True)
+def margin(outputs, *, fit=None):
+    """Top-1 minus top-2 logit."""
+    top = np.sort(outputs.logits, axis=1)
+    return top[:, -1] - top[:, -2]
+
+
+@register_dataset("test_engine_digits", n_classes=10, hflip=False, description="digits, inverted")
+def inverted_digits(root=None, download=False, image_size=None) -> ImageData:
+    data = load_dataset("digits")
+    return ImageData(images=255 - data.images, labels=data.labels, class_names=data.class_names)
+
+
+def test_driver_registered_detector_and_dataset_reach_the_workers(
+    cluster_address: str, cache: Path
+) -> None:
+    spec = small_digits(
+        2, dataset=DatasetSpec(name="test_engine_digits"), detectors=("msp", "test_engine_margin")
+    )
+    results = oodsim.run(spec, address=cluster_address, cache=cache, progress=False)
+    assert list(results.method.values) == ["msp", "test_engine_margin"]
+    assert (results.failure.values == "").all()
+    margin_auroc = results.score.sel({"method": "test_engine_margin", "metric": "auroc"})
+    assert np.isfinite(margin_auroc).all() and float(margin_auroc.mean()) > 0.6
+    assert store_counts(results)["computed"] == {"checkpoint": 2, "outputs": 2}
+
+
+def test_load_picks_the_protocol_from_the_file(tmp_path: Path) -> None:
+    assert isinstance(oodsim.load(ROOT / "specs" / "digits.toml"), ExperimentSpec)  # default
+    text = (ROOT / "specs" / "digits.toml").read_text()
+    (tmp_path / "explicit.toml").write_text('protocol = "open_set"\n' + text)
+    assert oodsim.load(tmp_path / "explicit.toml") == oodsim.load(ROOT / "specs" / "digits.toml")
+    (tmp_path / "bad.toml").write_text('protocol = "open-set"\n' + text)
+    with pytest.raises(SpecError, match="protocol.*'open_set', 'severity', 'imagenet_o'"):
+        oodsim.load(tmp_path / "bad.toml")
+
+
+def test_run_takes_a_path_and_a_rerun_scores_from_the_cache(
+    cluster_address: str, cache: Path, tmp_path: Path
+) -> None:
+    spec = small_digits(2)
+    path = tmp_path / "small.toml"
+    path.write_text(_toml(spec))
+    first = oodsim.run(path, address=cluster_address, cache=cache, progress=False)
+    again = oodsim.run(spec, cache=cache, progress=False)  # cached: no cluster at all
+    assert store_counts(again)["computed"] == {}
+    np.testing.assert_array_equal(first.score.values, again.score.values)
+    assert first.attrs["protocol"] == again.attrs["protocol"] == "open_set"
+
+
+def _toml(spec: ExperimentSpec) -> str:
+    """A TOML file of a spec (through its plain-data form)."""
+
+    def value(v):
+        if isinstance(v, str):
+            return f'"{v}"'
+        if isinstance(v, bool):
+            return str(v).lower()
+        if isinstance(v, list | tuple):
+            return "[" + ", ".join(value(x) for x in v) + "]"
+        if isinstance(v, dict):
+            return "{" + ", ".join(f"{k} = {value(x)}" for k, x in v.items() if x is not None) + "}"
+        return repr(v)
+
+    data = spec.to_dict()
+    return "\n".join(f"{k} = {value(v)}" for k, v in data.items() if v is not None) + "\n"
