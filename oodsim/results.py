@@ -17,6 +17,7 @@ import platform
 import shutil
 import uuid
 from collections.abc import Mapping, Sequence
+from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Any
 
@@ -32,8 +33,6 @@ NO_SEVERITY = "all"
 
 def package_versions() -> dict[str, str]:
     """Versions of the packages that shape results (recorded, never part of a key)."""
-    from importlib.metadata import PackageNotFoundError, version
-
     versions = {"python": platform.python_version()}
     for name in (
         "oodsim",

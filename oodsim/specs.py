@@ -67,18 +67,21 @@ def _registered(names: Callable[[], list[str]]) -> Callable[[Any, attrs.Attribut
 
 
 def _dataset_names() -> list[str]:
+    # specs sit below the registries they validate against
     from oodsim.data.registry import DATASETS
 
     return sorted(DATASETS)
 
 
 def _architecture_names() -> list[str]:
+    # imports torch: only when an architecture name is checked
     from oodsim.models.architectures import ARCHITECTURES
 
     return sorted(ARCHITECTURES)
 
 
 def _metric_names() -> list[str]:
+    # specs sit below the registries they validate against
     from oodsim.metrics import METRICS
 
     return sorted(METRICS)
@@ -238,6 +241,7 @@ class DetectorSpec(_Keyed):
 
     @name.validator
     def _check_name(self, attribute: attrs.Attribute, value: str) -> None:
+        # specs sit below the registries they validate against
         from oodsim.detectors import available
 
         if value not in available():
@@ -245,6 +249,7 @@ class DetectorSpec(_Keyed):
 
     @params.validator
     def _check_params(self, attribute: attrs.Attribute, value: tuple) -> None:
+        # specs sit below the registries they validate against
         from oodsim.detectors import get_detector
 
         allowed = set(get_detector(self.name).defaults)
@@ -259,6 +264,7 @@ class DetectorSpec(_Keyed):
     @property
     def key(self) -> str:
         """Content key; execution parameters (e.g. ``batch_size``) never enter it."""
+        # specs sit below the registries they validate against
         from oodsim.detectors import EXECUTION_PARAMS
 
         params = {k: v for k, v in self.params if k not in EXECUTION_PARAMS}
@@ -267,6 +273,7 @@ class DetectorSpec(_Keyed):
     @property
     def version(self) -> str:
         """The detector implementation's version; enters the key of its cached κ."""
+        # specs sit below the registries they validate against
         from oodsim.detectors import get_detector
 
         return get_detector(self.name).version
@@ -442,6 +449,7 @@ class ExperimentSpec(Seeded, _Keyed):
         self.check_stopping(("all",))
 
     def _check_grids(self) -> None:
+        # specs sit below the protocols
         from oodsim.protocols.tuning import is_grid
 
         tuned = [d.label for d in self.detectors if is_grid(d.kwargs)]
@@ -458,6 +466,7 @@ class ExperimentSpec(Seeded, _Keyed):
             raise SpecError(field, labels, "a non-empty list with distinct labels")
 
     def _check_split_fits_dataset(self) -> None:
+        # specs sit below the registries they validate against
         from oodsim.data.registry import DATASETS
 
         n_classes = DATASETS[self.dataset.name].n_classes

@@ -118,3 +118,39 @@ def test_every_module_imports_in_a_fresh_interpreter() -> None:
         [sys.executable, "-c", script], capture_output=True, text=True, cwd=ROOT, check=True
     )
     assert json.loads(done.stdout.splitlines()[-1]) == {}
+
+
+def _unexplained_function_imports(path: Path) -> list[int]:
+    """Lines of imports inside functions with no reason: no comment on the import group or on
+    the line right above it."""
+    lines = path.read_text(encoding="utf-8").splitlines()
+    missing = []
+    for node in ast.walk(ast.parse("\n".join(lines))):
+        if not isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+            continue
+        for inner in ast.walk(node):
+            if not isinstance(inner, ast.Import | ast.ImportFrom):
+                continue
+            row = inner.lineno - 1
+            explained = "#" in lines[row]
+            while not explained and row > 0:
+                row -= 1
+                text = lines[row].strip()
+                if text.startswith("#"):
+                    explained = True
+                elif not (text == "" or text.startswith(("import ", "from ", ")")) or "," in text):
+                    break
+                explained = explained or "#" in text
+            if not explained:
+                missing.append(inner.lineno)
+    return missing
+
+
+def test_every_function_level_import_says_why() -> None:
+    """An import inside a function keeps start-up cheap or breaks a real cycle; it says which."""
+    missing = {
+        str(path.relative_to(ROOT)): lines
+        for path in _modules().values()
+        if (lines := _unexplained_function_imports(path))
+    }
+    assert missing == {}

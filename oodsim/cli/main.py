@@ -31,6 +31,7 @@ def add_run_options(command: argparse.ArgumentParser) -> None:
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
+    # loaded by the command that needs it, so `oodsim --help` stays fast
     from oodsim.engine import load, run
     from oodsim.report import format_summary_table, write_report
 
@@ -48,6 +49,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
     )
     seconds = time.perf_counter() - started
     if results.attrs["protocol"] == "severity":
+        # severity results only
         from oodsim.report.severity import format_level_table
 
         print(format_level_table(results, args.metric))
@@ -86,6 +88,7 @@ def _print_failures(results) -> None:
 
 def _print_win_probabilities(results, metric: str, k: int = 5) -> None:
     """P(each method has the best mean over k random seeds), per cell (OOD set, level, model)."""
+    # loaded by the command that needs it, so `oodsim --help` stays fast
     from oodsim.stats import win_probabilities
 
     if results.sizes["method"] < 2 or results.sizes["seed"] < k:
@@ -116,6 +119,7 @@ def _rows(probability):
 
 
 def _cmd_report(args: argparse.Namespace) -> int:
+    # loaded by the command that needs it, so `oodsim --help` stays fast
     from oodsim.report import write_report
     from oodsim.results import open_results
 
@@ -125,6 +129,7 @@ def _cmd_report(args: argparse.Namespace) -> int:
 
 
 def _cmd_cache(args: argparse.Namespace) -> int:
+    # loaded by the command that needs it, so `oodsim --help` stays fast
     from oodsim.store import Store, default_root
 
     store = Store(args.cache or default_root())
@@ -148,6 +153,7 @@ def _cmd_cache(args: argparse.Namespace) -> int:
 
 
 def _cmd_imagenet21k(args: argparse.Namespace) -> int:
+    # loaded by the command that needs it, so `oodsim --help` stays fast
     from oodsim.data.imagenet_classes import filter_ood_classes, write_class_table
 
     result = filter_ood_classes(None, None, wordnet_root=args.wordnet_root)

@@ -36,6 +36,7 @@ FASHION_MNIST_CLASSES = (
 def load_digits(
     root: str | None = None, download: bool = False, image_size: int | None = None
 ) -> ImageData:
+    # scikit-learn loads only when digits are read
     from sklearn.datasets import load_digits as sklearn_digits
 
     bunch = sklearn_digits()
@@ -129,6 +130,7 @@ def load_fashion_mnist(
 
 def _from_torchvision(name: str, root: str | None, download: bool) -> ImageData:
     """Train + test split of a torchvision dataset, read from ``root``."""
+    # torchvision loads only for its datasets
     import torchvision.datasets as tvd
 
     if not root:
@@ -198,6 +200,7 @@ def read_image_folder(root: str | Path, image_size: int | None = None) -> ImageD
 
     Tiny-ImageNet's ``train/<wnid>/images/*.JPEG`` layout is read by pointing root at ``train``.
     """
+    # Pillow loads only for image folders
     from PIL import Image, UnidentifiedImageError
 
     root = Path(root)

@@ -26,6 +26,7 @@ def eval_mode(model: torch.nn.Module) -> Iterator[torch.nn.Module]:
 
 def device_of(model: torch.nn.Module) -> torch.device:
     """Where the model's parameters live (CPU for a parameter-free module)."""
+    # detectors stay importable without torch: logit κ need none
     import torch
 
     for tensor in model.parameters():
@@ -35,6 +36,7 @@ def device_of(model: torch.nn.Module) -> torch.device:
 
 def check_model_inputs(name: str, model: object, inputs: object, batch_size: object) -> int:
     """Validate the model contract's inputs; return the batch size."""
+    # detectors stay importable without torch: logit κ need none
     import torch
 
     if not isinstance(model, torch.nn.Module):

@@ -35,6 +35,7 @@ class _Masks:
         self.pass_index = 0
 
     def _uniform(self, module_index: int, per_row: tuple[int, ...]) -> torch.Tensor:
+        # detectors stay importable without torch: logit κ need none
         import torch
 
         first, last = self.rows.start // BLOCK_ROWS, (self.rows.stop - 1) // BLOCK_ROWS
@@ -51,6 +52,7 @@ class _Masks:
         """A forward hook that multiplies the module's output by its dropout mask."""
 
         def apply(module: torch.nn.Module, args: tuple, output: torch.Tensor) -> torch.Tensor:
+            # detectors stay importable without torch: logit κ need none
             import torch
 
             n_rows = self.rows.stop - self.rows.start
@@ -73,6 +75,7 @@ class _Masks:
 
 
 def _dropout_modules(model: torch.nn.Module) -> list[torch.nn.Module]:
+    # detectors stay importable without torch: logit κ need none
     from torch import nn
 
     found = [m for m in model.modules() if isinstance(m, nn.modules.dropout._DropoutNd)]
@@ -101,6 +104,7 @@ def mean_softmax(
     When every dropout module sits in ``model.head`` the features ``model.embed(x)`` are computed
     once per batch and only the head runs ``n_passes`` times.
     """
+    # detectors stay importable without torch: logit κ need none
     import torch
 
     dropouts = _dropout_modules(model)

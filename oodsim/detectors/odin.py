@@ -23,6 +23,7 @@ def perturb(
     Only the input gradient is taken (``torch.autograd.grad``), so no parameter gathers ``.grad``.
     The loss is the per-sample sum, so the sign is that of each sample's own gradient.
     """
+    # detectors stay importable without torch: logit κ need none
     import torch
 
     with torch.inference_mode(False), torch.enable_grad():
@@ -42,6 +43,7 @@ def odin_confidence(
     batch_size: int = 256,
 ) -> np.ndarray:
     """max_c S_c(x̃; T) per sample, model in eval mode (its own modes restored afterwards)."""
+    # detectors stay importable without torch: logit κ need none
     import torch
 
     device = device_of(model)

@@ -85,10 +85,12 @@ def _clock(seconds: float) -> str:
 def _cuda_cluster() -> Any | None:
     """A LocalCUDACluster (one worker per GPU) when CUDA and dask-cuda are both present."""
     try:
+        # only to ask for CUDA when a cluster starts
         import torch
 
         if not torch.cuda.is_available():
             return None
+        # the optional extra [gpu]
         from dask_cuda import LocalCUDACluster
     except ImportError:
         return None
@@ -103,6 +105,7 @@ def _probe_scheduler(address: str, timeout: float) -> None:
     stopped scheduler, a wrong port) hangs it forever. This probe runs the same connect in its
     own event loop (in a thread, so it works under a running loop too) with a hard deadline.
     """
+    # distributed loads only when a cluster is needed (cached runs start none)
     import asyncio
     from concurrent.futures import ThreadPoolExecutor
 
@@ -121,6 +124,7 @@ def _probe_scheduler(address: str, timeout: float) -> None:
 @contextlib.contextmanager
 def cluster_client(address: str | None = None, n_workers: int | None = None) -> Iterator[Any]:
     """A ``distributed.Client``: to ``address``, else to a new local cluster closed on exit."""
+    # distributed loads only when a cluster is needed (cached runs start none)
     from distributed import Client, LocalCluster
 
     if address:
@@ -159,6 +163,7 @@ def as_landed(
 ) -> Iterator[Any]:
     """Futures as they finish; a cluster without any worker for ``worker_timeout`` seconds
     raises :class:`ClusterError` instead of waiting forever (finished work stays cached)."""
+    # distributed loads only when a cluster is needed (cached runs start none)
     from distributed import wait
 
     pending = set(futures)

@@ -263,7 +263,8 @@ def check_stopping(
 ) -> Any:
     """Apply the spec's stopping rule to the results so far (in submission order).
     Reaching ``max_seeds`` always stops."""
-    from oodsim.stats import decide  # stats pulls in scipy: only runs with a rule need it
+    # stats pulls in scipy: only runs with a stopping rule need it
+    from oodsim.stats import decide
 
     rule = spec.stopping
     params: dict[str, Any] = {"min_seeds": rule.min_seeds, "max_seeds": spec.max_seeds}

@@ -13,6 +13,9 @@ from typing import Any
 
 import attrs
 
+from oodsim.data.registry import adopt_datasets, user_datasets
+from oodsim.detectors import adopt, user_detectors
+from oodsim.protocols import get_protocol, protocol_of
 from oodsim.protocols.base import SeedFailed, Task, first_failure
 from oodsim.results import SeedResult
 from oodsim.store import Store
@@ -27,9 +30,6 @@ class Shipped:
 
     @classmethod
     def of(cls, protocol: Any, spec: Any) -> Shipped:
-        from oodsim.data.registry import user_datasets
-        from oodsim.detectors import user_detectors
-
         return cls(
             user_detectors(protocol.detector_names(spec)),
             user_datasets(protocol.dataset_names(spec)),
@@ -38,19 +38,16 @@ class Shipped:
     def adopt(self) -> None:
         """Register the shipped detectors and datasets in this process."""
         if self.detectors:
-            from oodsim.detectors import adopt
-
             adopt(self.detectors)
         if self.datasets:
-            from oodsim.data.registry import adopt_datasets
-
             adopt_datasets(self.datasets)
 
 
 def _prepare(shipped: Shipped, torch_threads: int | None) -> None:
     shipped.adopt()
     if torch_threads:
-        import torch  # imported here: scoring cached seeds in the driver needs no torch setup
+        # scoring cached seeds in the driver needs no torch
+        import torch
 
         torch.set_num_threads(torch_threads)
         torch.use_deterministic_algorithms(True, warn_only=True)
@@ -90,8 +87,6 @@ def score_seed(
     torch_threads: int | None = 1,
 ) -> SeedResult:
     """Score one seed from the store; a failed upstream task or scoring fails the seed."""
-    from oodsim.protocols import get_protocol
-
     started = time.perf_counter()
     store = Store(cache_root)
     protocol = get_protocol(protocol_name)
@@ -120,8 +115,6 @@ def run_seed(spec: Any, seed: int, cache_root: str, *, torch_threads: int | None
 
     For debugging a protocol and for tests; :func:`oodsim.run` does the same on a cluster.
     """
-    from oodsim.protocols import protocol_of
-
     protocol = protocol_of(spec)
     shipped = Shipped()  # this process already has the driver's registrations
     planned = {t.key: t for t in protocol.plan(spec, seed)}

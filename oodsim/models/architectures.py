@@ -61,6 +61,7 @@ def resnet18(
     in_channels: int, n_classes: int, image_size: int, dropout: float, width: int
 ) -> Classifier:
     """torchvision ResNet-18 as in the study; a 3x3 stem without max-pool for small images."""
+    # torchvision loads only for ResNet-18
     from torchvision.models import resnet18 as tv_resnet18
 
     net = tv_resnet18(weights=None)

@@ -25,12 +25,17 @@ from typing import Any
 import attrs
 import numpy as np
 
+from oodsim.data.ood_sets import ood_images
 from oodsim.data.registry import ImageData, dataset_info, load_dataset
 from oodsim.data.splits import SUBSETS, OpenSetSplit, make_split
+from oodsim.detectors import confidence, get_detector
+from oodsim.detectors._api import NonFiniteKappaError
 from oodsim.errors import SpecError
 from oodsim.keys import digest
+from oodsim.metrics import METRICS, NonFiniteScoreError
 from oodsim.outputs import Outputs
 from oodsim.protocols.base import Protocol, SeedFailed, Task
+from oodsim.protocols.tuning import choose, is_grid
 from oodsim.results import NO_SEVERITY, Layout, SeedResult
 from oodsim.seeds import TRAINING_STREAMS, SeedStreams
 from oodsim.specs import DetectorSpec, ExperimentSpec, OODSetSpec, spec_from_dict
@@ -51,6 +56,7 @@ class SimulationFailed(SeedFailed):
 
 
 def checkpoint_key(spec: ExperimentSpec, streams: SeedStreams) -> str:
+    # imports torch: only when a model is built, trained or run
     from oodsim.models import architectures, training
 
     return digest(
@@ -67,12 +73,14 @@ def checkpoint_key(spec: ExperimentSpec, streams: SeedStreams) -> str:
 
 
 def outputs_key(checkpoint: str) -> str:
+    # imports torch: only when a model is built, trained or run
     from oodsim.models import inference
 
     return digest(OUTPUTS, inference.VERSION, {"checkpoint": checkpoint})
 
 
 def ood_outputs_key(checkpoint: str, ood: OODSetSpec, streams: SeedStreams) -> str:
+    # imports torch: only when a model is built, trained or run
     from oodsim.models import inference
 
     return digest(
@@ -96,8 +104,6 @@ def kappa_key(source: str, subset: str, detector: DetectorSpec, streams: SeedStr
 
 
 def _needs_model(detector: DetectorSpec) -> bool:
-    from oodsim.detectors import get_detector
-
     return "model" in get_detector(detector.name).needs
 
 
@@ -141,6 +147,7 @@ def entries(spec: ExperimentSpec, seed: int) -> list[tuple[str, str]]:
 
 
 def _device() -> str:
+    # torch loads only when a model runs
     import torch
 
     return "cuda" if torch.cuda.is_available() else "cpu"
@@ -180,6 +187,7 @@ class _Simulation:
         return self._split
 
     def _build(self) -> Any:
+        # imports torch: only when a model is built, trained or run
         from oodsim.models.architectures import build_model
 
         height, _, channels = self.data.shape
@@ -201,6 +209,7 @@ class _Simulation:
             self.store.ensure(CHECKPOINT, self.checkpoint, self._train)
             entry = None if self._model is not None else self.store.get(CHECKPOINT, self.checkpoint)
             if entry is not None:  # trained earlier or by another process (None: corrupt)
+                # torch loads only when a model runs
                 import torch
 
                 model = self._build()
@@ -216,6 +225,7 @@ class _Simulation:
         return self._model, *self._norm
 
     def _train(self) -> None:
+        # imports torch: only when a model is built, trained or run
         from oodsim.models.tensors import channel_stats
         from oodsim.models.training import TrainingDiverged, train
 
@@ -264,6 +274,7 @@ class _Simulation:
         self._model, self._norm = model, (mean, std)
 
     def _infer(self, images: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        # imports torch: only when a model is built, trained or run
         from oodsim.models.inference import infer
 
         model, mean, std = self.model()
@@ -302,8 +313,6 @@ class _Simulation:
         self.store.ensure(OOD_OUTPUTS, key, lambda: self._compute_ood_outputs(ood, key))
 
     def _compute_ood_outputs(self, ood: OODSetSpec, key: str) -> None:
-        from oodsim.data.ood_sets import ood_images
-
         logits, features = self._infer(ood_images(ood, self.data.shape, self.streams))
         self.store.put(
             OOD_OUTPUTS,
@@ -318,7 +327,7 @@ class _Simulation:
 
     def inputs(self, eval_set: EvalSet) -> Any:
         """Normalized input tensor of an evaluated subset (for model-based detectors)."""
-        from oodsim.data.ood_sets import ood_images
+        # imports torch: only when a model is built, trained or run
         from oodsim.models.tensors import to_tensor
 
         _, mean, std = self.model()
@@ -388,8 +397,6 @@ def _model_kappa(
     choose_params: Callable[[], dict[str, Any]],
 ) -> np.ndarray:
     """κ of a model-based detector on one subset: cached, else computed and stored."""
-    from oodsim.detectors import confidence
-
     key = kappa_key(eval_set.entry[1], eval_set.prefix, detector, sim.streams)
 
     def compute() -> None:
@@ -421,9 +428,6 @@ def _model_params(
 ) -> dict[str, Any]:
     """A model-based detector's parameters: its seed from the ``inference`` stream, and grids
     chosen on D_in_val vs D_out_val (see :mod:`oodsim.protocols.tuning`)."""
-    from oodsim.detectors import confidence, get_detector
-    from oodsim.protocols.tuning import choose, is_grid
-
     params = detector.kwargs
     if "seed" in get_detector(detector.name).defaults:
         params.setdefault("seed", sim.streams.torch_seed("inference"))
@@ -457,9 +461,6 @@ def _logit_params(
     detector: DetectorSpec, fit: Outputs | None, split_arrays: dict[str, np.ndarray]
 ) -> dict[str, Any]:
     """A logit/feature detector's parameters, grids chosen on D_in_val vs D_out_val."""
-    from oodsim.detectors import confidence
-    from oodsim.protocols.tuning import choose, is_grid
-
     if not is_grid(detector.kwargs):
         return detector.kwargs
     validation = Outputs.concat(
@@ -502,8 +503,6 @@ class _Prepared:
     def kappa(self, sim: _Simulation, detector: DetectorSpec) -> np.ndarray:
         """κ of one detector on the ID test set followed by every OOD test set; a detector
         with a fit split is fitted once and applied to all of them."""
-        from oodsim.detectors import confidence, get_detector
-
         info = get_detector(detector.name)
         fit = self.fits.get(info.fit_on) if info.fit_on else None
         if "model" in info.needs:
@@ -522,9 +521,6 @@ class _Prepared:
 
 def _checked(detector: DetectorSpec, seed: int, kappa: Callable[[], np.ndarray]) -> np.ndarray:
     """Run a κ computation; non-finite κ fails the seed with a message naming the detector."""
-    from oodsim.detectors._api import NonFiniteKappaError
-    from oodsim.metrics import NonFiniteScoreError
-
     try:
         return kappa()
     except (NonFiniteScoreError, NonFiniteKappaError) as error:
@@ -535,8 +531,6 @@ def _checked(detector: DetectorSpec, seed: int, kappa: Callable[[], np.ndarray])
 
 def score(spec: ExperimentSpec, sim: _Simulation) -> np.ndarray:
     """Metric values of shape (method, metric, ood) from cached outputs."""
-    from oodsim.metrics import METRICS, NonFiniteScoreError
-
     prepared = _Prepared.load(spec, sim)
     kappa = np.stack(
         [_checked(d, sim.seed, partial(prepared.kappa, sim, d)) for d in spec.detectors]
