@@ -48,6 +48,8 @@ def dask_cli_cluster(folder: Path, *worker_args: str) -> Iterator[tuple[str, sub
                 "scheduler",
                 "--scheduler-file",
                 str(scheduler_file),
+                "--host",
+                "127.0.0.1",  # loopback only: tests never listen on a network interface
                 "--port",
                 "0",
                 "--no-dashboard",
@@ -61,7 +63,18 @@ def dask_cli_cluster(folder: Path, *worker_args: str) -> Iterator[tuple[str, sub
             time.sleep(0.2)
         address = json.loads(scheduler_file.read_text())["address"]
         worker = subprocess.Popen(
-            ["dask", "worker", address, "--nthreads", "1", "--no-dashboard", *worker_args], **quiet
+            [
+                "dask",
+                "worker",
+                address,
+                "--host",
+                "127.0.0.1",
+                "--nthreads",
+                "1",
+                "--no-dashboard",
+                *worker_args,
+            ],
+            **quiet,
         )
         processes.append(worker)
         with Client(address, timeout=30) as client:

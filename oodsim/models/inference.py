@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 import numpy as np
 import torch
 
@@ -9,6 +11,21 @@ from oodsim.models.architectures import Classifier
 from oodsim.models.tensors import to_tensor
 
 VERSION = "1"  # bump when inference changes: it enters output keys
+
+
+def infer_batches(
+    model: torch.nn.Module, batches: Iterable[torch.Tensor], device: str = "cpu"
+) -> tuple[list[np.ndarray], list[np.ndarray]]:
+    """The one inference loop: (logits, features) float32 blocks of preprocessed batches, in
+    one forward pass per batch (``model.forward_with_features``), model in eval mode."""
+    logits, features = [], []
+    model.eval().to(device)
+    with torch.no_grad():
+        for batch in batches:
+            z, h = model.forward_with_features(batch.to(device))
+            logits.append(z.float().cpu().numpy())
+            features.append(h.float().cpu().numpy())
+    return logits, features
 
 
 def infer(
@@ -20,17 +37,14 @@ def infer(
     batch_size: int = 512,
     device: str = "cpu",
 ) -> tuple[np.ndarray, np.ndarray]:
-    """(logits, features) as float32 arrays for uint8 images (N, H, W, C), model in eval mode."""
-    model.eval().to(device)
-    logits, features = [], []
-    with torch.no_grad():
-        for start in range(0, len(images), batch_size):
-            x = to_tensor(images[start : start + batch_size], mean, std, device)
-            z, h = model.forward_with_features(x)
-            logits.append(z.float().cpu().numpy())
-            features.append(h.float().cpu().numpy())
-    n_classes = model.head[-1].out_features
-    n_features = model.head[-1].in_features
+    """(logits, features) as float32 arrays for uint8 images (N, H, W, C)."""
+    batches = (
+        to_tensor(images[start : start + batch_size], mean, std, device)
+        for start in range(0, len(images), batch_size)
+    )
+    logits, features = infer_batches(model, batches, device)
     if not logits:
+        n_classes = model.head[-1].out_features
+        n_features = model.head[-1].in_features
         return np.zeros((0, n_classes), np.float32), np.zeros((0, n_features), np.float32)
     return np.concatenate(logits), np.concatenate(features)
