@@ -365,10 +365,11 @@ def compute_seed(spec: ExperimentSpec, seed: int, store: Store) -> None:
         for ood in spec.ood:
             if ood.kind != HELD_OUT:
                 sim.ensure_ood_outputs(ood)
-    prepared = _Prepared.load(spec, sim)
-    for detector in spec.detectors:
-        if _needs_model(detector):
-            _checked(detector, sim.seed, lambda d=detector: prepared.kappa(sim, d))
+    model_based = [d for d in spec.detectors if _needs_model(d)]
+    if any(kind == KAPPA for kind, _ in missing) and model_based:
+        prepared = _Prepared.load(spec, sim)
+        for detector in model_based:
+            _checked(detector, sim.seed, partial(prepared.kappa, sim, detector))
 
 
 def _simulation(spec: ExperimentSpec, seed: int, store: Store) -> _Simulation:
