@@ -1,17 +1,30 @@
-"""ImageNet-O recipe: restriction to the 200 classes and AUPR as the paper computes it."""
+"""ImageNet-O: the recipe (restriction to 200 classes, the paper's AUPR), the single-model paths,
+and the protocol as a plug-in of the engine (``oodsim.run`` on generated wnid folders)."""
 
 from __future__ import annotations
 
+import argparse
+import json
 from pathlib import Path
 
+import attrs
 import numpy as np
 import pytest
 from PIL import Image
 from sklearn.metrics import auc, precision_recall_curve, roc_auc_score
 
+import oodsim
 from oodsim.data.imagenet_classes import imagenet1k_wnids, imagenet_o_wnids
-from oodsim.errors import DataNotFoundError, SpecError
+from oodsim.errors import DataNotFoundError, SpecError, UnknownNameError
+from oodsim.models.zoo import ModelRef
 from oodsim.protocols import imagenet_o
+from oodsim.protocols.imagenet_o import PROTOCOL, ImageNetOSpec
+from oodsim.results import store_counts
+from oodsim.seeds import SeedStreams
+from oodsim.specs import SeedsSpec, StoppingSpec
+from oodsim.store import Store
+
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def _softmax(logits: np.ndarray) -> np.ndarray:
@@ -25,6 +38,9 @@ def _sklearn_aupr(id_logits: np.ndarray, ood_logits: np.ndarray) -> float:
     gold = np.r_[np.zeros(len(id_logits)), np.ones(len(ood_logits))]
     precision, recall, _ = precision_recall_curve(gold, anomaly)
     return auc(recall, precision)
+
+
+# --------------------------------------------------------------------------- the recipe
 
 
 def test_restriction_picks_the_200_columns_in_sorted_order() -> None:
@@ -78,15 +94,17 @@ def test_evaluate_rejects_wrong_width() -> None:
         imagenet_o.evaluate_logits(np.zeros((2, 999)), np.zeros((2, 999)))
 
 
-def test_max_softmax_is_stable_for_huge_logits() -> None:
+def test_max_softmax_is_stable_and_is_the_msp_detector() -> None:
+    from oodsim.detectors import confidence
+    from oodsim.outputs import Outputs
+
     logits = np.array([[1000.0, 0.0], [5.0, 5.0]])
     np.testing.assert_allclose(imagenet_o.max_softmax(logits), [1.0, 0.5])
+    z = np.random.default_rng(2).normal(0, 4, (50, 200)).astype(np.float32)
+    assert np.array_equal(imagenet_o.max_softmax(z), confidence("msp", Outputs(logits=z)))
 
 
 # --------------------------------------------------------------------------- image folders
-
-
-ROOT = Path(__file__).resolve().parents[1]
 
 
 def _folder(path: Path, n: int, rng: np.random.Generator) -> None:
@@ -97,19 +115,23 @@ def _folder(path: Path, n: int, rng: np.random.Generator) -> None:
         Image.fromarray(pixels).save(path / f"img_{i}.jpg" if i % 2 else path / f"img_{i}.png")
 
 
-@pytest.fixture
-def folders(tmp_path: Path) -> tuple[Path, Path, list[str]]:
-    """A few of the 200 ImageNet-O classes as ID folders, one 1k class that is not one of them,
-    and an ImageNet-O-like folder of OOD images in wnid sub-folders."""
+def make_folders(root: Path) -> tuple[Path, Path, list[str]]:
+    """A few of the 200 ImageNet-O classes as ID folders (4 images each), one 1k class that is
+    not one of them, and an ImageNet-O-like folder of 6 OOD images in wnid sub-folders."""
     rng = np.random.default_rng(0)
     wnids = list(imagenet_o_wnids()[:3])
     other = next(w for w in imagenet1k_wnids() if w not in set(imagenet_o_wnids()))
     for wnid in wnids:
-        _folder(tmp_path / "val" / wnid, 4, rng)
-    _folder(tmp_path / "val" / other, 5, rng)  # not an ImageNet-O class: ignored
-    _folder(tmp_path / "imagenet-o" / wnids[0], 3, rng)
-    _folder(tmp_path / "imagenet-o" / imagenet_o_wnids()[10], 3, rng)
-    return tmp_path / "val", tmp_path / "imagenet-o", wnids
+        _folder(root / "val" / wnid, 4, rng)
+    _folder(root / "val" / other, 5, rng)  # not an ImageNet-O class: ignored
+    _folder(root / "imagenet-o" / wnids[0], 3, rng)
+    _folder(root / "imagenet-o" / imagenet_o_wnids()[10], 3, rng)
+    return root / "val", root / "imagenet-o", wnids
+
+
+@pytest.fixture
+def folders(tmp_path: Path) -> tuple[Path, Path, list[str]]:
+    return make_folders(tmp_path)
 
 
 @pytest.mark.parametrize("model", ["timm:resnet18", "torchvision:resnet18"])
@@ -153,19 +175,21 @@ def test_folder_errors_say_what_is_missing(folders, tmp_path) -> None:
         imagenet_o.evaluate_folders(
             id_root,
             ood_root,
-            imagenet_o.ModelRef(name="timm:test_resnet", pretrained=False, num_classes=5),
+            ModelRef(name="timm:test_resnet", pretrained=False, num_classes=5),
         )
 
 
-def test_cli_command_runs_folders_and_logits(folders, tmp_path, capsys) -> None:
-    import argparse
-    import json
-
-    from oodsim.cli_severity import add_commands
+def _cli() -> argparse.ArgumentParser:
+    from oodsim.cli.imagenet_o import add_command
 
     main = argparse.ArgumentParser(prog="oodsim")
-    add_commands(main.add_subparsers(dest="command", required=True))
+    add_command(main.add_subparsers(dest="command", required=True))
+    return main
+
+
+def test_cli_command_runs_folders_and_logits(folders, tmp_path, capsys) -> None:
     id_root, ood_root, _ = folders
+    main = _cli()
     args = main.parse_args(
         [
             "imagenet-o",
@@ -200,21 +224,241 @@ def test_cli_command_runs_folders_and_logits(folders, tmp_path, capsys) -> None:
     assert f"AUPR {100 * first['aupr']:.2f} %" in capsys.readouterr().out
 
 
-def test_real_use_spec_loads_and_validates_without_data() -> None:
-    spec = imagenet_o.load_imagenet_o_spec(ROOT / "specs" / "imagenet_o.toml", check_roots=False)
+def test_cli_names_the_inputs_it_needs() -> None:
+    main = _cli()
+    args = main.parse_args(["imagenet-o", "--model", "timm:test_resnet"])
+    with pytest.raises(SpecError, match="oodsim run specs/imagenet_o.toml"):
+        args.func(args)
+    args = main.parse_args(["imagenet-o", "--id-logits", "a.npy"])
+    with pytest.raises(SpecError, match="both .npy files"):
+        args.func(args)
+    with pytest.raises(SystemExit):  # spec files run with `oodsim run SPEC`
+        main.parse_args(["imagenet-o", "--spec", "specs/imagenet_o.toml"])
+
+
+# --------------------------------------------------------------------------- the spec
+
+
+def test_shipped_spec_loads_without_the_data_and_preflight_says_where_it_looked(
+    tmp_path,
+) -> None:
+    spec = oodsim.load(ROOT / "specs" / "imagenet_o.toml")
+    assert isinstance(spec, ImageNetOSpec)
     assert len(spec.models) >= 3
     assert {m.prefix for m in spec.models} == {"timm", "torchvision"}
-    with pytest.raises(DataNotFoundError, match="id_root"):
-        imagenet_o.load_imagenet_o_spec(ROOT / "specs" / "imagenet_o.toml")
+    assert [d.label for d in spec.detectors] == ["msp"]
+    assert spec.metrics == ("aupr", "auroc", "fpr95")
+    assert spec.bootstrap and len(spec.seeds.all()) > 1
+    assert PROTOCOL.from_data(json.loads(spec.to_json()), None) == spec  # round trip
+    with pytest.raises(DataNotFoundError, match="/data/imagenet/val"):
+        PROTOCOL.preflight(spec, Store(tmp_path / "cache"))
+    assert not (tmp_path / "cache").exists()  # nothing written before the data check
 
 
-def test_run_imagenet_o_spec_on_folders(folders, tmp_path) -> None:
+def _data(**changes) -> dict:
+    return {"id_root": "val", "ood_root": "o", "models": ["timm:test_resnet"], **changes}
+
+
+def test_spec_defaults_and_relative_roots(tmp_path) -> None:
+    spec = PROTOCOL.from_data(_data(), tmp_path)
+    assert (spec.id_root, spec.ood_root) == (str(tmp_path / "val"), str(tmp_path / "o"))
+    assert spec.seeds.all() == (0,)  # one seed unless [seeds] says more
+    assert PROTOCOL.from_data(_data(seeds={"start": 5}), None).seeds.all() == (5,)
+    assert PROTOCOL.from_data(_data(seeds={"n": 3}), None).seeds.all() == (0, 1, 2)
+    assert not spec.bootstrap and spec.batch_size == 64
+    assert spec.metrics == ("aupr", "auroc", "fpr95")
+
+
+def test_key_is_the_content_not_the_paths_or_the_batch_size(tmp_path) -> None:
+    spec = PROTOCOL.from_data(_data(), tmp_path)
+    same = [
+        attrs.evolve(spec, id_root="/elsewhere/val", ood_root="/elsewhere/o"),
+        attrs.evolve(spec, batch_size=3, name="renamed"),
+    ]
+    assert {s.key for s in same} == {spec.key}
+    other = [
+        attrs.evolve(spec, bootstrap=True),
+        attrs.evolve(spec, detectors=("energy",)),
+        attrs.evolve(spec, models=("timm:resnet18",)),
+        attrs.evolve(spec, metrics=("aupr",)),
+    ]
+    assert len({s.key for s in other} | {spec.key}) == len(other) + 1
+
+
+@pytest.mark.parametrize(
+    ("changes", "error", "match"),
+    [
+        ({"modles": ["timm:resnet18"]}, UnknownNameError, "'models'"),
+        ({"models": [{"name": "timm:resnet18", "weigths": "x"}]}, UnknownNameError, "weights"),
+        ({"models": ["trained"]}, SpecError, "ImageNet-1k"),
+        ({"models": [{"name": "timm:resnet18", "num_classes": 10}]}, SpecError, "1,000"),
+        ({"models": []}, SpecError, "non-empty"),
+        ({"detectors": ["mahalanobis"]}, SpecError, "logits alone"),
+        ({"detectors": [{"name": "energy", "temperature": [1, 2]}]}, SpecError, "grid"),
+        ({"metrics": ["accuracy"]}, UnknownNameError, "aupr"),
+        ({"metrics": "aupr"}, SpecError, "a list"),
+        ({"detectors": "msp"}, SpecError, "a list"),
+        ({"metrics": ["aupr", "aupr"]}, SpecError, "distinct"),
+        ({"bootstrap": "yes"}, SpecError, "true or false"),
+        ({"batch_size": 0}, SpecError, "batch_size"),
+        ({"on_failure": "skip"}, UnknownNameError, "abort"),
+        ({"seeds": {"m": 3}}, UnknownNameError, "'n'"),
+        ({"stopping": {"rule": "ci_width", "metric": "aupr_in"}}, SpecError, "stopping.metric"),
+        ({"id_root": 3}, SpecError, "id_root"),
+    ],
+)
+def test_bad_specs_fail_naming_the_field(changes, error, match) -> None:
+    with pytest.raises(error, match=match):
+        PROTOCOL.from_data(_data(**changes), None)
+
+
+def test_missing_roots_and_weights_fail_before_any_compute(folders, tmp_path) -> None:
     id_root, ood_root, _ = folders
-    text = (
-        f'id_root = "{id_root}"\nood_root = "{ood_root}"\nbatch_size = 8\n'
-        'models = [{ name = "timm:test_resnet", pretrained = false, image_size = 32 }]\n'
+    with pytest.raises(SpecError, match="ood_root"):
+        PROTOCOL.from_data({"id_root": "val", "models": ["timm:test_resnet"]}, tmp_path)
+    spec = ImageNetOSpec(id_root=id_root, ood_root=ood_root, models=["timm:resnet18.a1_in1k"])
+    with pytest.raises(DataNotFoundError, match="no local pretrained weights"):
+        oodsim.run(spec, cache=tmp_path / "cache", progress=False)
+    empty = attrs.evolve(spec, ood_root=str(tmp_path / "nothing"))
+    with pytest.raises(DataNotFoundError, match="no ImageNet-O images"):
+        oodsim.run(empty, cache=tmp_path / "cache", progress=False)
+    assert not (tmp_path / "cache").exists()
+
+
+# --------------------------------------------------------------------------- on the engine
+
+MODELS = (
+    ModelRef(name="timm:test_resnet", pretrained=False, image_size=32),
+    ModelRef(name="torchvision:resnet18", pretrained=False, image_size=32, init_seed=1),
+)
+
+
+@pytest.fixture(scope="module")
+def engine_run(tmp_path_factory, cluster_address):
+    """Two random-init 1000-class models on generated wnid folders, run by ``oodsim.run`` on
+    a real LocalCluster (2 seeds, no bootstrap): the spec, its results and the cache."""
+    root = tmp_path_factory.mktemp("imagenet_o")
+    id_root, ood_root, _ = make_folders(root)
+    spec = ImageNetOSpec(
+        id_root=id_root,
+        ood_root=ood_root,
+        models=MODELS,
+        detectors=("msp", "energy"),
+        metrics=("aupr", "auroc", "fpr95", "aupr_in"),
+        batch_size=5,
+        seeds=SeedsSpec(n=2),
     )
-    (tmp_path / "o.toml").write_text(text)
-    table = imagenet_o.run_imagenet_o(imagenet_o.load_imagenet_o_spec(tmp_path / "o.toml"))
-    assert table["score"].dims == ("model", "metric")
-    assert table["score"].sel(metric="chance").item() == pytest.approx(1 / 3)
+    cache = root / "cache"
+    results = oodsim.run(spec, address=cluster_address, cache=cache, progress=False)
+    return spec, results, cache
+
+
+def _stored(spec: ImageNetOSpec, cache: Path, ref: ModelRef) -> list[np.ndarray]:
+    store = Store(cache)
+    return [
+        store.get(imagenet_o.LOGITS, imagenet_o.logits_key(ref, files)).arrays["logits"]
+        for files in imagenet_o.file_sets(spec)
+    ]
+
+
+def test_spec_runs_on_the_engine_and_aupr_equals_evaluate_logits(engine_run) -> None:
+    spec, results, cache = engine_run
+    assert results.attrs["protocol"] == "imagenet_o"
+    assert results["score"].dims == ("seed", "method", "metric", "severity", "model")
+    assert results.sizes == {"seed": 2, "method": 2, "metric": 4, "severity": 1, "model": 2}
+    assert list(results["model"].values) == [m.label for m in MODELS]
+    assert list(results["failure"].values) == ["", ""]
+    assert results["n_id"].values.tolist() == [12, 12]
+    assert results["n_ood"].values.tolist() == [6, 6]
+    assert results["n_id_classes"].values.tolist() == [3, 3]
+    assert results["chance"].values.tolist() == [1 / 3, 1 / 3]
+    # one logits entry per (model, ID/OOD file set), computed once for both seeds
+    assert store_counts(results)["computed"] == {imagenet_o.LOGITS: 4}
+    for ref in MODELS:
+        id_logits, ood_logits = _stored(spec, cache, ref)
+        assert id_logits.shape == (12, 1000) and ood_logits.shape == (6, 1000)
+        want = imagenet_o.evaluate_logits(id_logits, ood_logits)
+        got = results["score"].sel({"method": "msp", "severity": "all", "model": ref.label})
+        for metric in ("aupr", "auroc", "fpr95"):
+            assert got.sel(metric=metric).values.tolist() == [want[metric]] * 2
+        assert got.sel(metric="aupr").values[0] != pytest.approx(1 / 3, abs=1e-9)
+
+
+def test_engine_logits_match_the_single_model_path(engine_run, tmp_path) -> None:
+    spec, results, _ = engine_run
+    ref = MODELS[0]
+    direct = imagenet_o.evaluate_folders(spec.id_root, spec.ood_root, ref, batch_size=5)
+    got = results["score"].sel({"method": "msp", "severity": "all", "model": ref.label, "seed": 0})
+    assert got.sel(metric="aupr").item() == pytest.approx(direct["aupr"], abs=1e-6)
+
+
+def test_a_second_run_computes_nothing(engine_run, cluster_address) -> None:
+    spec, first, cache = engine_run
+    again = oodsim.run(spec, address=cluster_address, cache=cache, progress=False)
+    assert store_counts(again)["computed"] == {}
+    assert store_counts(again)["loaded"] == {imagenet_o.LOGITS: 8}  # 2 seeds x 2 models x 2
+    assert again["score"].equals(first["score"])
+
+
+def test_bootstrap_seeds_differ_and_draw_from_the_bootstrap_stream(engine_run) -> None:
+    spec, plain, cache = engine_run
+    boot = attrs.evolve(spec, bootstrap=True, seeds=attrs.evolve(spec.seeds, n=4))
+    results = oodsim.run(boot, cache=cache, progress=False)  # logits cached: no cluster
+    assert store_counts(results)["computed"] == {}
+    aupr = results["score"].sel(metric="aupr", severity="all")
+    assert len({float(v) for v in aupr.sel({"method": "msp", "model": MODELS[0].label}).values}) > 1
+    assert results["n_id"].values.tolist() == [12] * 4  # same sizes as the full sets
+    # seed 3 by hand: resample κ of the stored logits with the seed's bootstrap stream
+    id_logits, ood_logits = _stored(spec, cache, MODELS[1])
+    columns = imagenet_o.subset_columns(imagenet1k_wnids(), imagenet_o_wnids())
+    id_k = imagenet_o.max_softmax(id_logits[:, columns])
+    ood_k = imagenet_o.max_softmax(ood_logits[:, columns])
+    id_index, ood_index = imagenet_o.bootstrap_indices(SeedStreams(3), 12, 6)
+    want = imagenet_o.ood_metrics(id_k[id_index], ood_k[ood_index], ["aupr"])["aupr"]
+    assert aupr.sel({"seed": 3, "method": "msp", "model": MODELS[1].label}).item() == float(want)
+    # without bootstrap every seed scores the full sets; pinning the stream fixes the resample
+    full = plain["score"].sel(metric="aupr", severity="all")
+    assert (full.sel(seed=0) == full.sel(seed=1)).all()
+    pinned = attrs.evolve(boot, seeds=attrs.evolve(boot.seeds, pinned={"bootstrap": 7}))
+    fixed = oodsim.run(pinned, cache=cache, progress=False)["score"]
+    assert (fixed.isel(seed=0) == fixed.isel(seed=3)).all()
+
+
+def test_a_stopping_rule_watches_the_bootstrap_seeds(engine_run) -> None:
+    spec, _, cache = engine_run
+    stopping = StoppingSpec(
+        rule="ci_width", metric="aupr_out", epsilon=10.0, min_seeds=2, batch_size=2
+    )
+    boot = attrs.evolve(
+        spec, bootstrap=True, seeds=SeedsSpec(n=10), metrics=("aupr", "aupr_out"), stopping=stopping
+    )
+    results = oodsim.run(boot, cache=cache, progress=False)
+    assert results.sizes["seed"] == 2  # the interval is narrower than 10 after the first batch
+    assert json.loads(results.attrs["stopping"])["stop"] is True
+    aupr = results["score"].sel(severity="all")
+    assert np.array_equal(aupr.sel(metric="aupr").values, aupr.sel(metric="aupr_out").values)
+
+
+# --------------------------------------------------------------------------- the docs
+
+
+def _doc_scripts() -> list[str]:
+    text = (ROOT / "docs" / "imagenet_o.md").read_text()
+    return [block.split("```", 1)[0] for block in text.split("```python\n")[1:]]
+
+
+@pytest.mark.parametrize("index", range(len(_doc_scripts())))
+def test_docs_examples_run_as_saved_scripts(index, tmp_path) -> None:
+    import os
+    import subprocess
+    import sys
+
+    script = tmp_path / f"example_{index}.py"
+    script.write_text(_doc_scripts()[index])
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
+    done = subprocess.run(
+        [sys.executable, script.name], cwd=tmp_path, env=env, capture_output=True, text=True
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    if "second run computed" in done.stdout:
+        assert "second run computed: {}" in done.stdout

@@ -1,4 +1,4 @@
-"""The ImageNet-O evaluation (Hendrycks et al., "Natural Adversarial Examples").
+"""The ImageNet-O evaluation (Hendrycks et al., "Natural Adversarial Examples", 2019).
 
 Restrict a 1000-way ImageNet classifier to the 200 ImageNet-O classes, take the softmax over
 those 200 logits, score each image by −max softmax (the anomaly score) and report the area
@@ -7,25 +7,70 @@ under the precision-recall curve with ImageNet-O images as positives (trapezoida
 validation images of the 200 classes (10,000), the OOD set ImageNet-O's 2,000 images; chance
 AUPR is the OOD share, 2,000 / 12,000 ≈ 16.7 %.
 
-Inputs: logits (:func:`evaluate_logits`, or ``.npy`` files), or the two image folders and a
-zoo model name (:func:`evaluate_folders`), or a spec of several models (:func:`run_imagenet_o`).
+Three ways in:
+
+- the recipe on logits: :func:`evaluate_logits` (or ``.npy`` files, :func:`evaluate_logit_files`);
+- one model on the two image folders, in this process: :func:`evaluate_folders`;
+- a spec of several models (:class:`ImageNetOSpec`, ``specs/imagenet_o.toml``) run by the
+  engine, ``oodsim.run(spec)``: :data:`PROTOCOL` plans one task per model that infers the
+  1000-way logits of the ID and OOD files and stores them (kind ``imagenet_o_logits``, keyed by
+  the model, the file listing and the inference version; the same for every seed), and scores
+  each seed from the store. With ``bootstrap = true`` a seed scores a bootstrap resample of the
+  ID and the OOD images (stream ``bootstrap``); without it every seed scores the full sets.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import hashlib
+import json
+import os
+from collections.abc import Mapping, Sequence
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 import attrs
 import numpy as np
-import xarray as xr
+import torch
 
 from oodsim import metrics as _metrics
+from oodsim.data.builtin import IMAGE_SUFFIXES
 from oodsim.data.imagenet_classes import imagenet1k_wnids, imagenet_o_wnids
+from oodsim.detectors import confidence, get_detector
+from oodsim.detectors._api import NonFiniteKappaError
+from oodsim.detectors.logits import max_softmax as _max_softmax
 from oodsim.errors import DataNotFoundError, SpecError, UnknownNameError
+from oodsim.keys import digest, no_key
+from oodsim.models import zoo
 from oodsim.models.zoo import ModelRef
-from oodsim.specs import read_toml
+from oodsim.outputs import Outputs
+from oodsim.protocols.base import Protocol, SeedFailed, Task
+from oodsim.protocols.tuning import is_grid
+from oodsim.results import NO_SEVERITY, Layout, SeedResult
+from oodsim.seeds import SeedStreams
+from oodsim.specs import (
+    DetectorSpec,
+    Seeded,
+    SeedsSpec,
+    StoppingSpec,
+    _Keyed,
+    detector_from_data,
+    detector_specs,
+    detector_to_data,
+    spec_errors,
+)
+from oodsim.store import Store
+
+LOGITS = "imagenet_o_logits"  # store kind: (n, 1000) logits of one model on one file set
+LOGITS_VERSION = "1"  # bump when the stored arrays change: it enters their keys
+FILES = "imagenet_o_files"  # tag of a file listing's identity
+#: metric names of this protocol: the paper's ``aupr`` (= ``aupr_out``) and every κ metric
+AUPR = "aupr"
+METRIC_NAMES = (AUPR, *_metrics.KAPPA_METRICS)
+DEFAULT_METRICS = (AUPR, "auroc", "fpr95")
+BOOTSTRAP_STREAM = "bootstrap"
+
+# --------------------------------------------------------------------------- the recipe
 
 
 def subset_columns(class_wnids: Sequence[str], subset_wnids: Sequence[str]) -> np.ndarray:
@@ -58,10 +103,10 @@ def restrict_logits(
 
 
 def max_softmax(logits: np.ndarray) -> np.ndarray:
-    """Maximum softmax probability per row, computed stably in float64."""
-    logits = np.asarray(logits, dtype=np.float64)
-    shifted = logits - logits.max(axis=-1, keepdims=True)
-    return 1.0 / np.exp(shifted).sum(axis=-1)
+    """Maximum softmax probability per row in float64: the κ of the registered ``msp``
+    detector (one implementation, so the protocol's MSP scores equal :func:`evaluate_logits`)."""
+    logits = np.asarray(logits)
+    return _max_softmax(logits.reshape(-1, logits.shape[-1])).reshape(logits.shape[:-1])
 
 
 def _as_subset_logits(
@@ -85,6 +130,18 @@ def _as_subset_logits(
     return restrict_logits(logits, wnids, id_classes)
 
 
+def ood_metrics(
+    id_kappa: np.ndarray, ood_kappa: np.ndarray, names: Sequence[str], context: str = "ImageNet-O"
+) -> dict[str, np.ndarray]:
+    """Metrics of κ ``(..., n_id)`` vs ``(..., n_ood)`` (OOD = positive for ``aupr``), each of
+    shape ``(...)``. ``aupr`` is the paper's metric, :func:`oodsim.metrics.aupr_out`."""
+    kappa = np.concatenate([id_kappa, ood_kappa], axis=-1)
+    is_ood = np.r_[np.zeros(id_kappa.shape[-1], bool), np.ones(ood_kappa.shape[-1], bool)]
+    requests = tuple(dict.fromkeys("aupr_out" if n == AUPR else n for n in names))
+    values = _metrics.evaluate(kappa, is_ood, requests, context=context)
+    return {n: values["aupr_out" if n == AUPR else n] for n in names}
+
+
 def evaluate_logits(
     id_logits: np.ndarray,
     ood_logits: np.ndarray,
@@ -104,28 +161,30 @@ def evaluate_logits(
     classes = imagenet_o_wnids() if id_classes is None else tuple(sorted(set(id_classes)))
     id_kappa = max_softmax(_as_subset_logits(id_logits, classes, class_wnids, "id_logits"))
     ood_kappa = max_softmax(_as_subset_logits(ood_logits, classes, class_wnids, "ood_logits"))
-    kappa = np.concatenate([id_kappa, ood_kappa])
-    is_ood = np.r_[np.zeros(id_kappa.size, bool), np.ones(ood_kappa.size, bool)]
-    values = _metrics.evaluate(kappa, is_ood, ("aupr_out", "auroc", "fpr95"), context="ImageNet-O")
+    values = ood_metrics(id_kappa, ood_kappa, DEFAULT_METRICS)
     return {
-        "aupr": float(values["aupr_out"]),
-        "auroc": float(values["auroc"]),
-        "fpr95": float(values["fpr95"]),
-        "chance": ood_kappa.size / kappa.size,
+        **{name: float(value) for name, value in values.items()},
+        "chance": ood_kappa.size / (id_kappa.size + ood_kappa.size),
         "n_id": int(id_kappa.size),
         "n_ood": int(ood_kappa.size),
     }
 
 
-# --------------------------------------------------------------------------- from image folders
+# --------------------------------------------------------------------------- image folders
 
 
 def _image_files(folder: Path) -> list[Path]:
-    from oodsim.data.builtin import IMAGE_SUFFIXES
-
-    return sorted(
-        p for p in folder.rglob("*") if p.is_file() and p.suffix.lower() in IMAGE_SUFFIXES
-    )
+    """Image files below ``folder`` (recursive), sorted by path (``os.scandir``: a listing of
+    ImageNet's 10,000 validation images of the 200 classes takes tens of milliseconds)."""
+    found, pending = [], [os.fspath(folder)]
+    while pending:
+        with os.scandir(pending.pop()) as entries:
+            for entry in entries:
+                if entry.is_dir():
+                    pending.append(entry.path)
+                elif entry.is_file() and os.path.splitext(entry.name)[1].lower() in IMAGE_SUFFIXES:
+                    found.append(entry.path)
+    return [Path(f) for f in sorted(found)]
 
 
 def id_files(id_root: str | Path, id_classes: Sequence[str]) -> tuple[list[Path], list[str]]:
@@ -161,6 +220,28 @@ def ood_files(ood_root: str | Path) -> list[Path]:
     return files
 
 
+def _device() -> str:
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def _imagenet_classifier(ref: ModelRef) -> zoo.LoadedModel:
+    """A zoo model that must be an ImageNet-1k classifier (1,000 outputs, sorted wnids)."""
+    loaded = zoo.load_model(ref)
+    if loaded.class_wnids is None:
+        raise SpecError(
+            "model", ref.name, "an ImageNet-1k classifier (1,000 outputs in sorted-wnid order)"
+        )
+    return loaded
+
+
+def _infer_files(
+    loaded: zoo.LoadedModel, files: Sequence[str | Path], batch_size: int, device: str
+) -> np.ndarray:
+    """Logits of image files, each read with the model's own preprocessing."""
+    batches = zoo.file_batches(list(files), loaded.preprocessing, batch_size)
+    return zoo.infer_tensors(loaded.model, batches, device)[0]
+
+
 def evaluate_folders(
     id_root: str | Path,
     ood_root: str | Path,
@@ -174,17 +255,14 @@ def evaluate_folders(
     device: str | None = None,
     save_logits: str | Path | None = None,
 ) -> dict[str, Any]:
-    """ImageNet-O metrics of a zoo model from the two image folders.
+    """ImageNet-O metrics of one zoo model from the two image folders, in this process.
 
     ``model`` is a ``timm:``/``torchvision:`` name (or a :class:`ModelRef`); its own
     preprocessing reads every image. Returns :func:`evaluate_logits`'s dict plus ``model``,
     ``n_id_classes`` and ``weights`` (where they came from). ``save_logits``: a folder for
     ``id_logits.npy`` / ``ood_logits.npy`` (re-evaluate later with :func:`evaluate_logits`).
+    Several models, seeds and a cache: run an :class:`ImageNetOSpec` with ``oodsim.run``.
     """
-    import torch
-
-    from oodsim.models.zoo import file_batches, infer_tensors, load_model
-
     classes = imagenet_o_wnids() if id_classes is None else tuple(sorted(set(id_classes)))
     in_files, present = id_files(id_root, classes)
     out_files = ood_files(ood_root)
@@ -192,18 +270,9 @@ def evaluate_folders(
         ref = model
     else:
         ref = ModelRef(name=model, pretrained=pretrained, weights=weights, image_size=image_size)
-    loaded = load_model(ref)
-    if loaded.class_wnids is None:
-        raise SpecError(
-            "model", ref.name, "an ImageNet-1k classifier (1,000 outputs in sorted-wnid order)"
-        )
-    device = device or ("cuda" if torch.cuda.is_available() else "cpu")
-    logits = [
-        infer_tensors(loaded.model, file_batches(files, loaded.preprocessing, batch_size), device)[
-            0
-        ]
-        for files in (in_files, out_files)
-    ]
+    loaded = _imagenet_classifier(ref)
+    device = device or _device()
+    logits = [_infer_files(loaded, files, batch_size, device) for files in (in_files, out_files)]
     if save_logits is not None:
         folder = Path(save_logits)
         folder.mkdir(parents=True, exist_ok=True)
@@ -234,75 +303,388 @@ def _models(value: Any) -> tuple[ModelRef, ...]:
     return tuple(ModelRef(name=v) if isinstance(v, str) else v for v in value)
 
 
-@attrs.frozen(kw_only=True)
-class ImageNetOSpec:
-    """Several zoo models evaluated on ImageNet-O (``specs/imagenet_o.toml``)."""
+def _instance_of(kind: type, allowed: str) -> Any:
+    def check(instance: Any, attribute: attrs.Attribute, value: Any) -> None:
+        if not isinstance(value, kind):
+            raise SpecError(attribute.name, value, allowed)
 
-    name: str = "imagenet_o"
-    id_root: str
-    ood_root: str
+    return check
+
+
+def _path_string(value: Any) -> Any:
+    return os.fspath(value) if isinstance(value, os.PathLike) else value
+
+
+def _positive_int(instance: Any, attribute: attrs.Attribute, value: Any) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise SpecError(attribute.name, value, "an integer >= 1")
+
+
+@attrs.frozen(kw_only=True)
+class ImageNetOSpec(Seeded, _Keyed):
+    """Zoo models × κ on ImageNet-O (``specs/imagenet_o.toml``), run with ``oodsim.run``.
+
+    ``id_root`` (ImageNet val, one folder per wnid; only the 200 ImageNet-O classes are read)
+    and ``ood_root`` (every image below it is OOD) are where the data lies, not what it is:
+    they stay out of the key, and the cached logits are keyed by the listing of the files
+    actually read (relative path and byte size of each). ``detectors`` are logit detectors
+    applied to the 200 restricted logits (default ``msp``: the paper's −max softmax);
+    ``metrics`` are ``aupr`` (the paper's, OOD positive, trapezoid) and the κ metrics of
+    :mod:`oodsim.metrics`. ``bootstrap``: each seed scores a bootstrap resample of the ID and
+    the OOD images (stream ``bootstrap``); without it every seed scores the full sets, so
+    seeds differ only with ``bootstrap = true``. ``batch_size`` is an execution setting.
+    """
+
+    TAG = "imagenet_o"
+    VERSION = "1"
+
+    name: str = attrs.field(
+        default="imagenet_o", validator=_instance_of(str, "a string"), metadata=no_key()
+    )
+    id_root: str = attrs.field(
+        converter=_path_string, validator=_instance_of(str, "a folder path"), metadata=no_key()
+    )
+    ood_root: str = attrs.field(
+        converter=_path_string, validator=_instance_of(str, "a folder path"), metadata=no_key()
+    )
     models: tuple[ModelRef, ...] = attrs.field(converter=_models)
-    batch_size: int = 64
+    detectors: tuple[DetectorSpec, ...] = attrs.field(default=("msp",), converter=detector_specs)
+    metrics: tuple[str, ...] = attrs.field(default=DEFAULT_METRICS, converter=tuple)
+    batch_size: int = attrs.field(default=64, validator=_positive_int, metadata=no_key())
+    bootstrap: bool = attrs.field(default=False, validator=_instance_of(bool, "true or false"))
+    seeds: SeedsSpec = attrs.field(factory=lambda: SeedsSpec(n=1))
+    stopping: StoppingSpec = attrs.field(factory=StoppingSpec)
+    on_failure: str = attrs.field(default="record")
 
     def __attrs_post_init__(self) -> None:
-        labels = [m.label for m in self.models]
-        if not labels or len(set(labels)) != len(labels):
-            raise SpecError("models", labels, "a non-empty list with distinct labels")
+        if self.on_failure not in ("record", "abort"):
+            raise UnknownNameError("on_failure", self.on_failure, ("record", "abort"))
+        for field, labels in (
+            ("models", [m.label for m in self.models]),
+            ("detectors", [d.label for d in self.detectors]),
+        ):
+            if not labels or len(set(labels)) != len(labels):
+                raise SpecError(field, labels, "a non-empty list with distinct labels")
         for ref in self.models:
-            if ref.prefix == "trained":
-                raise SpecError("models", ref.name, "timm: or torchvision: ImageNet classifiers")
+            if ref.prefix == "trained" or ref.num_classes not in (None, 1000):
+                raise SpecError(
+                    f"models[{ref.label}]",
+                    ref.name if ref.prefix == "trained" else f"num_classes={ref.num_classes}",
+                    "timm: or torchvision: ImageNet-1k classifiers (1,000 outputs)",
+                )
+        for detector in self.detectors:
+            info = get_detector(detector.name)
+            if not info.needs <= {"logits"} or info.fit_required or is_grid(detector.kwargs):
+                raise SpecError(
+                    f"detectors[{detector.label}]",
+                    detector.name,
+                    "a detector of the logits alone, without a fit split or a parameter grid "
+                    "(ImageNet-O has no training or validation split)",
+                )
+        for metric in self.metrics:
+            if metric not in METRIC_NAMES:
+                raise UnknownNameError("metrics", metric, METRIC_NAMES)
+        if not self.metrics or len(set(self.metrics)) != len(self.metrics):
+            raise SpecError("metrics", self.metrics, "a non-empty list of distinct metric names")
+        self.check_stopping((NO_SEVERITY,))
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain data (round-trips through ``PROTOCOL.from_data``)."""
+        return {
+            "name": self.name,
+            "id_root": self.id_root,
+            "ood_root": self.ood_root,
+            "models": [_model_to_data(m) for m in self.models],
+            "detectors": [detector_to_data(d) for d in self.detectors],
+            "metrics": list(self.metrics),
+            "batch_size": self.batch_size,
+            "bootstrap": self.bootstrap,
+            "seeds": {**attrs.asdict(self.seeds), "pinned": dict(self.seeds.pinned)},
+            "stopping": attrs.asdict(self.stopping),
+            "on_failure": self.on_failure,
+        }
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), sort_keys=True)
 
 
-def load_imagenet_o_spec(path: str | Path, *, check_roots: bool = True) -> ImageNetOSpec:
-    """Read ``specs/imagenet_o.toml``-style TOML; ``check_roots`` requires both folders."""
-    path = Path(path)
-    data = read_toml(path)
-    allowed = {f.name for f in attrs.fields(ImageNetOSpec)}
-    for key in data:
+_MODEL_FIELDS = ("name", "pretrained", "weights", "image_size", "num_classes", "init_seed", "label")
+
+
+def _model_to_data(ref: ModelRef) -> dict[str, Any]:
+    return {name: getattr(ref, name) for name in _MODEL_FIELDS}
+
+
+def _table(value: Any, allowed: Sequence[str], field: str) -> dict[str, Any]:
+    """A TOML table whose keys must be among ``allowed`` (unknown keys name the allowed ones)."""
+    if not isinstance(value, Mapping):
+        raise SpecError(field, value, "a table with keys " + ", ".join(allowed))
+    for key in value:
         if key not in allowed:
-            raise UnknownNameError("imagenet_o spec field", key, allowed)
-    models = []
-    for value in data.pop("models", ()):
-        table = {"name": value} if isinstance(value, str) else dict(value)
-        fields = {f.name for f in attrs.fields(ModelRef)}
-        for key in table:
-            if key not in fields:
-                raise UnknownNameError("models field", key, fields)
-        models.append(ModelRef(**table))
+            raise UnknownNameError(f"{field} field", key, allowed)
+    return dict(value)
+
+
+def spec_from_data(data: Mapping[str, Any], base: str | Path | None = None) -> ImageNetOSpec:
+    """An :class:`ImageNetOSpec` from plain (TOML) data; relative roots resolve against ``base``.
+
+    Every unknown key is a :class:`SpecError` naming the allowed ones. A ``[seeds]`` table
+    without ``n`` or ``values`` means one seed, as without the table.
+    """
+    data = _table(data, [f.name for f in attrs.fields(ImageNetOSpec)], "imagenet_o spec")
     for key in ("id_root", "ood_root"):
-        if key in data:
-            root = Path(str(data[key])).expanduser()
-            data[key] = str(root if root.is_absolute() else path.parent / root)
-    try:
-        spec = ImageNetOSpec(models=models, **data)
-    except TypeError as error:
-        raise SpecError("imagenet_o spec", str(error), "id_root, ood_root and models") from None
-    if check_roots:
-        for key in ("id_root", "ood_root"):
-            if not Path(getattr(spec, key)).is_dir():
-                raise DataNotFoundError(f"{key} = {getattr(spec, key)!r} does not exist")
-    return spec
+        if key not in data:
+            raise SpecError(key, None, "a folder (the spec says where the images are)")
+        if not isinstance(data[key], str):
+            raise SpecError(key, data[key], "a folder path (a string)")
+        root = Path(data[key]).expanduser()
+        data[key] = str(root if root.is_absolute() or base is None else Path(base) / root)
+    with spec_errors("imagenet_o spec"):
+        models = data.pop("models", None)
+        if not isinstance(models, list | tuple):
+            raise SpecError("models", models, "a list of model names or tables")
+        tables = [
+            _table({"name": m} if isinstance(m, str) else m, _MODEL_FIELDS, "models")
+            for m in models
+        ]
+        for table in tables:
+            if str(table.get("name", "")).partition(":")[0] == "trained":
+                raise SpecError(
+                    "models", table["name"], "timm: or torchvision: ImageNet-1k classifiers"
+                )
+        data["models"] = tuple(ModelRef(**table) for table in tables)
+        for key in ("detectors", "metrics"):
+            if key in data and not isinstance(data[key], list | tuple):
+                raise SpecError(key, data[key], "a list")
+        if "detectors" in data:
+            data["detectors"] = tuple(detector_from_data(d) for d in data["detectors"])
+        seeds = _table(data.pop("seeds", {}), [f.name for f in attrs.fields(SeedsSpec)], "seeds")
+        if "n" not in seeds and "values" not in seeds:
+            seeds["n"] = 1
+        data["seeds"] = SeedsSpec(**seeds)
+        if "stopping" in data:
+            fields = [f.name for f in attrs.fields(StoppingSpec)]
+            data["stopping"] = StoppingSpec(**_table(data["stopping"], fields, "stopping"))
+        return ImageNetOSpec(**data)
 
 
-def run_imagenet_o(spec: ImageNetOSpec, *, device: str | None = None) -> xr.Dataset:
-    """Evaluate every model of a spec; ``score`` over (model, metric) with chance beside AUPR."""
-    rows = [
-        evaluate_folders(
-            spec.id_root, spec.ood_root, ref, batch_size=spec.batch_size, device=device
-        )
-        for ref in spec.models
-    ]
-    metrics = ["aupr", "chance", "auroc", "fpr95"]
-    return xr.Dataset(
-        {
-            "score": (("model", "metric"), np.array([[r[m] for m in metrics] for r in rows])),
-            "n_id": ("model", np.array([r["n_id"] for r in rows])),
-            "n_ood": ("model", np.array([r["n_ood"] for r in rows])),
-        },
-        coords={"model": [r["model"] for r in rows], "metric": metrics},
-        attrs={
-            "protocol": "imagenet_o",
-            "experiment": spec.name,
-            "n_id_classes": int(rows[0]["n_id_classes"]) if rows else 0,
-        },
+# --------------------------------------------------------------------------- plan
+
+
+@attrs.frozen(eq=False)
+class FileSet:
+    """The image files of one side of the evaluation and their identity.
+
+    ``identity`` is a digest of the sorted (path relative to ``root``, byte size) lines: moving
+    the data to another disk keeps the cache, adding, removing, renaming or re-encoding an
+    image changes it.
+    """
+
+    side: str  # "id" or "ood"
+    root: str
+    files: tuple[str, ...]
+    identity: str
+    n_classes: int  # ImageNet-O class folders found (ID), or 0
+
+    @classmethod
+    def listing(cls, side: str, root: str, files: Sequence[Path], n_classes: int = 0) -> FileSet:
+        paths = [os.fspath(f) for f in files]
+        prefix = os.path.join(root, "")
+        lines = hashlib.sha256()
+        for path in paths:  # every file was found below root, so its path starts with it
+            relative = path.removeprefix(prefix).replace(os.sep, "/")
+            lines.update(f"{relative}\t{os.stat(path).st_size}\n".encode())
+        identity = digest(FILES, "1", {"n": len(paths), "sha256": lines.hexdigest()})
+        return cls(side, root, tuple(paths), identity, n_classes)
+
+
+def file_sets(spec: ImageNetOSpec) -> tuple[FileSet, FileSet]:
+    """The ID files (the 200 ImageNet-O class folders of ``id_root``) and the OOD files."""
+    in_files, present = id_files(spec.id_root, imagenet_o_wnids())
+    return (
+        FileSet.listing("id", spec.id_root, in_files, len(present)),
+        FileSet.listing("ood", spec.ood_root, ood_files(spec.ood_root)),
     )
+
+
+def logits_key(ref: ModelRef, files: FileSet) -> str:
+    """Key of one model's logits on one file set (seed-independent)."""
+    return digest(
+        LOGITS,
+        f"{LOGITS_VERSION}/{zoo.VERSION}",
+        {"model": ref.key, "files": files.identity},
+    )
+
+
+def infer_logits(ref: ModelRef, sets: tuple[FileSet, ...], batch_size: int, store: Store) -> None:
+    """The task of one model: infer and store its logits on every file set not yet stored
+    (run on a Dask worker by the engine; the model is loaded once, only when needed)."""
+    loaded: list[zoo.LoadedModel] = []
+    for files in sets:
+        key = logits_key(ref, files)
+
+        def compute(files: FileSet = files, key: str = key) -> None:
+            if not loaded:
+                try:
+                    loaded.append(_imagenet_classifier(ref))
+                except SpecError as error:
+                    raise SeedFailed(f"model {ref.label}: {error}") from None
+            logits = _infer_files(loaded[0], files.files, batch_size, _device())
+            if logits.shape != (len(files.files), 1000) or not np.isfinite(logits).all():
+                raise SeedFailed(
+                    f"model {ref.label} gave non-finite or misshapen logits {logits.shape} on "
+                    f"the {files.side} images"
+                )
+            store.put(
+                LOGITS,
+                key,
+                {"logits": logits},
+                {
+                    "describe": f"{ref.label} logits of {len(files.files)} {files.side} images "
+                    f"under {files.root}",
+                    "model": ref.label,
+                    "weights": loaded[0].source,
+                    "files": files.identity,
+                    "preprocessing": loaded[0].preprocessing.describe(),
+                },
+            )
+
+        store.ensure(LOGITS, key, compute)
+
+
+def _check_weights(ref: ModelRef) -> None:
+    """Pretrained weights on disk (looked up, not loaded): fails before any compute."""
+    if ref.weights:
+        zoo.file_digest(ref.weights)
+    elif ref.pretrained:
+        _, arch, tag = zoo.split_name(ref.name)
+        if ref.prefix == "timm":
+            found, looked = zoo.find_timm_weights(arch, tag)
+        else:
+            _, found, looked = zoo.find_torchvision_weights(arch, tag)
+        if found is None:
+            raise zoo.missing_weights(ref.name, looked)
+
+
+# --------------------------------------------------------------------------- score
+
+
+def _stored_logits(store: Store, key: str, ref: ModelRef, files: FileSet) -> np.ndarray:
+    entry = store.get(LOGITS, key)
+    if entry is None:
+        raise SeedFailed(
+            f"logits of {ref.label} on the {files.side} images ({key[:12]}) vanished from the "
+            "store (corrupt?); run again to recompute them"
+        )
+    return entry.arrays["logits"]
+
+
+def bootstrap_indices(seed_streams: SeedStreams, n_id: int, n_ood: int) -> tuple[Any, Any]:
+    """A seed's bootstrap resample: ``n_id`` ID and ``n_ood`` OOD indices drawn with
+    replacement from the ``bootstrap`` stream (ID first, then OOD)."""
+    rng = seed_streams.rng(BOOTSTRAP_STREAM)
+    return rng.integers(0, n_id, size=n_id), rng.integers(0, n_ood, size=n_ood)
+
+
+def score_logits(
+    spec: ImageNetOSpec,
+    seed: int,
+    logits: Sequence[tuple[np.ndarray, np.ndarray]],
+) -> np.ndarray:
+    """Scores ``(method, metric, model)`` of one seed from each model's (ID, OOD) logits."""
+    columns = subset_columns(imagenet1k_wnids(), imagenet_o_wnids())
+    n_id, n_ood = len(logits[0][0]), len(logits[0][1])
+    kappa = np.empty((len(spec.models), len(spec.detectors), n_id + n_ood))
+    for m, (id_logits, ood_logits) in enumerate(logits):
+        outputs = Outputs(logits=np.concatenate([id_logits, ood_logits])[:, columns])
+        for d, detector in enumerate(spec.detectors):
+            try:
+                kappa[m, d] = confidence(detector.name, outputs, **detector.kwargs)
+            except NonFiniteKappaError as error:
+                raise SeedFailed(
+                    f"detector {detector.label} on {spec.models[m].label}: {error}"
+                ) from None
+    id_kappa, ood_kappa = kappa[..., :n_id], kappa[..., n_id:]
+    if spec.bootstrap:
+        streams = SeedStreams(seed, dict(spec.seeds.pinned))
+        id_index, ood_index = bootstrap_indices(streams, n_id, n_ood)
+        id_kappa, ood_kappa = id_kappa[..., id_index], ood_kappa[..., ood_index]
+    values = ood_metrics(id_kappa, ood_kappa, spec.metrics)  # each (model, method)
+    return np.stack([values[name].T for name in spec.metrics], axis=1)
+
+
+# --------------------------------------------------------------------------- the plug-in
+
+
+class ImageNetOProtocol(Protocol):
+    """ImageNet-O: one logits task per model (shared by all seeds), scored per seed."""
+
+    name = "imagenet_o"
+    spec_type = ImageNetOSpec
+
+    def from_data(self, data: Mapping[str, Any], base: Path | None) -> ImageNetOSpec:
+        return spec_from_data(data, base)
+
+    def preflight(self, spec: ImageNetOSpec, store: Store) -> None:
+        """Both image folders readable and non-empty, every model's weights on disk, the cache
+        writable; the reads come first, so bad input leaves the cache untouched."""
+        file_sets(spec)
+        for ref in spec.models:
+            _check_weights(ref)
+        store.ensure_writable()
+
+    def plan(self, spec: ImageNetOSpec, seed: int) -> list[Task]:
+        sets = file_sets(spec)
+        tasks = []
+        for ref in spec.models:
+            entries = tuple((LOGITS, logits_key(ref, files)) for files in sets)
+            tasks.append(
+                Task(
+                    key=digest("imagenet_o_task", "1", {"entries": [k for _, k in entries]}),
+                    entries=entries,
+                    compute=partial(infer_logits, ref, sets, spec.batch_size),
+                    label=f"logits of {ref.label}",
+                )
+            )
+        return tasks
+
+    def score(self, spec: ImageNetOSpec, seed: int, store: Store) -> SeedResult:
+        id_set, ood_set = file_sets(spec)
+        logits = [
+            tuple(
+                _stored_logits(store, logits_key(ref, files), ref, files)
+                for files in (id_set, ood_set)
+            )
+            for ref in spec.models
+        ]
+        scores = score_logits(spec, seed, logits)[:, :, None, :]  # severity axis
+        n_id, n_ood = len(id_set.files), len(ood_set.files)
+        return SeedResult(
+            seed,
+            {
+                "score": scores,
+                "n_id": n_id,
+                "n_ood": n_ood,
+                "chance": n_ood / (n_id + n_ood),
+                "n_id_classes": id_set.n_classes,
+            },
+        )
+
+    def layout(self, spec: ImageNetOSpec) -> Layout:
+        coords = {
+            "method": [d.label for d in spec.detectors],
+            "metric": list(spec.metrics),
+            "severity": [NO_SEVERITY],
+            "model": [m.label for m in spec.models],
+        }
+        variables = {
+            "score": ("method", "metric", "severity", "model"),
+            "n_id": (),
+            "n_ood": (),
+            "chance": (),
+            "n_id_classes": (),
+        }
+        return Layout(coords, variables)
+
+
+PROTOCOL = ImageNetOProtocol()
