@@ -23,6 +23,9 @@ STREAMS: tuple[str, ...] = (
     "dropout",
     "inference",
     "ood_sampling",
+    "bootstrap",  # ImageNet-O: the resample of the ID/OOD test images a seed scores
+    "estimation_split",  # severity: estimation/test samples of every OOD class
+    "id_sampling",  # severity: the ID test subsample (an ID source with max_per_class)
 )
 
 #: Streams that determine a trained checkpoint.
