@@ -17,7 +17,7 @@ import time
 import numpy as np
 from sklearn.metrics import roc_auc_score
 
-from oodsim.protocols import severity as sev
+from oodsim.protocols.severity import levels as sev
 
 
 def make_data(n_classes: int, per_class: int, n_id: int, seed: int = 0):

@@ -25,8 +25,8 @@ from oodsim.cli import main as cli_main
 from oodsim.data.builtin import read_image_folder
 from oodsim.detectors import confidence
 from oodsim.detectors._checks import DetectorInputError
-from oodsim.errors import DataNotFoundError
 from oodsim.engine import ClusterError
+from oodsim.errors import DataNotFoundError
 from oodsim.metrics import accuracy, auroc
 from oodsim.outputs import Outputs
 from oodsim.specs import DatasetSpec, ExperimentSpec

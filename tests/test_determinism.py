@@ -28,8 +28,8 @@ from oodsim.protocols.open_set import (
     KAPPA,
     OOD_OUTPUTS,
     OUTPUTS,
-    kappa_key,
     entries,
+    kappa_key,
     outputs_key,
 )
 from oodsim.results import store_counts

@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 import torch
 
-from oodsim.models.architectures import ARCHITECTURES, build_model
 from oodsim.engine.work import run_seed
+from oodsim.models.architectures import ARCHITECTURES, build_model
 from oodsim.specs import DatasetSpec, ModelSpec, TrainingSpec
 from tests.conftest import small_digits
 

@@ -1,13 +1,22 @@
-"""C-OOD severity levels: exact windows, monotone difficulty, fast AUROC == sklearn."""
+"""C-OOD severity levels: exact windows, monotone difficulty, fast AUROC == sklearn; analyses
+and reports of results built by the real results constructor (seed and dataset dims)."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
+from scipy.stats import spearmanr
 from sklearn.metrics import auc, precision_recall_curve, roc_auc_score
 
 from oodsim.errors import SpecError, UnknownNameError
-from oodsim.protocols import severity as sev
+from oodsim.models.zoo import ModelRef
+from oodsim.protocols.severity import analysis as sa
+from oodsim.protocols.severity import levels as sev
+from oodsim.protocols.severity.scoring import layout
+from oodsim.protocols.severity.spec import PoolSpec, SeveritySpec, SourceSpec
+from oodsim.report.severity import format_level_table, write_severity_report
+from oodsim.results import SeedResult, build
+from oodsim.specs import SeedsSpec
 
 
 def test_windows_k25_g5_match_hand_written_starts() -> None:
@@ -167,71 +176,110 @@ def test_benchmark_reports_too_few_classes() -> None:
 # --------------------------------------------------------------------------- analyses, plots
 
 
-def _results(n_models: int = 6, seed: int = 0):
-    """Severity results of several synthetic models: AUROC falls with the level and rises
-    with accuracy; 'energy' helps at high levels, 'odin' everywhere a little."""
-    import xarray as xr
+def _spec(n_models: int, n_seeds: int, datasets: tuple[str, ...] = ("pool",)) -> SeveritySpec:
+    """A severity spec of several random-weight zoo models (nothing here runs them)."""
+    pools = tuple(
+        PoolSpec(
+            label=label,
+            id=SourceSpec(kind="dataset", name="digits"),
+            ood=(SourceSpec(kind="uniform_noise"),),
+        )
+        for label in datasets
+    )
+    models = tuple(
+        ModelRef(name="timm:test_resnet", pretrained=False, init_seed=i, label=f"m{i}")
+        for i in range(n_models)
+    )
+    return SeveritySpec(
+        name="synthetic",
+        models=models,
+        detectors=("msp", "energy", "odin"),
+        metrics=("auroc", "fpr95"),
+        datasets=pools,
+        seeds=SeedsSpec(n=n_seeds),
+    )
 
-    rng = np.random.default_rng(seed)
+
+def _results(n_models: int = 6, n_seeds: int = 3, datasets: tuple[str, ...] = ("pool",)):
+    """Severity results of several synthetic models, built by the real constructor: AUROC falls
+    with the level and rises with accuracy; 'energy' helps at high levels, 'odin' everywhere a
+    little; seeds add a little noise. Returns (results, auroc of shape (seed, model, method,
+    level) before noise)."""
+    spec = _spec(n_models, n_seeds, datasets)
+    shape = layout(spec)
+    rng = np.random.default_rng(0)
     accuracy = np.sort(rng.uniform(0.6, 0.9, n_models))
     levels = np.arange(11)
     base = 0.95 - 0.03 * levels[None, :] + 0.3 * (accuracy[:, None] - 0.75)
     base = base + rng.normal(0, 0.005, base.shape)
     auroc = np.stack([base, base + 0.004 * levels, base + 0.01], axis=1)  # (model, method, level)
-    fpr = 1.0 - auroc
-    score = np.stack([auroc, fpr], axis=2)  # (model, method, metric, level)
-    methods = ["msp", "energy", "odin"]
-    return xr.Dataset(
-        {
-            "score": (("model", "method", "metric", "severity"), score),
-            "id_accuracy": ("model", accuracy),
-            "id_auroc": (("model", "method"), rng.uniform(0.7, 0.9, (n_models, 3))),
-        },
-        coords={
-            "model": [f"m{i}" for i in range(n_models)],
-            "method": methods,
-            "metric": ["auroc", "fpr95"],
-            "severity": [str(i) for i in levels],
-        },
-        attrs={"experiment": "synthetic"},
-    )
+    id_auroc = rng.uniform(0.7, 0.9, (n_models, 3))
+    seeds = []
+    for seed in spec.seeds.all():
+        noisy = auroc + rng.normal(0, 1e-4, auroc.shape) * (seed > 0)
+        score = np.stack([noisy, 1.0 - noisy], axis=2)  # (model, method, metric, level)
+        variables = {
+            "score": score.transpose(1, 2, 3, 0),
+            "level_severity": np.broadcast_to(levels, (3, n_models, 11)).transpose(0, 2, 1),
+            "level_classes": np.full((3, 11, n_models), '["noise"]'),
+            "id_accuracy": accuracy,
+            "id_auroc": id_auroc.T,
+            "n_pool_classes": np.full(n_models, 12.0),
+            "group_size": np.full(n_models, 3.0),
+            "dropped_classes": np.full(n_models, "{}"),
+        }
+        if spec.varies_dataset:
+            variables = {k: np.stack([v] * len(datasets), axis=-1) for k, v in variables.items()}
+        seeds.append(SeedResult(seed, variables))
+    return build(spec, "severity", shape, seeds), auroc
+
+
+def test_results_have_seed_model_and_optional_dataset_dims() -> None:
+    results, _ = _results()
+    assert results["score"].dims == ("seed", "method", "metric", "severity", "model")
+    assert results["level_quantile"].values.tolist() == pytest.approx(np.arange(11) / 10)
+    suite, _ = _results(datasets=("a", "b"))
+    assert suite["score"].dims[-1] == "dataset" and suite.sizes["dataset"] == 2
+    assert [label for label, _ in sa.per_dataset(suite)] == ["a", "b"]
+    assert sa.per_dataset(results)[0][0] == ""
 
 
 def test_correlation_is_spearman_across_models_per_level() -> None:
-    from scipy.stats import spearmanr
-
-    from oodsim.protocols import severity_analysis as sa
-
-    results = _results()
+    results, _ = _results()
     rho = sa.correlation(results, "id_accuracy")
     assert rho["rho"].dims == ("method", "severity") and rho["rho"].shape == (3, 11)
-    auroc = results["score"].sel(metric="auroc").values
+    auroc = results["score"].sel(metric="auroc").mean("seed").transpose("model", "method", ...)
     for j in range(3):
         for level in range(11):
-            want = spearmanr(results["id_accuracy"].values, auroc[:, j, level])
+            want = spearmanr(results["id_accuracy"].values[0], auroc.values[:, j, level])
             assert rho["rho"].values[j, level] == pytest.approx(want.statistic)
             assert rho["pvalue"].values[j, level] == pytest.approx(want.pvalue)
     assert (rho["rho"].values > 0.8).all()  # accuracy predicts detection here
     by_auroc = sa.correlation(results, "id_auroc")
-    want = spearmanr(results["id_auroc"].values[:, 2], auroc[:, 2, 4]).statistic
+    id_auroc = results["id_auroc"].mean("seed").transpose("model", "method").values
+    want = spearmanr(id_auroc[:, 2], auroc.values[:, 2, 4]).statistic
     assert by_auroc["rho"].values[2, 4] == pytest.approx(want)  # paired with the same κ
-    assert np.isnan(sa.correlation(_results(n_models=2), "id_accuracy")["rho"]).all()
+    assert np.isnan(sa.correlation(_results(n_models=2)[0], "id_accuracy")["rho"]).all()
     with pytest.raises(UnknownNameError, match="id_accuracy"):
         sa.correlation(results, "accuracy")
+    suite, _ = _results(datasets=("a", "b"))
+    per_dataset = sa.correlation(suite, "id_accuracy")["rho"]
+    assert per_dataset.dims == ("method", "severity", "dataset")
+    np.testing.assert_allclose(per_dataset.sel(dataset="a"), rho["rho"], atol=1e-12)
 
 
 def test_improvement_over_softmax() -> None:
-    from oodsim.protocols import severity_analysis as sa
-
-    results = _results()
+    results, _ = _results()
     delta = sa.improvement(results)
-    assert delta.dims == ("model", "method", "severity")
+    assert delta.dims == ("seed", "method", "severity", "model")
     assert delta["method"].values.tolist() == ["energy", "odin"]
-    np.testing.assert_allclose(delta.sel({"method": "odin"}).values, 0.01, atol=1e-12)
-    np.testing.assert_allclose(delta.sel({"method": "energy"}).values[0], 0.004 * np.arange(11))
+    np.testing.assert_allclose(delta.sel({"method": "odin"}).values, 0.01, atol=1e-3)
+    first = delta.isel(seed=0).sel({"method": "energy"}).transpose("model", "severity").values
+    np.testing.assert_allclose(first[0], 0.004 * np.arange(11), atol=1e-12)
     flipped = sa.improvement(results, metric="fpr95")  # lower FPR is better: same sign
     np.testing.assert_allclose(flipped.values, delta.values, atol=1e-12)
     summary = sa.improvement_summary(results)
+    assert summary["median"].dims == ("method", "severity")
     assert (summary["share_improved"].sel({"method": "odin"}) == 1.0).all()
     assert (summary["n_models"] == 6).all()
     trend = sa.level_trend(results)
@@ -240,15 +288,37 @@ def test_improvement_over_softmax() -> None:
         sa.improvement(results, baseline="softmax")
 
 
-def test_report_writes_pngs_and_a_summary(tmp_path) -> None:
-    from oodsim.report.severity import format_level_table, write_severity_report
+def test_failed_seeds_are_skipped_by_the_means() -> None:
+    results, auroc = _results(n_seeds=2)
+    failed = results.copy(deep=True)
+    failed["score"][1] = np.nan  # what the constructor writes for a failed seed
+    failed["failure"][1] = "training diverged"
+    mean = sa.seed_mean(failed["score"]).sel(metric="auroc").transpose("model", "method", ...)
+    np.testing.assert_allclose(mean.values, auroc, atol=1e-12)
 
-    results = _results()
+
+def test_report_writes_pngs_and_a_summary(tmp_path) -> None:
+    results, auroc = _results()
     table = format_level_table(results)
-    assert table.splitlines()[1].split()[:3] == ["model", "method", "0"]
-    assert len(table.splitlines()) == 2 + 6 * 3
+    lines = table.splitlines()
+    assert "mean over 3 seeds" in lines[0]
+    assert lines[1].split()[:3] == ["model", "method", "0"]
+    assert len(lines) == 2 + 6 * 3
+    first = results.score.values[:, 0, 0, 0, 0].mean()  # msp, auroc, level 0, model m0
+    assert lines[2].split()[2] == f"{first:.3f}"
     summary = write_severity_report(results, tmp_path / "report")
     text = summary.read_text()
     assert "Improvement over msp" in text and "id_accuracy vs. auroc" in text
     for name in ("auroc_by_level.png", "auroc_improvement.png", "auroc_correlation.png"):
         assert (tmp_path / "report" / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_report_of_several_datasets_has_a_section_each(tmp_path) -> None:
+    results, _ = _results(n_models=3, datasets=("a", "b"))
+    table = format_level_table(results)
+    assert table.splitlines()[1].split()[:3] == ["dataset", "model", "method"]
+    assert len(table.splitlines()) == 2 + 2 * 3 * 3
+    text = write_severity_report(results, tmp_path).read_text()
+    assert "## a" in text and "## b" in text
+    for label in ("a", "b"):
+        assert (tmp_path / label / "auroc_by_level.png").is_file()

@@ -1,10 +1,11 @@
-"""Severity runs end to end: a Fashion-MNIST CNN with digits and noise as OOD pool, the cache
-(adding a κ or a model computes only what is new), image folders with a zoo model, specs."""
+"""Severity runs on the engine, end to end on a real cluster: the shipped Fashion-MNIST spec over
+three seeds with a detector registered in this (driver) module, the cache (a rerun, a new κ, a
+suite of datasets compute only what is new), a ranking stopping rule, failed seeds, image
+folders with a zoo model, and ``oodsim run`` from the command line."""
 
 from __future__ import annotations
 
 import json
-import time
 from pathlib import Path
 
 import attrs
@@ -12,90 +13,199 @@ import numpy as np
 import pytest
 import xarray as xr
 from PIL import Image
-from scipy import stats as sps
 
+import oodsim
+from oodsim.cli.main import main as cli_main
 from oodsim.data.imagenet_classes import filter_ood_classes, imagenet1k_wnids, imagenet21k_wnids
-from oodsim.errors import DataNotFoundError, SpecError, UnknownNameError
+from oodsim.engine import RunAborted
 from oodsim.models.zoo import ModelRef
-from oodsim.protocols import severity_run as sr
-from oodsim.protocols.severity_analysis import level_trend
+from oodsim.protocols.severity.analysis import level_trend
+from oodsim.protocols.severity.compute import load_model
+from oodsim.protocols.severity.plan import OUTPUTS, checkpoint_key, id_units
+from oodsim.protocols.severity.spec import PoolSpec, SeveritySpec, SourceSpec
 from oodsim.results import open_results, save_results, store_counts
-from oodsim.specs import DetectorSpec
+from oodsim.specs import DetectorSpec, SeedsSpec, StoppingSpec
+from oodsim.stats import estimate
 from oodsim.store import Store
+from tests.conftest import ROOT, small_digits
 
-ROOT = Path(__file__).resolve().parents[1]
 SPEC = ROOT / "specs" / "severity_fashion_mnist.toml"
+SUITE = ROOT / "specs" / "severity_suite_fashion_mnist.toml"
+
+
+# Registered here, in the driver: the cluster's worker processes never import this module, so
+# they know these detectors only if the engine ships them.
+@oodsim.detectors.register("test_severity_margin", needs={"logits"}, replace=True)
+def margin(outputs, *, fit=None):
+    """Top-1 minus top-2 logit."""
+    top = np.sort(outputs.logits, axis=1)
+    return top[:, -1] - top[:, -2]
+
+
+@oodsim.detectors.register("test_severity_inverted", needs={"logits"}, replace=True)
+def inverted(outputs, *, fit=None):
+    """Minus the softmax response: a deliberately bad κ (OOD looks more ID than ID)."""
+    shifted = outputs.logits - outputs.logits.max(axis=1, keepdims=True)
+    return -1.0 / np.exp(shifted).sum(axis=1)
+
+
+@oodsim.detectors.register("test_severity_nan", needs={"logits"}, replace=True)
+def not_finite(outputs, *, fit=None):
+    """NaN for every sample: a broken κ."""
+    return np.full(len(outputs.logits), np.nan)
 
 
 @pytest.fixture(scope="module")
 def fmnist(tmp_path_factory, cluster_address):
-    """The shipped CPU spec, run once on a real cluster into a module-wide store."""
+    """The shipped CPU spec with seeds.n = 3 and a driver-registered κ, run once on a real
+    cluster into a module-wide store (the other tests reuse its cached outputs)."""
     cache = tmp_path_factory.mktemp("severity") / "cache"
-    spec = sr.load_severity_spec(SPEC)
-    started = time.perf_counter()
-    results = sr.run_severity(spec, address=cluster_address, cache=cache, progress=False)
-    return spec, cache, results, time.perf_counter() - started
+    spec = oodsim.load(SPEC)
+    spec = attrs.evolve(
+        spec,
+        seeds=attrs.evolve(spec.seeds, n=3),
+        detectors=(*spec.detectors, DetectorSpec(name="test_severity_margin")),
+    )
+    results = oodsim.run(spec, address=cluster_address, cache=cache, progress=False)
+    return spec, cache, results
 
 
-def test_fashion_mnist_levels_get_harder(fmnist) -> None:
-    _, _, results, _ = fmnist
-    assert results["score"].dims == ("model", "method", "metric", "severity")
-    assert results["score"].shape == (1, 3, 4, 11)
+def test_acceptance_seeds_levels_and_a_registered_detector(fmnist) -> None:
+    _, _, results = fmnist
+    assert results["score"].dims == ("seed", "method", "metric", "severity", "model")
+    assert dict(results["score"].sizes) == {
+        "seed": 3,
+        "method": 4,
+        "metric": 4,
+        "severity": 11,
+        "model": 1,
+    }
+    assert results["method"].values.tolist() == [
+        "msp",
+        "energy",
+        "mahalanobis",
+        "test_severity_margin",
+    ]
     assert results["severity"].values.tolist() == [str(i) for i in range(11)]
+    assert (results["failure"].values == "").all()
     assert np.isfinite(results["score"].values).all()
-    assert results["n_pool_classes"].item() == 21 and results["group_size"].item() == 5
-    # levels are sorted by their mean severity, for every κ
-    assert (np.diff(results["level_severity"].values, axis=-1) >= 0).all()
-    classes = json.loads(results["level_classes"].values[0, 0, 0])
-    assert len(classes) == 5 and all(isinstance(c, str) for c in classes)
-    # detection gets harder with the level: Spearman(level, AUROC) < 0 for every κ
     auroc = results["score"].sel(metric="auroc")
-    assert (level_trend(results).values < -0.8).all(), auroc.values
-    assert (auroc.isel(severity=0) > auroc.isel(severity=-1) + 0.2).all()
-    assert 0.7 < results["id_accuracy"].item() <= 1.0
-    assert np.isfinite(results["id_auroc"].values).all()
-    assert store_counts(results)["computed"] == {"checkpoint": 1, "severity_outputs": 11}
+    assert not np.allclose(auroc.isel(seed=0), auroc.isel(seed=1))  # a seed redraws
+    assert not np.allclose(results["id_accuracy"].isel(seed=0), results["id_accuracy"].isel(seed=2))
+    assert estimate(results)["mean"].dims == ("method", "metric", "severity", "model")
+    # one CNN trained per seed, its split outputs stored once (no second copy), 8 pool sources
+    assert store_counts(results)["computed"] == {
+        "checkpoint": 3,
+        "outputs": 3,
+        "severity_outputs": 24,
+    }
+    # detection gets harder with the level, for every κ; levels sorted by mean severity
+    assert (level_trend(results).values < -0.8).all(), auroc.mean("seed").values
+    assert (np.diff(results["level_severity"].values, axis=2) >= 0).all()
+    classes = json.loads(results["level_classes"].values[0, 0, 0, 0])
+    assert len(classes) == 5 and all(isinstance(c, str) for c in classes)
+    assert (results["n_pool_classes"] == 21).all() and (results["group_size"] == 5).all()
+    assert ((results["id_accuracy"] > 0.7) & (results["id_accuracy"] <= 1.0)).all()
 
 
-def test_results_round_trip_through_zarr(fmnist, tmp_path) -> None:
-    _, _, results, _ = fmnist
-    path = save_results(results, tmp_path / "severity.zarr")
-    xr.testing.assert_identical(open_results(path), results)
-
-
-def test_only_new_kappas_and_models_are_computed(fmnist, cluster_address) -> None:
-    spec, cache, first, _ = fmnist
-    again = sr.run_severity(spec, address=cluster_address, cache=cache, progress=False)
+def test_a_rerun_computes_nothing_and_round_trips(fmnist, tmp_path) -> None:
+    spec, cache, first = fmnist
+    again = oodsim.run(spec, cache=cache, progress=False)  # all cached: no cluster started
     assert store_counts(again)["computed"] == {}
     np.testing.assert_array_equal(again["score"].values, first["score"].values)
+    path = save_results(first, tmp_path / "severity.zarr")
+    xr.testing.assert_identical(open_results(path), first)
 
+
+def test_a_new_kappa_computes_only_its_entries(fmnist, cluster_address) -> None:
+    spec, cache, first = fmnist
     odin = DetectorSpec(name="odin", params={"temperature": 10.0, "epsilon": 0.001})
-    more = attrs.evolve(spec, detectors=(*spec.detectors, DetectorSpec(name="entropy"), odin))
-    with_kappas = sr.run_severity(more, address=cluster_address, cache=cache, progress=False)
-    counts = store_counts(with_kappas)
-    assert counts["computed"] == {"severity_kappa": 9}  # ODIN on the ID set + 8 pool sources
-    assert counts["loaded"]["severity_outputs"] >= 11
+    more = attrs.evolve(
+        spec,
+        seeds=attrs.evolve(spec.seeds, n=1),
+        detectors=(*spec.detectors, DetectorSpec(name="entropy"), odin),
+    )
+    results = oodsim.run(more, address=cluster_address, cache=cache, progress=False)
+    counts = store_counts(results)
+    assert counts["computed"] == {"severity_kappa": 9}  # ODIN on the ID split + 8 pool sources
+    assert counts["loaded"]["severity_outputs"] >= 8
     old = [d.label for d in spec.detectors]
     np.testing.assert_array_equal(
-        with_kappas["score"].sel({"method": old}).values, first["score"].values
+        results["score"].sel({"method": old}).values, first["score"].isel(seed=[0]).values
     )
-    assert np.isfinite(with_kappas["score"].values).all()
+    assert np.isfinite(results["score"].values).all()
 
-    ref = spec.models[0]
-    quick = attrs.evolve(ref.experiment.training, max_epochs=2)
-    experiment = attrs.evolve(ref.experiment, training=quick)
-    second = attrs.evolve(ref, seed=1, experiment=experiment, label="cnn seed 1, 2 epochs")
-    two = attrs.evolve(more, models=(ref, second))
-    both = sr.run_severity(two, address=cluster_address, cache=cache, progress=False)
-    assert store_counts(both)["computed"] == {
-        "checkpoint": 1,
-        "severity_outputs": 11,
-        "severity_kappa": 9,
-    }
-    assert both.sizes["model"] == 2
+
+def test_cli_run_of_the_shipped_spec(fmnist, tmp_path, capsys) -> None:
+    _, cache, first = fmnist
+    out = tmp_path / "sev.zarr"
+    code = cli_main(["run", str(SPEC), "--cache", str(cache), "--out", str(out), "--quiet"])
+    assert code == 0  # everything cached: no cluster is started
+    printed = capsys.readouterr().out
+    assert "auroc by severity level" in printed and "mahalanobis" in printed
+    assert '"computed": {}' in printed
+    shipped = [m for m in first["method"].values if m != "test_severity_margin"]
     np.testing.assert_array_equal(
-        both["score"].isel(model=0).values, with_kappas["score"].isel(model=0).values
+        open_results(out)["score"].values, first["score"].sel({"method": shipped}).values
     )
+
+
+def test_ranking_rule_on_level_5_stops_and_records_its_decision(fmnist, cluster_address) -> None:
+    spec, cache, _ = fmnist
+    pool = attrs.evolve(spec.datasets[0], ood=spec.datasets[0].ood[:3])  # fashion, digits, noise
+    pinned = attrs.evolve(spec.models[0], seed=0)  # seed 0's CNN (cached) for every seed
+    quick = attrs.evolve(
+        spec,
+        models=(pinned,),
+        datasets=(pool,),
+        detectors=("msp", "test_severity_inverted"),
+        metrics=("auroc",),
+        seeds=SeedsSpec(n=40),
+        stopping=StoppingSpec(
+            rule="ranking", metric="auroc", severity="5", min_seeds=2, batch_size=4
+        ),
+    )
+    results = oodsim.run(quick, address=cluster_address, cache=cache, progress=False)
+    decision = json.loads(results.attrs["stopping"])
+    assert decision["stop"] and "msp is best" in decision["reason"], decision
+    assert results.sizes["seed"] == decision["n_seeds"] < 40
+    assert "checkpoint" not in store_counts(results)["computed"]  # the pinned model is reused
+    level5 = results["score"].sel({"metric": "auroc", "severity": "5"})
+    assert (level5.sel({"method": "msp"}) > level5.sel({"method": "test_severity_inverted"})).all()
+    assert level5.sel({"method": "msp"}).std("seed") > 0  # the noise and the split are redrawn
+
+
+def test_a_suite_of_datasets_shares_the_cached_outputs(fmnist, cluster_address) -> None:
+    _, cache, first = fmnist
+    suite = oodsim.load(SUITE)
+    results = oodsim.run(suite, address=cluster_address, cache=cache, progress=False)
+    assert store_counts(results)["computed"] == {}  # the same CNNs and sources as the spec above
+    assert results["dataset"].values.tolist() == ["fashion_and_digits", "digits_and_noise"]
+    assert results["score"].dims == ("seed", "method", "metric", "severity", "model", "dataset")
+    assert results.sizes["severity"] == 11 and results.sizes["seed"] == 3
+    assert np.isfinite(results["score"].values).all()
+    assert (results["n_pool_classes"].sel(dataset="digits_and_noise") == 16).all()
+    msp = results["score"].sel({"method": "msp", "metric": "auroc"})
+    assert not np.allclose(
+        msp.sel(dataset="fashion_and_digits"), msp.sel(dataset="digits_and_noise")
+    )
+    # the ID test set and the model are shared: the same ID accuracy for both datasets
+    np.testing.assert_array_equal(
+        results["id_accuracy"].sel(dataset="digits_and_noise").values,
+        first["id_accuracy"].values,
+    )
+
+
+def test_a_non_finite_kappa_fails_its_seed(fmnist) -> None:
+    spec, cache, _ = fmnist
+    broken = attrs.evolve(
+        spec, seeds=attrs.evolve(spec.seeds, n=1), detectors=("msp", "test_severity_nan")
+    )
+    results = oodsim.run(broken, cache=cache, progress=False)
+    assert "test_severity_nan gave non-finite κ on seed 0" in str(results["failure"].values[0])
+    assert np.isnan(results["score"].values).all()
+    with pytest.raises(RunAborted, match="test_severity_nan"):
+        oodsim.run(attrs.evolve(broken, on_failure="abort"), cache=cache, progress=False)
 
 
 # --------------------------------------------------------------------------- image folders
@@ -117,167 +227,52 @@ def test_image_folders_with_a_random_zoo_model(tmp_path, cluster_address) -> Non
         _images(tmp_path / "val" / wnid, 4, rng)
     for wnid in [*kept, *dropped]:
         _images(tmp_path / "pool" / wnid, 10, rng)
-    model = ModelRef(name="timm:test_resnet", pretrained=False, image_size=32)
-    pool = sr.SourceSpec(
+    folder = SourceSpec(
         kind="image_folder",
         name="pool",
         root=str(tmp_path / "pool"),
         wordnet_filter=True,
         shard_size=4,
     )
-    spec = sr.SeveritySpec(
-        models=(model,),
+    spec = SeveritySpec(
+        models=(ModelRef(name="timm:test_resnet", pretrained=False, image_size=32),),
         detectors=("msp", "max_logit"),
-        id=sr.SourceSpec(kind="image_folder", name="val", root=str(tmp_path / "val")),
-        ood=(pool, sr.SourceSpec(kind="uniform_noise", n_samples=10)),
+        datasets=PoolSpec(
+            id=SourceSpec(kind="image_folder", name="val", root=str(tmp_path / "val")),
+            ood=(folder, SourceSpec(kind="uniform_noise", n_samples=10)),
+        ),
         n_est=6,
         n_test=4,
         n_levels=4,
+        seeds=SeedsSpec(n=2),
     )
-    tasks = sr.plan(spec)
-    assert [t.shard for t in tasks if t.source is pool] == [0, 1]  # 6 kept classes, 4 per shard
     cache = tmp_path / "cache"
-    results = sr.run_severity(spec, address=cluster_address, cache=cache, progress=False)
-    assert results["score"].shape == (1, 2, 4, 4)
-    assert results["n_pool_classes"].item() == 7 and results["group_size"].item() == 3
+    results = oodsim.run(spec, address=cluster_address, cache=cache, progress=False)
+    # the pretrained model's folder outputs are shared by both seeds (ID + 2 shards: 6 kept
+    # classes, 4 per shard); the noise is drawn per seed
+    assert store_counts(results)["computed"] == {"severity_outputs": 3 + 2}
+    assert results["score"].shape == (2, 2, 4, 4, 1)
+    assert (results["n_pool_classes"] == 7).all() and (results["group_size"] == 3).all()
     assert np.isfinite(results["score"].values).all()
+    assert not np.array_equal(results["score"].isel(seed=0), results["score"].isel(seed=1))
     names = {c for s in results["level_classes"].values.ravel() for c in json.loads(s)}
     assert names <= {f"pool/{w}" for w in kept} | {"uniform(0,255)"}
-    id_task = next(t for t in tasks if t.role == "id")
-    entry = Store(cache).get(sr.OUTPUTS, id_task.outputs_key)
+    (id_unit,) = id_units(spec, spec.datasets[0], spec.models[0], 0)
+    entry = Store(cache).get(OUTPUTS, id_unit.part.key)
     columns = [imagenet1k_wnids().index(w) for w in id_wnids]
     assert sorted(set(entry.arrays["targets"].tolist())) == columns  # wnid folders → 1k index
     assert entry.arrays["logits"].shape == (12, 1000)
 
 
-# --------------------------------------------------------------------------- specs
-
-
-def test_real_use_spec_loads_and_validates_without_data() -> None:
-    spec = sr.load_severity_spec(ROOT / "specs" / "cood_severity.toml", check_roots=False)
-    assert spec.id.kind == "image_folder" and spec.ood[0].wordnet_filter
-    assert len(spec.models) >= 5 and {m.prefix for m in spec.models} == {"timm", "torchvision"}
-    assert spec.group_size is None and spec.n_est == 150 and spec.n_test == 50
-    with pytest.raises(DataNotFoundError, match="imagenet_val"):
-        sr.load_severity_spec(ROOT / "specs" / "cood_severity.toml")
-
-
-def test_spec_round_trips_and_keys_ignore_roots(tmp_path) -> None:
-    spec = sr.load_severity_spec(SPEC)
-    again = sr.severity_spec_from_dict(spec.to_dict())
-    assert again.key == spec.key
-    moved = attrs.evolve(spec, id=attrs.evolve(spec.id, root="/elsewhere"))
-    assert moved.key == spec.key
-    assert attrs.evolve(spec, n_test=30).key != spec.key
-
-
-@pytest.mark.parametrize(
-    ("change", "error", "match"),
-    [
-        ({"n_levels": 1}, SpecError, "n_levels"),
-        ({"metrics": ["aurocc"]}, UnknownNameError, "auroc"),
-        ({"detectors": ["msp", "msp"]}, SpecError, "detectors"),
-        ({"ood": [{"kind": "noise"}]}, UnknownNameError, "uniform_noise"),
-        ({"ood": [{"kind": "dataset", "name": "digitz"}]}, UnknownNameError, "digits"),
-        ({"ood": [{"kind": "uniform_noise", "root_dir": "x"}]}, UnknownNameError, "root"),
-        ({"ood": [{"kind": "uniform_noise", "low": 9, "high": 3}]}, SpecError, "low"),
-        ({"models": ["timm:resnt18"]}, SpecError, "resnet18"),
-        ({"models": ["torchvision:resnet18"]}, SpecError, "split"),
-        ({"n_est": "many"}, SpecError, "n_est"),
-        ({"extra_field": 1}, SpecError, "extra_field"),
-    ],
-)
-def test_bad_specs_fail_before_compute(change, error, match) -> None:
-    import tomllib
-
-    data = tomllib.loads(SPEC.read_text())
-    data.update(change)
-    with pytest.raises(error, match=match):
-        sr.severity_spec_from_dict(data)
-
-
-def test_pool_classes_must_not_be_id_classes(tmp_path) -> None:
-    spec = sr.load_severity_spec(SPEC)
-    bad = attrs.evolve(spec.ood[0], classes=("sandal", "coat"))
-    spec = attrs.evolve(spec, ood=(bad, *spec.ood[1:]))
-    with pytest.raises(SpecError, match="coat"):
-        sr.preflight(spec, Store(tmp_path / "cache"))
-
-
-def test_missing_pretrained_weights_fail_before_compute(tmp_path, monkeypatch) -> None:
-    monkeypatch.setenv("TORCH_HOME", str(tmp_path / "torch"))
-    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hf"))
-    spec = sr.SeveritySpec(
-        models=("timm:test_resnet",),
-        id=sr.SourceSpec(kind="dataset", name="digits"),
-        ood=(sr.SourceSpec(kind="uniform_noise"),),
-    )
-    with pytest.raises(DataNotFoundError, match=str(tmp_path / "hf")):
-        sr.run_severity(spec, cache=tmp_path / "cache", progress=False)
-    assert not (tmp_path / "cache" / sr.OUTPUTS).exists()
-
-
-def test_subsample_is_per_class_and_reproducible() -> None:
-    labels = np.repeat(np.arange(4), [5, 12, 30, 2])
-    a = sr.subsample(labels, 10, np.random.default_rng(1))
-    b = sr.subsample(labels, 10, np.random.default_rng(1))
-    assert np.array_equal(a, b) and np.all(np.diff(a) > 0)
-    assert np.bincount(labels[a]).tolist() == [5, 10, 10, 2]
-    assert sps.spearmanr(np.arange(3), [1, 2, 3]).statistic == 1.0  # scipy is importable
-
-
-def test_cli_severity_prints_levels_and_writes_results(fmnist, tmp_path, capsys) -> None:
-    import argparse
-
-    from oodsim.cli_severity import add_commands
-
-    _, cache, first, _ = fmnist
-    main = argparse.ArgumentParser(prog="oodsim")
-    add_commands(main.add_subparsers(dest="command", required=True))
-    out = tmp_path / "sev.zarr"
-    args = main.parse_args(
-        [
-            "severity",
-            str(SPEC),
-            "--cache",
-            str(cache),
-            "--out",
-            str(out),
-            "--quiet",
-            "--report",
-            str(tmp_path / "report"),
-        ]
-    )
-    assert args.func(args) == 0  # everything cached: no cluster is started
-    printed = capsys.readouterr().out
-    assert "auroc by severity level" in printed and "mahalanobis" in printed
-    assert '"computed": {}' in printed
-    np.testing.assert_array_equal(open_results(out)["score"].values, first["score"].values)
-    assert (tmp_path / "report" / "auroc_by_level.png").is_file()
-
-
-def test_suite_of_datasets_adds_a_dataset_dimension(cluster_address: str, tmp_path: Path) -> None:
-    from oodsim.protocols.severity_suite import (
-        load_severity_suite,
-        per_dataset,
-        run_severity_suite,
-    )
-
-    suite = load_severity_suite(ROOT / "specs" / "severity_suite_fashion_mnist.toml")
-    labels = [label for label, _ in suite.datasets]
-    assert labels == ["fashion_and_digits", "digits_and_noise"]
-    cache = tmp_path / "cache"
-    results = run_severity_suite(
-        suite, address=cluster_address, cache=cache, progress=False, out=tmp_path / "r.zarr"
-    )
-    assert list(results["dataset"].values) == labels
-    assert results["score"].dims[0] == "dataset" and results.sizes["severity"] == 11
-    assert np.isfinite(results["score"].values).all()
-    # the same model and shared sources: the second dataset reuses the first one's outputs
-    first = json.loads(results.attrs["store"])["computed"]
-    assert first.get("checkpoint", 0) <= 1
-    again = run_severity_suite(suite, address=cluster_address, cache=cache, progress=False)
-    assert json.loads(again.attrs["store"])["computed"] == {}
-    assert [label for label, _ in per_dataset(again)] == labels
-    reopened = open_results(tmp_path / "r.zarr")
-    np.testing.assert_array_equal(reopened["score"].values, results["score"].values)
+def test_trained_models_load_from_the_open_set_checkpoint(tmp_path) -> None:
+    spec = small_digits(n_seeds=1)
+    ref = ModelRef(name="trained", experiment=spec)
+    store = Store(tmp_path / "cache")
+    loaded = load_model(ref, 0, store)  # trained and stored: the open set checkpoint of seed 0
+    assert store.has("checkpoint", checkpoint_key(ref, 0))
+    assert loaded.preprocessing.kind == "conform"
+    assert loaded.preprocessing.input_shape == (8, 8, 1)
+    assert loaded.n_classes == spec.split.n_known and loaded.split is not None
+    x = loaded.preprocessing.arrays(np.zeros((2, 28, 28, 3), np.uint8))  # conformed to 8x8x1
+    logits, features = loaded.model.forward_with_features(x)
+    assert logits.shape == (2, spec.split.n_known) and features.shape[0] == 2

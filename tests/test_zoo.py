@@ -154,18 +154,3 @@ def one_thread():
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(threads)
-
-
-def test_trained_models_use_the_open_set_checkpoint(tmp_path, one_thread) -> None:
-    from oodsim.store import Store
-    from tests.conftest import small_digits
-
-    spec = small_digits(n_seeds=1)
-    ref = zoo.ModelRef(name="trained", experiment=spec, seed=0)
-    loaded = zoo.load_model(ref, Store(tmp_path / "cache"))
-    assert loaded.preprocessing.kind == "conform"
-    assert loaded.preprocessing.input_shape == (8, 8, 1)
-    assert loaded.n_classes == spec.split.n_known and loaded.split is not None
-    x = loaded.preprocessing.arrays(np.zeros((2, 28, 28, 3), np.uint8))  # conformed to 8x8x1
-    logits, features = loaded.model.forward_with_features(x)
-    assert logits.shape == (2, spec.split.n_known) and features.shape[0] == 2

@@ -2,8 +2,9 @@
 
 Names: ``timm:<model>[.<tag>]`` (e.g. ``timm:resnet50.a1_in1k``),
 ``torchvision:<model>[.<weights>]`` (e.g. ``torchvision:resnet50.IMAGENET1K_V2``) and
-``trained`` (the small CNN an open set :class:`~oodsim.specs.ExperimentSpec` trains for one
-seed, see :func:`oodsim.protocols.open_set.trained_model`).
+``trained`` (the small CNN an open set :class:`~oodsim.specs.ExperimentSpec` trains per seed;
+the severity protocol loads it from the open set checkpoint of the seed it runs, see
+:func:`oodsim.protocols.severity.compute.load_model`).
 
 Every loaded model gives logits and penultimate features in one pass
 (``model.forward_with_features(x)``) and comes with the preprocessing it was trained with (timm's
@@ -19,24 +20,27 @@ lists every place it looked. ``pretrained=False`` (random weights, seeded) works
 from __future__ import annotations
 
 import contextlib
+import difflib
 import functools
 import hashlib
+import math
 import os
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import attrs
 import numpy as np
 import torch
 from torch import nn
 
+from oodsim.data.imagenet_classes import imagenet1k_wnids
+from oodsim.data.ood_sets import conform
 from oodsim.errors import DataNotFoundError, SpecError, UnknownNameError
-from oodsim.keys import digest, no_key
+from oodsim.keys import digest, key_fields, no_key
+from oodsim.models.inference import infer_batches
+from oodsim.models.tensors import to_tensor
 from oodsim.specs import ExperimentSpec, _Keyed
-
-if TYPE_CHECKING:
-    from oodsim.store import Store
 
 VERSION = "1"  # bump when loading or the feature contract changes: it enters output keys
 PREFIXES = ("timm", "torchvision", "trained")
@@ -61,6 +65,7 @@ def split_name(name: str) -> tuple[str, str, str]:
 
 @functools.cache
 def _torchvision_names() -> tuple[str, ...]:
+    # torchvision loads only for torchvision: names
     import torchvision.models as tvm
 
     return tuple(tvm.list_models(module=tvm))
@@ -68,8 +73,6 @@ def _torchvision_names() -> tuple[str, ...]:
 
 def _unknown(field: str, value: str, known: Sequence[str], where: str) -> SpecError:
     """An unknown name in a registry too large to list: name the closest matches instead."""
-    import difflib
-
     close = difflib.get_close_matches(value, known, n=3)
     hint = f"Did you mean {', '.join(map(repr, close))}?" if close else ""
     return SpecError(field, value, f"one of the {len(known)} names of {where}", hint)
@@ -79,6 +82,7 @@ def check_name(name: str) -> None:
     """Raise :class:`SpecError` (naming close matches) for a model no library knows."""
     prefix, arch, tag = split_name(name)
     if prefix == "timm":
+        # timm is optional (the zoo extra): imported only for timm: names
         import timm
 
         if not timm.is_model(arch):
@@ -98,6 +102,7 @@ def check_name(name: str) -> None:
 
 
 def _torchvision_weights_enum(arch: str) -> Any:
+    # torchvision loads only for torchvision: names
     from torchvision.models import get_model_weights
 
     return get_model_weights(arch)
@@ -113,6 +118,11 @@ def _check_name(_: Any, attribute: attrs.Attribute, value: str) -> None:
 def _positive(_: Any, attribute: attrs.Attribute, value: int | None) -> None:
     if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
         raise SpecError(attribute.name, value, "an integer >= 1")
+
+
+def _seed(_: Any, attribute: attrs.Attribute, value: int | None) -> None:
+    if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 0):
+        raise SpecError("models.seed", value, "an integer >= 0, or none to follow the run's seed")
 
 
 @functools.lru_cache(maxsize=64)
@@ -140,7 +150,9 @@ class ModelRef(_Keyed):
     ``weights`` is a local file (its content, not its path, enters the key); ``image_size``
     overrides the input resolution (crop size); ``num_classes`` changes the head (random init
     or a fine-tuned file); ``init_seed`` seeds random weights. ``trained`` takes ``experiment``
-    (an open set spec) and ``seed`` (whose model to use; trained and stored if missing).
+    (an open set spec) and ``seed``: ``None`` (default) uses the model of the seed being run
+    (a run with seeds 0..4 trains five CNNs), an integer pins one seed's model for every seed.
+    Pretrained zoo models are the same for every seed.
     """
 
     TAG = "zoo_model"
@@ -153,13 +165,14 @@ class ModelRef(_Keyed):
     num_classes: int | None = attrs.field(default=None, validator=_positive)
     init_seed: int = 0
     experiment: ExperimentSpec | None = None
-    seed: int = 0
+    seed: int | None = attrs.field(default=None, validator=_seed)
     label: str = attrs.field(metadata=no_key())
 
     @label.default
     def _default_label(self) -> str:
         if self.prefix == "trained" and self.experiment is not None:
-            return f"trained:{self.experiment.name}@{self.seed}"
+            pinned = "" if self.seed is None else f"@{self.seed}"
+            return f"trained:{self.experiment.name}{pinned}"
         return self.name + ("" if self.pretrained or self.weights else "(random)")
 
     def __attrs_post_init__(self) -> None:
@@ -173,6 +186,12 @@ class ModelRef(_Keyed):
             raise SpecError(
                 f"models[{self.name}]", "weights/image_size/num_classes", "none for 'trained'"
             )
+        if self.prefix != "trained" and self.seed is not None:
+            raise SpecError(
+                f"models[{self.name}].seed",
+                self.seed,
+                "no seed: only 'trained' models depend on a seed (pretrained ones are fixed)",
+            )
 
     @property
     def prefix(self) -> str:
@@ -181,8 +200,6 @@ class ModelRef(_Keyed):
     @property
     def key(self) -> str:
         """Content key: the fields, plus the weights' identity (file digest or library tag)."""
-        from oodsim.keys import key_fields
-
         fields = key_fields(self)
         fields["weights"] = weights_identity(self)
         return digest(self.TAG, self.VERSION, fields)
@@ -196,6 +213,7 @@ def weights_identity(ref: ModelRef) -> str | None:
         return None
     prefix, arch, tag = split_name(ref.name)
     if prefix == "timm":
+        # timm is optional (the zoo extra): imported only for timm: names
         from timm.models import get_pretrained_cfg
 
         cfg = get_pretrained_cfg(f"{arch}.{tag}" if tag else arch)
@@ -248,9 +266,6 @@ class Preprocessing:
 
     def arrays(self, images: np.ndarray) -> torch.Tensor:
         """uint8 images (N, H, W, C) → float32 tensor (N, C, H', W'), normalized."""
-        from oodsim.data.ood_sets import conform
-        from oodsim.models.tensors import to_tensor
-
         images = np.asarray(images)
         if images.ndim != 4 or images.dtype != np.uint8:
             raise ValueError(
@@ -258,6 +273,7 @@ class Preprocessing:
             )
         if self.kind == "conform":
             return to_tensor(conform(images, self.input_shape), self.mean, self.std)
+        # torchvision loads only for zoo preprocessing
         from torchvision.transforms import InterpolationMode
         from torchvision.transforms import functional as TF
 
@@ -286,8 +302,7 @@ class Preprocessing:
 
 
 def _timm_preprocessing(net: Any, image_size: int | None) -> Preprocessing:
-    import math
-
+    # timm is optional (the zoo extra): imported only for timm: names
     from timm.data import create_transform, resolve_data_config
 
     config = resolve_data_config({}, model=net)
@@ -315,6 +330,7 @@ def _timm_preprocessing(net: Any, image_size: int | None) -> Preprocessing:
 
 
 def _torchvision_preprocessing(weights: Any, image_size: int | None) -> Preprocessing:
+    # torchvision loads only for torchvision: names
     from torchvision.transforms._presets import ImageClassification
 
     preset = weights.transforms()
@@ -408,6 +424,7 @@ def _hf_cached(repo_id: str, filenames: Sequence[str]) -> tuple[Path | None, lis
     cache = hf_cache_dir()
     looked = [f"{cache}/models--{repo_id.replace('/', '--')}/snapshots/*/{f}" for f in filenames]
     try:
+        # huggingface_hub is optional: without it the HF cache is not searched
         from huggingface_hub import try_to_load_from_cache
     except ImportError:
         return None, looked
@@ -420,6 +437,7 @@ def _hf_cached(repo_id: str, filenames: Sequence[str]) -> tuple[Path | None, lis
 
 def find_timm_weights(arch: str, tag: str) -> tuple[Path | None, list[str]]:
     """Cached pretrained weights of a timm model: HF cache first, then torch hub checkpoints."""
+    # timm is optional (the zoo extra): imported only for timm: names
     from timm.models import get_pretrained_cfg
 
     cfg = get_pretrained_cfg(f"{arch}.{tag}" if tag else arch)
@@ -486,14 +504,13 @@ class LoadedModel:
 def _imagenet_wnids(n_classes: int) -> tuple[str, ...] | None:
     if n_classes != 1000:
         return None
-    from oodsim.data.imagenet_classes import imagenet1k_wnids
-
     return imagenet1k_wnids()
 
 
 def _state_dict(path: Path) -> dict[str, Any]:
     """A state dict from a .safetensors/.pth/.pt file, unwrapping common checkpoint layouts."""
     if path.suffix == ".safetensors":
+        # safetensors is optional: needed only for .safetensors weights files
         from safetensors.torch import load_file
 
         return load_file(str(path))
@@ -513,6 +530,7 @@ def _seeded(seed: int) -> Iterator[None]:
 
 
 def _load_timm(ref: ModelRef) -> LoadedModel:
+    # timm is optional (the zoo extra): imported only for timm: names
     import timm
 
     _, arch, tag = split_name(ref.name)
@@ -551,6 +569,7 @@ def _load_timm(ref: ModelRef) -> LoadedModel:
 
 
 def _load_torchvision(ref: ModelRef) -> LoadedModel:
+    # torchvision loads only for torchvision: names
     from torchvision.models import get_model
 
     _, arch, tag = split_name(ref.name)
@@ -591,40 +610,27 @@ def _load_torchvision(ref: ModelRef) -> LoadedModel:
     )
 
 
-def _load_trained(ref: ModelRef, store: Store | None) -> LoadedModel:
-    from oodsim.protocols.open_set import trained_model
-    from oodsim.store import Store, default_root
+def load_model(ref: ModelRef | str, **options: Any) -> LoadedModel:
+    """Load a zoo classifier and its preprocessing; ``options`` are :class:`ModelRef` fields.
 
-    assert ref.experiment is not None
-    store = store if store is not None else Store(default_root())
-    model, mean, std, split = trained_model(ref.experiment, ref.seed, store)
-    data_shape = _dataset_shape(ref.experiment)
-    preprocessing = Preprocessing(
-        kind="conform", crop_size=data_shape[:2], mean=mean, std=std, channels=data_shape[2]
-    )
-    source = f"open set checkpoint (seed {ref.seed}, known classes {split.classes.known})"
-    return LoadedModel(model.eval(), preprocessing, len(split.classes.known), None, source, split)
-
-
-def _dataset_shape(spec: ExperimentSpec) -> tuple[int, int, int]:
-    from oodsim.data.registry import load_dataset
-
-    ds = spec.dataset
-    return load_dataset(ds.name, ds.root, ds.download, ds.image_size).shape
-
-
-def load_model(ref: ModelRef | str, store: Store | None = None, **options: Any) -> LoadedModel:
-    """Load a classifier and its preprocessing; ``options`` are :class:`ModelRef` fields.
-
-    ``store`` is where a ``trained`` model's checkpoint lives (trained there if missing).
     Raises :class:`~oodsim.errors.DataNotFoundError` when pretrained weights are not on disk.
+    ``trained`` CNNs belong to one seed of an open set experiment: the severity protocol loads
+    them (:func:`oodsim.protocols.severity.compute.load_model`).
     """
     if not isinstance(ref, ModelRef):
         ref = ModelRef(name=ref, **options)
     elif options:
         ref = attrs.evolve(ref, **options)
     loader = {"timm": _load_timm, "torchvision": _load_torchvision}.get(ref.prefix)
-    loaded = _load_trained(ref, store) if loader is None else loader(ref)
+    if loader is None:
+        raise SpecError(
+            "model",
+            ref.name,
+            "a timm: or torchvision: name",
+            "a 'trained' CNN belongs to one seed of its open set experiment: load it with "
+            "oodsim.protocols.severity.compute.load_model(ref, seed, store)",
+        )
+    loaded = loader(ref)
     loaded.model.eval()
     return loaded
 
@@ -640,14 +646,9 @@ def create_model(
 def infer_tensors(
     model: nn.Module, batches: Iterator[torch.Tensor], device: str = "cpu"
 ) -> tuple[np.ndarray, np.ndarray]:
-    """(logits, features) float32 for preprocessed batches, in one pass per batch."""
-    logits, features = [], []
-    model.eval().to(device)
-    with torch.no_grad():
-        for batch in batches:
-            z, h = model.forward_with_features(batch.to(device))
-            logits.append(z.float().cpu().numpy())
-            features.append(h.float().cpu().numpy())
+    """(logits, features) float32 for preprocessed batches (the one inference loop of
+    :func:`oodsim.models.inference.infer_batches`); empty input gives (0, 0) arrays."""
+    logits, features = infer_batches(model, batches, device)
     if not logits:
         return np.zeros((0, 0), np.float32), np.zeros((0, 0), np.float32)
     return np.concatenate(logits), np.concatenate(features)
@@ -665,6 +666,7 @@ def file_batches(
     files: Sequence[str | os.PathLike[str]], preprocessing: Preprocessing, batch_size: int = 64
 ) -> Iterator[torch.Tensor]:
     """Preprocessed batches of image files, each read with the model's own PIL pipeline."""
+    # PIL loads only when image files are read
     from PIL import Image, UnidentifiedImageError
 
     for start in range(0, len(files), batch_size):

@@ -1,5 +1,9 @@
 """Tables and PNG plots (matplotlib Agg) of severity results.
 
+Severity results have ``score`` over seed × method × metric × severity × model [× dataset];
+tables and plots show the mean over seeds (failed seeds skipped), plots a band of ± one standard
+deviation across seeds, and results with a ``dataset`` dimension get one section per dataset.
+
 - :func:`format_level_table` — per-level metric of every (model, κ), with ID accuracy/AUROC.
 - :func:`plot_levels` — the metric vs. severity level, one panel per model, one line per κ.
 - :func:`plot_improvement` — box plots across models of each κ's improvement over softmax.
@@ -16,7 +20,8 @@ import numpy as np
 import xarray as xr
 from matplotlib.figure import Figure
 
-from oodsim.protocols import severity_analysis as analysis
+from oodsim.protocols.severity import analysis
+from oodsim.protocols.severity.analysis import per_dataset, seed_mean
 
 _NCOLS = 3
 
@@ -39,46 +44,92 @@ def _levels(results: xr.Dataset) -> list[str]:
     return [str(s) for s in results["severity"].values]
 
 
+def _n_seeds(results: xr.Dataset) -> int:
+    """Seeds that produced scores (all seeds minus failed ones)."""
+    if "seed" not in results.dims:
+        return 1
+    if "failure" in results:
+        return int((results["failure"].astype(str) == "").sum())
+    return results.sizes["seed"]
+
+
+def _over_seeds(results: xr.Dataset) -> str:
+    n = _n_seeds(results)
+    return f"mean over {n} seed{'s' if n != 1 else ''}"
+
+
 def format_level_table(results: xr.Dataset, metric: str = "auroc", digits: int = 3) -> str:
-    """Plain-text table: one row per (model, κ), one column per level, then ID acc / AUROC."""
-    score = results["score"].sel(metric=metric).transpose("model", "method", "severity")
-    levels = _levels(results)
-    head = ["model", "method", *levels, "ID acc", "ID AUROC"]
+    """Plain-text table: one row per ([dataset,] model, κ), one column per level (the mean over
+    seeds), then the mean ID accuracy and ID AUROC."""
+    score = seed_mean(results["score"].sel(metric=metric))
+    accuracy, id_auroc = seed_mean(results["id_accuracy"]), seed_mean(results["id_auroc"])
+    has_dataset = "dataset" in score.dims
+    head = (["dataset"] if has_dataset else []) + ["model", "method", *_levels(results)]
+    head += ["ID acc", "ID AUROC"]
     rows = []
-    for i, model in enumerate(score["model"].values):
-        for j, method in enumerate(score["method"].values):
-            values = [f"{v:.{digits}f}" for v in score.values[i, j]]
-            accuracy = float(results["id_accuracy"].values[i])
-            id_auroc = float(results["id_auroc"].values[i, j])
-            rows.append([str(model), str(method), *values, f"{accuracy:.3f}", f"{id_auroc:.3f}"])
+    for label, _ in per_dataset(results):
+        where = {"dataset": label} if has_dataset else {}
+        for model in score["model"].values:
+            for method in score["method"].values:
+                cell = {**where, "model": model}
+                values = score.sel(cell).sel({"method": method}).transpose("severity").values
+                rows.append(
+                    ([label] if has_dataset else [])
+                    + [str(model), str(method)]
+                    + [f"{v:.{digits}f}" for v in values]
+                    + [
+                        f"{float(accuracy.sel(cell)):.3f}",
+                        f"{float(id_auroc.sel(cell).sel({'method': method})):.3f}",
+                    ]
+                )
     widths = [max(len(str(r[k])) for r in [head, *rows]) for k in range(len(head))]
     lines = ["  ".join(str(c).rjust(w) for c, w in zip(line, widths)) for line in [head, *rows]]
-    return f"{metric} by severity level (0 = easiest)\n" + "\n".join(lines)
+    title = f"{metric} by severity level (0 = easiest), {_over_seeds(results)}"
+    return title + "\n" + "\n".join(lines)
 
 
 def plot_levels(results: xr.Dataset, path: str | Path, metric: str = "auroc") -> Path:
-    """Metric vs. severity level: one panel per model, one line per κ."""
-    score = results["score"].sel(metric=metric).transpose("model", "method", "severity")
-    fig, axes = _figure(score.sizes["model"])
+    """Metric vs. severity level (mean over seeds, ± one standard deviation): one panel per
+    model (and dataset), one line per κ."""
+    score = results["score"].sel(metric=metric)
+    panels = [
+        (label, model) for label, _ in per_dataset(results) for model in score["model"].values
+    ]
+    fig, axes = _figure(len(panels))
     x = np.arange(score.sizes["severity"])
-    for i, (ax, model) in enumerate(zip(axes, score["model"].values)):
-        for j, method in enumerate(score["method"].values):
-            ax.plot(x, score.values[i, j], marker="o", ms=3, label=str(method))
-        accuracy = float(results["id_accuracy"].values[i])
-        ax.set_title(f"{model} (ID acc {accuracy:.3f})", fontsize=9)
+    for ax, (label, model) in zip(axes, panels):
+        cell = {"model": model, **({"dataset": label} if label else {})}
+        for method in score["method"].values:
+            values = score.sel(cell).sel({"method": method})
+            mean = seed_mean(values).transpose("severity").values
+            ax.plot(x, mean, marker="o", ms=3, label=str(method))
+            if "seed" in values.dims and _n_seeds(results) > 1:
+                std = values.std("seed", skipna=True).transpose("severity").values
+                ax.fill_between(x, mean - std, mean + std, alpha=0.2)
+        accuracy = float(seed_mean(results["id_accuracy"].sel(cell)))
+        title = f"{label}: {model}" if label else str(model)
+        ax.set_title(f"{title} (ID acc {accuracy:.3f})", fontsize=9)
         ax.set_xticks(x, _levels(results))
         ax.set_xlabel("severity level")
-        ax.set_ylabel(metric)
+        ax.set_ylabel(f"{metric} ({_over_seeds(results)})")
         ax.grid(alpha=0.3)
         ax.legend(fontsize=7)
     return _save(fig, path)
 
 
+def _one_dataset(results: xr.Dataset) -> None:
+    if "dataset" in results.dims:
+        raise ValueError("pick one dataset first: results.sel(dataset=...) or per_dataset()")
+
+
 def plot_improvement(
     results: xr.Dataset, path: str | Path, baseline: str = "msp", metric: str = "auroc"
 ) -> Path:
-    """Per κ (panel): box plot over models of its improvement over ``baseline`` at each level."""
-    delta = analysis.improvement(results, baseline, metric).transpose("method", "severity", "model")
+    """Per κ (panel): box plot over models of its improvement over ``baseline`` (each model's
+    mean over seeds) at each level. Results of one dataset."""
+    _one_dataset(results)
+    delta = seed_mean(analysis.improvement(results, baseline, metric))
+    delta = delta.transpose("method", "severity", "model")
     fig, axes = _figure(delta.sizes["method"])
     levels = _levels(results)
     for ax, method, values in zip(axes, delta["method"].values, delta.values):
@@ -96,7 +147,9 @@ def plot_improvement(
 def plot_correlation(
     results: xr.Dataset, path: str | Path, metric: str = "auroc", method: str | None = None
 ) -> Path:
-    """Spearman ρ across models of ID accuracy and of ID AUROC with ``metric``, per level."""
+    """Spearman ρ across models of ID accuracy and of ID AUROC with ``metric``, per level.
+    Results of one dataset."""
+    _one_dataset(results)
     fig, (ax,) = _figure(1, width=6.0)
     method = method or str(results["method"].values[0])
     x = np.arange(results.sizes["severity"])
@@ -123,30 +176,43 @@ def _markdown(table: xr.DataArray, name: str, digits: int = 3) -> str:
     return "\n".join(lines)
 
 
+def _section(
+    results: xr.Dataset, folder: Path, prefix: str, metric: str, baseline: str
+) -> list[str]:
+    """The plots of one dataset in ``folder / prefix`` and their Markdown lines."""
+    parts = [f"![{metric} by level]({prefix}{metric}_by_level.png)"]
+    plot_levels(results, folder / f"{prefix}{metric}_by_level.png", metric)
+    methods = [str(m) for m in results["method"].values]
+    if baseline in methods and len(methods) > 1:
+        plot_improvement(results, folder / f"{prefix}{metric}_improvement.png", baseline, metric)
+        summary = analysis.improvement_summary(results, baseline, metric)
+        parts += ["", f"### Improvement over {baseline} (median across models)", ""]
+        parts += [_markdown(summary["median"], "method"), ""]
+        parts.append(f"![improvement]({prefix}{metric}_improvement.png)")
+    if results.sizes["model"] >= 3:
+        plot_correlation(results, folder / f"{prefix}{metric}_correlation.png", metric)
+        for predictor in analysis.PREDICTORS:
+            rho = analysis.correlation(results, predictor, metric)["rho"]
+            parts += ["", f"### Spearman ρ across models: {predictor} vs. {metric}", ""]
+            parts.append(_markdown(rho, "method"))
+        parts += ["", f"![correlation]({prefix}{metric}_correlation.png)"]
+    return parts
+
+
 def write_severity_report(
     results: xr.Dataset, folder: str | Path, *, metric: str = "auroc", baseline: str = "msp"
 ) -> Path:
-    """PNG plots and ``severity_summary.md`` in ``folder``; returns the summary's path."""
+    """PNG plots and ``severity_summary.md`` in ``folder`` (plots of each dataset in a
+    sub-folder named by its label); returns the summary's path."""
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
     parts = [f"# Severity benchmark: {results.attrs.get('experiment', '')}", ""]
     parts += ["```", format_level_table(results, metric), "```", ""]
-    plot_levels(results, folder / f"{metric}_by_level.png", metric)
-    parts.append(f"![{metric} by level]({metric}_by_level.png)")
-    methods = [str(m) for m in results["method"].values]
-    if baseline in methods and len(methods) > 1:
-        plot_improvement(results, folder / f"{metric}_improvement.png", baseline, metric)
-        summary = analysis.improvement_summary(results, baseline, metric)
-        parts += ["", f"## Improvement over {baseline} (median across models)", ""]
-        parts += [_markdown(summary["median"], "method"), ""]
-        parts.append(f"![improvement]({metric}_improvement.png)")
-    if results.sizes["model"] >= 3:
-        plot_correlation(results, folder / f"{metric}_correlation.png", metric)
-        for predictor in analysis.PREDICTORS:
-            rho = analysis.correlation(results, predictor, metric)["rho"]
-            parts += ["", f"## Spearman ρ across models: {predictor} vs. {metric}", ""]
-            parts.append(_markdown(rho, "method"))
-        parts += ["", f"![correlation]({metric}_correlation.png)"]
+    for label, part in per_dataset(results):
+        if label:
+            parts += [f"## {label}", ""]
+        parts += _section(part, folder, f"{label}/" if label else "", metric, baseline)
+        parts.append("")
     path = folder / "severity_summary.md"
     path.write_text("\n".join(parts) + "\n", encoding="utf-8")
     return path

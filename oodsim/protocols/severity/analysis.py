@@ -1,14 +1,17 @@
 """Analyses of severity results across models: what predicts C-OOD detection, and what κ adds.
 
-Inputs are the Datasets of :func:`oodsim.protocols.severity_run.run_severity` (``score`` over
-model × method × metric × severity, ``id_accuracy`` per model, ``id_auroc`` per model × method).
+Inputs are severity results (``oodsim.run`` of a severity spec): ``score`` over seed × method ×
+metric × severity × model [× dataset], ``id_accuracy`` per (seed, model[, dataset]),
+``id_auroc`` per (seed, method, model[, dataset]). Statistics across models use each model's
+mean over seeds (failed seeds skipped); a ``dataset`` dimension is kept.
 
 - :func:`correlation` — Spearman ρ across models between ID accuracy (or ID AUROC) and a
   metric at each severity level (the paper's observations 4 and 5).
-- :func:`improvement` — per model and level, a κ's metric minus the softmax (``msp``) one
-  (the paper's Figures 7, 16–19); :func:`improvement_summary` condenses it across models.
+- :func:`improvement` — per seed, model and level, a κ's metric minus the softmax (``msp``)
+  one (the paper's Figures 7, 16–19); :func:`improvement_summary` condenses it across models.
 - :func:`level_trend` — Spearman ρ between the level index and the metric, per model and κ
   (negative when detection gets harder with severity, as it should).
+- :func:`per_dataset` — (label, results) pairs, one per dataset.
 
 Note: select methods with ``.sel({"method": ...})``; ``.sel(method=...)`` is xarray's own
 ``method`` argument (nearest-neighbour lookup) and silently selects nothing.
@@ -23,6 +26,11 @@ from scipy import stats as sps
 from oodsim.errors import SpecError, UnknownNameError
 
 PREDICTORS = ("id_accuracy", "id_auroc")
+
+
+def seed_mean(values: xr.DataArray) -> xr.DataArray:
+    """The mean over seeds (failed seeds are NaN and skipped); unchanged without seeds."""
+    return values.mean("seed", skipna=True) if "seed" in values.dims else values
 
 
 def _metric(results: xr.Dataset, metric: str) -> xr.DataArray:
@@ -42,39 +50,41 @@ def _spearman(x: np.ndarray, y: np.ndarray) -> tuple[float, float, int]:
     return float(result.statistic), float(result.pvalue), n
 
 
+def _spearman_along(x: xr.DataArray, y: xr.DataArray, dim: str) -> xr.Dataset:
+    """:func:`_spearman` along ``dim`` for every other cell (x and y broadcast)."""
+    rho, pvalue, count = xr.apply_ufunc(
+        lambda a, b: np.vectorize(_spearman, signature="(n),(n)->(),(),()")(a, b),
+        x,
+        y,
+        input_core_dims=[[dim], [dim]],
+        output_core_dims=[[], [], []],
+    )
+    return xr.Dataset({"rho": rho, "pvalue": pvalue, "n": count.astype(int)})
+
+
 def correlation(
     results: xr.Dataset, predictor: str = "id_accuracy", metric: str = "auroc"
 ) -> xr.Dataset:
     """Spearman ρ across models between ``predictor`` and ``metric`` at every level.
 
     ``predictor``: ``id_accuracy`` (one value per model) or ``id_auroc`` (per model and κ,
-    paired with the same κ's metric). Returns ``rho``, ``pvalue`` and ``n_models`` over
-    ``(method, severity)``; NaN where fewer than three models have finite values.
+    paired with the same κ's metric); both sides are means over seeds. Returns ``rho``,
+    ``pvalue`` and ``n_models`` over ``(method, severity[, dataset])``; NaN where fewer than
+    three models have finite values.
     """
     if predictor not in PREDICTORS:
         raise UnknownNameError("predictor", predictor, PREDICTORS)
-    score = _metric(results, metric).transpose("model", "method", "severity")
-    x_all = results[predictor]
-    if "method" not in x_all.dims:
-        x_all = x_all.expand_dims(method=results["method"].values)
-    x_all = x_all.transpose("model", "method")
-    shape = (score.sizes["method"], score.sizes["severity"])
-    rho, pvalue, count = np.full(shape, np.nan), np.full(shape, np.nan), np.zeros(shape, int)
-    for j in range(shape[0]):
-        for level in range(shape[1]):
-            rho[j, level], pvalue[j, level], count[j, level] = _spearman(
-                x_all.values[:, j], score.values[:, j, level]
-            )
-    dims = ("method", "severity")
-    return xr.Dataset(
-        {"rho": (dims, rho), "pvalue": (dims, pvalue), "n_models": (dims, count)},
-        coords={"method": score["method"].values, "severity": score["severity"].values},
-        attrs={"predictor": predictor, "metric": metric},
-    )
+    score = seed_mean(_metric(results, metric))
+    x = seed_mean(results[predictor])
+    out = _spearman_along(x, score, "model").rename({"n": "n_models"})
+    out = out.transpose("method", "severity", ...)
+    out.attrs = {"predictor": predictor, "metric": metric}
+    return out
 
 
 def improvement(results: xr.Dataset, baseline: str = "msp", metric: str = "auroc") -> xr.DataArray:
-    """``metric(κ) − metric(baseline)`` per (model, method, severity), baseline excluded.
+    """``metric(κ) − metric(baseline)`` per (seed, model, method, severity[, dataset]),
+    baseline excluded.
 
     For ``fpr95`` lower is better, so the sign is flipped: positive always means "κ helps".
     """
@@ -94,8 +104,9 @@ def improvement(results: xr.Dataset, baseline: str = "msp", metric: str = "auroc
 def improvement_summary(
     results: xr.Dataset, baseline: str = "msp", metric: str = "auroc"
 ) -> xr.Dataset:
-    """Across models, per (method, severity): median and mean improvement, share improved."""
-    delta = improvement(results, baseline, metric)
+    """Across models, per (method, severity[, dataset]), of each model's mean improvement over
+    seeds: median and mean improvement, share of models improved, number of models."""
+    delta = seed_mean(improvement(results, baseline, metric))
     finite = delta.notnull()
     return xr.Dataset(
         {
@@ -105,17 +116,20 @@ def improvement_summary(
             "n_models": finite.sum("model"),
         },
         attrs={"baseline": baseline, "metric": metric},
-    )
+    ).transpose("method", "severity", ...)
 
 
 def level_trend(results: xr.Dataset, metric: str = "auroc") -> xr.DataArray:
-    """Spearman ρ between level index and ``metric`` per (model, method)."""
-    score = _metric(results, metric).transpose("model", "method", "severity")
-    levels = np.arange(score.sizes["severity"], dtype=float)
-    rho = np.array([[_spearman(levels, row)[0] for row in per_model] for per_model in score.values])
-    return xr.DataArray(
-        rho,
-        dims=("model", "method"),
-        coords={"model": score["model"].values, "method": score["method"].values},
-        name=f"{metric}_level_trend",
-    )
+    """Spearman ρ between level index and ``metric`` (mean over seeds) per (model, method
+    [, dataset])."""
+    score = seed_mean(_metric(results, metric))
+    levels = xr.DataArray(np.arange(score.sizes["severity"], dtype=float), dims="severity")
+    rho = _spearman_along(levels, score, "severity")["rho"]
+    return rho.transpose("model", "method", ...).rename(f"{metric}_level_trend")
+
+
+def per_dataset(results: xr.Dataset) -> list[tuple[str, xr.Dataset]]:
+    """(label, results of one dataset) pairs; one pair labelled "" without a dataset dim."""
+    if "dataset" not in results.dims:
+        return [("", results)]
+    return [(str(label), results.sel(dataset=label)) for label in results["dataset"].values]

@@ -1,112 +1,339 @@
-"""Severity plan: the store entries a severity spec needs, and the tasks that produce them.
+"""Severity plan: what one seed needs, the content keys of its store entries, and where
+scoring finds them; and the checks that run before any compute (:func:`preflight`).
 
-One :class:`Task` per (model, source[, class shard]) gives a ``severity_outputs`` entry (logits,
-features, labels) and the ``severity_kappa`` entries of the model-based κ (ODIN, MC dropout).
-Their content keys live here, apart from the compute (:mod:`oodsim.protocols.severity_run`),
-because the scoring (:mod:`oodsim.protocols.severity_scoring`) finds its inputs by the same
-plan. Changing a key or its version here invalidates cached entries.
+Per seed and model:
+
+- a ``trained`` model: the open set task that trains its checkpoint and infers its split
+  (``checkpoint`` and ``outputs`` entries of :mod:`oodsim.protocols.open_set`, shared with open
+  set runs of the same experiment); ``split`` sources read that ``outputs`` entry;
+- per other (source[, class shard]) one :class:`Unit`: its ``severity_outputs`` entry (logits,
+  features, labels) and the ``severity_kappa`` entries of model-based κ (ODIN, MC dropout).
+  :func:`oodsim.protocols.severity.compute.tasks` turns units into engine tasks.
+
+Keys say what an output depends on, so the engine computes each one once: a pretrained model on
+a dataset or folder source is keyed by (model, source) and shared by every seed; a ``trained``
+model's outputs by its checkpoint (per seed unless the model's seed is pinned); noise outputs
+also by the seed's ``ood_sampling`` stream. Changing a key or its version here invalidates
+cached entries.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from typing import Any
+
 import attrs
 
-from oodsim.errors import OodsimError
+from oodsim.data.splits import split_classes
+from oodsim.errors import SpecError
 from oodsim.keys import digest
-from oodsim.models.zoo import ModelRef
-from oodsim.protocols.severity_sources import VERSION, n_shards
-from oodsim.protocols.severity_spec import SeveritySpec, SourceSpec, detector_info
-from oodsim.specs import DetectorSpec
+from oodsim.models import inference, zoo
+from oodsim.models.zoo import (
+    ModelRef,
+    find_timm_weights,
+    find_torchvision_weights,
+    missing_weights,
+    split_name,
+)
+from oodsim.protocols import open_set
+from oodsim.protocols.base import Task
+from oodsim.protocols.severity.sources import VERSION, n_shards, pick_classes, trained_data
+from oodsim.protocols.severity.spec import (
+    PoolSpec,
+    SeveritySpec,
+    SourceSpec,
+    check_data,
+    detector_info,
+)
+from oodsim.seeds import SeedStreams
+from oodsim.specs import DetectorSpec, ExperimentSpec
+from oodsim.store import Store
 
 OUTPUTS = "severity_outputs"
 KAPPA = "severity_kappa"
-
-
-class SeverityRunError(OodsimError):
-    """A (model, source) task failed: non-finite outputs, unreadable images, wrong labels."""
+KAPPA_CHUNK = 1024  # samples per call of a model-based κ (fixed: stochastic κ depend on it)
 
 
 @attrs.frozen
-class Task:
-    """One (model, source[, shard]) unit of work: its outputs entry and model-based κ entries."""
+class Part:
+    """Where one model's outputs on one source (or class shard) live in the store.
 
-    model: int  # index into spec.models
-    role: str  # "id", "ood", "fit_train", "fit_val"
+    ``kind``/``key`` name the entry; ``prefix`` the arrays' name prefix inside it (``in_test``
+    in an open set ``outputs`` entry, "" in a ``severity_outputs`` entry).
+    """
+
+    kind: str
+    key: str
+    prefix: str = ""
+
+    @property
+    def entry(self) -> tuple[str, str]:
+        return self.kind, self.key
+
+    def array(self, name: str) -> str:
+        return f"{self.prefix}.{name}" if self.prefix else name
+
+
+@attrs.frozen
+class Kappa:
+    """A model-based κ on one part: the detector, its parameters (with the seed of a stochastic
+    one) and the key of its ``severity_kappa`` entry."""
+
+    detector: DetectorSpec
+    params: tuple[tuple[str, Any], ...]
+    key: str
+
+
+@attrs.frozen
+class Unit:
+    """One model on one source (or class shard) for one seed: what an inference task computes.
+
+    ``seed`` is the seed of a ``trained`` model's checkpoint (None for zoo models); ``streams``
+    the run's streams for noise sources (None otherwise: the images do not depend on the seed).
+    """
+
+    ref: ModelRef
+    seed: int | None
     source: SourceSpec
     per_class: int | None
-    shard: int | None  # index of the class shard of an image folder, else None
-    outputs_key: str
-    kappa_keys: tuple[tuple[int, str], ...]  # (detector index, key)
+    shard: int | None
+    part: Part
+    features: bool
+    streams: SeedStreams | None = None
+    kappas: tuple[Kappa, ...] = ()
 
-    def entries(self) -> list[tuple[str, str]]:
-        return [(OUTPUTS, self.outputs_key)] + [(KAPPA, key) for _, key in self.kappa_keys]
+    @property
+    def entries(self) -> tuple[tuple[str, str], ...]:
+        """Store entries the task fills (a ``split`` part's outputs come from training)."""
+        own = (self.part.entry,) if self.part.kind == OUTPUTS else ()
+        return own + tuple((KAPPA, k.key) for k in self.kappas)
+
+
+# --------------------------------------------------------------------------- models
+
+
+def streams_of(spec: SeveritySpec, seed: int) -> SeedStreams:
+    """The run's random streams for one seed (the spec's pinned streams applied)."""
+    return SeedStreams(seed, dict(spec.seeds.pinned))
+
+
+def model_seed(ref: ModelRef, seed: int) -> int | None:
+    """Whose checkpoint a ``trained`` model uses in ``seed``: its pinned seed, else the run's;
+    None for zoo models (the same for every seed)."""
+    if ref.prefix != "trained":
+        return None
+    return ref.seed if ref.seed is not None else seed
+
+
+def _experiment(ref: ModelRef) -> ExperimentSpec:
+    if ref.experiment is None:
+        raise SpecError(f"models[{ref.label}]", ref.name, "a 'trained' model with an experiment")
+    return ref.experiment
+
+
+def training_spec(ref: ModelRef) -> ExperimentSpec:
+    """The open set experiment of a ``trained`` model, reduced to what severity needs: its
+    checkpoint and split outputs (its own detectors and OOD sets do not enter either key)."""
+    return attrs.evolve(_experiment(ref), detectors=("msp",), ood=("held_out",))
+
+
+def checkpoint_key(ref: ModelRef, seed: int) -> str:
+    """The open set checkpoint key of a ``trained`` model in ``seed``."""
+    experiment = _experiment(ref)
+    streams = SeedStreams(model_seed(ref, seed) or 0, dict(experiment.seeds.pinned))
+    return open_set.checkpoint_key(experiment, streams)
+
+
+def training_task(ref: ModelRef, seed: int) -> Task:
+    """The open set task that trains a ``trained`` model and infers its split."""
+    own_seed = model_seed(ref, seed)
+    assert own_seed is not None
+    (task,) = open_set.PROTOCOL.plan(training_spec(ref), own_seed)
+    return attrs.evolve(task, label=f"train {ref.label} (seed {own_seed})")
+
+
+def model_identity(ref: ModelRef, seed: int) -> str:
+    """What a model's outputs depend on: its checkpoint key (``trained``) or its key."""
+    return checkpoint_key(ref, seed) if ref.prefix == "trained" else ref.key
+
+
+# --------------------------------------------------------------------------- keys
 
 
 def outputs_key(
-    ref: ModelRef,
+    identity: str,
     source: SourceSpec,
     per_class: int | None,
     features: bool,
     shard: int | None = None,
+    noise: int | None = None,
 ) -> str:
-    from oodsim.models import inference, zoo
-
+    """Key of a ``severity_outputs`` entry; ``noise`` is the seed's ``ood_sampling`` entropy
+    for noise sources (their images are drawn anew per seed)."""
     fields = {
-        "model": ref.key,
+        "model": identity,
         "source": source.key,
         "per_class": per_class,
         "features": features,
         "shard": shard,
+        "noise": noise,
     }
     return digest(OUTPUTS, f"{VERSION}/{zoo.VERSION}/{inference.VERSION}", fields)
 
 
-def kappa_key(outputs: str, detector: DetectorSpec, seed: int) -> str:
-    fields = {"outputs": outputs, "detector": detector.key, "seed": seed}
-    return digest(KAPPA, detector.version, fields)
+def kappa(part: Part, detector: DetectorSpec, streams: SeedStreams) -> Kappa:
+    """A model-based κ of ``detector`` on ``part``; a stochastic one (a ``seed`` parameter the
+    spec leaves open) is seeded from the run's ``inference`` stream, as in open set runs, and
+    keyed by it."""
+    params = detector.kwargs
+    per_seed = "seed" in detector_info(detector).defaults and "seed" not in params
+    if per_seed:
+        params["seed"] = streams.torch_seed("inference")
+    fields = {
+        "outputs": part.key,
+        "prefix": part.prefix,
+        "detector": detector.key,
+        "inference": streams.entropy("inference") if per_seed else None,
+        "chunk": KAPPA_CHUNK,
+    }
+    key = digest(KAPPA, detector.version, fields)
+    return Kappa(detector, tuple(sorted(params.items())), key)
 
 
-def fit_sources(spec: SeveritySpec, ref: ModelRef) -> dict[str, SourceSpec]:
-    """The ID fit sets of a model by split name (``train``/``val``); empty when none is needed."""
+def model_detectors(spec: SeveritySpec) -> list[DetectorSpec]:
+    return [d for d in spec.detectors if "model" in detector_info(d).needs]
+
+
+# --------------------------------------------------------------------------- parts
+
+
+def source_units(
+    spec: SeveritySpec,
+    ref: ModelRef,
+    seed: int,
+    source: SourceSpec,
+    per_class: int | None,
+    *,
+    with_kappa: bool,
+) -> list[Unit]:
+    """The units (one per class shard) that give one model's outputs on one source."""
+    own_seed = model_seed(ref, seed)
+    streams = streams_of(spec, seed)
+    if source.kind == "split":
+        part = Part(
+            open_set.OUTPUTS, open_set.outputs_key(checkpoint_key(ref, seed)), source.subset
+        )
+        parts = [(part, None)]
+    else:
+        identity = model_identity(ref, seed)
+        noise = streams.entropy("ood_sampling") if source.is_noise else None
+        shards = n_shards(source)
+        parts = [
+            (Part(OUTPUTS, outputs_key(identity, source, per_class, spec.features, s, noise)), s)
+            for s in ([None] if shards is None else range(shards))
+        ]
+    detectors = model_detectors(spec) if with_kappa else []
+    return [
+        Unit(
+            ref,
+            own_seed,
+            source,
+            per_class,
+            shard,
+            part,
+            spec.features,
+            streams if source.is_noise else None,
+            tuple(kappa(part, d, streams) for d in detectors),
+        )
+        for part, shard in parts
+    ]
+
+
+def id_units(spec: SeveritySpec, pool: PoolSpec, ref: ModelRef, seed: int) -> list[Unit]:
+    """The ID test set of one dataset: inferred for all its samples (a seed draws its
+    ``max_per_class`` subsample when scoring)."""
+    return source_units(spec, ref, seed, pool.id, None, with_kappa=True)
+
+
+def ood_units(spec: SeveritySpec, pool: PoolSpec, ref: ModelRef, seed: int) -> list[Unit]:
+    """The OOD class pool of one dataset, source by source (and shard by shard)."""
+    return [
+        unit
+        for source in pool.ood
+        for unit in source_units(
+            spec, ref, seed, source, spec.pool_per_class(source), with_kappa=True
+        )
+    ]
+
+
+def fit_units(spec: SeveritySpec, ref: ModelRef, seed: int) -> dict[str, list[Unit]]:
+    """The ID fit sets of a model by split name (``train``/``val``); empty when none is needed.
+    ``[fit]`` serves both; a ``trained`` model defaults to its split's ``in_train``/``in_val``."""
     if not spec.needs_fit:
         return {}
     if spec.fit is not None:
-        return {"train": spec.fit, "val": spec.fit}
-    return {which: SourceSpec(kind="split", subset=f"in_{which}") for which in ("train", "val")}
+        units = source_units(spec, ref, seed, spec.fit, spec.fit.max_per_class, with_kappa=False)
+        return {"train": units, "val": units}
+    return {
+        which: source_units(
+            spec, ref, seed, SourceSpec(kind="split", subset=f"in_{which}"), None, with_kappa=False
+        )
+        for which in ("train", "val")
+    }
 
 
-def source_tasks(
-    spec: SeveritySpec, model: int, role: str, source: SourceSpec, per_class: int | None
-) -> list[Task]:
-    """The tasks (one per shard) that give one model's outputs on one source."""
-    ref = spec.models[model]
-    detectors = [(j, d) for j, d in enumerate(spec.detectors) if "model" in detector_info(d).needs]
-    shards = n_shards(source)
-    tasks = []
-    for shard in [None] if shards is None else range(shards):
-        key = outputs_key(ref, source, per_class, spec.features, shard)
-        kappas: tuple[tuple[int, str], ...] = ()
-        if role in ("id", "ood"):
-            kappas = tuple((j, kappa_key(key, d, spec.seed)) for j, d in detectors)
-        tasks.append(Task(model, role, source, per_class, shard, key, kappas))
-    return tasks
+def units(spec: SeveritySpec, seed: int) -> list[Unit]:
+    """Every unit of one seed, once per part (model-based κ merged where roles share a part)."""
+    found: dict[Part, Unit] = {}
+    for ref in spec.models:
+        every = [u for pool in spec.datasets for u in id_units(spec, pool, ref, seed)]
+        every += [u for pool in spec.datasets for u in ood_units(spec, pool, ref, seed)]
+        every += [u for group in fit_units(spec, ref, seed).values() for u in group]
+        for unit in every:
+            known = found.get(unit.part)
+            if known is None or len(unit.kappas) > len(known.kappas):
+                found[unit.part] = unit
+    return list(found.values())
 
 
-def _roles(spec: SeveritySpec, model: int) -> list[tuple[str, SourceSpec, int | None]]:
-    """(role, source, samples per class) of every source one model is run on."""
-    roles = [("id", spec.id, spec.id.max_per_class)]
-    roles += [("ood", s, spec.pool_per_class(s)) for s in spec.ood]
-    fits = fit_sources(spec, spec.models[model])
-    return roles + [(f"fit_{w}", s, s.max_per_class) for w, s in fits.items()]
+# --------------------------------------------------------------------------- before compute
 
 
-def plan(spec: SeveritySpec) -> list[Task]:
-    """Every task of a spec, with the store entries it produces (one fit set serves both)."""
-    tasks, seen = [], set()
-    for i in range(len(spec.models)):
-        for role, source, per_class in _roles(spec, i):
-            for task in source_tasks(spec, i, role, source, per_class):
-                if task.outputs_key not in seen:
-                    seen.add(task.outputs_key)
-                    tasks.append(task)
-    return tasks
+def preflight(spec: SeveritySpec, store: Store, seeds: Sequence[int]) -> None:
+    """What can fail before compute: data folders, weights, cache, ID/OOD class overlap."""
+    check_data(spec)
+    for ref in spec.models:
+        prefix, arch, tag = split_name(ref.name)
+        if ref.pretrained and not ref.weights and prefix in ("timm", "torchvision"):
+            if prefix == "timm":
+                found, looked = find_timm_weights(arch, tag)
+            else:
+                _, found, looked = find_torchvision_weights(arch, tag)
+            if found is None:
+                raise missing_weights(ref.name, looked)
+        if prefix == "trained":
+            _check_overlap(spec, ref, seeds)
+    store.ensure_writable()
+
+
+def _check_overlap(spec: SeveritySpec, ref: ModelRef, seeds: Sequence[int]) -> None:
+    """An OOD source from a trained model's dataset must not contain its ID classes (in any
+    seed the run may take: unpinned models draw their class split per seed)."""
+    experiment = _experiment(ref)
+    data = trained_data(ref)
+    for seed in sorted({model_seed(ref, s) for s in seeds}, key=lambda s: s or 0):
+        streams = SeedStreams(seed or 0, dict(experiment.seeds.pinned))
+        known = set(split_classes(data.n_classes, experiment.split, streams).known)
+        for field, source in spec.named_sources():
+            if "ood" not in field or source.kind != "dataset":
+                continue
+            if source.name != experiment.dataset.name:
+                continue
+            overlap = sorted(known & set(pick_classes(source, data.class_names)))
+            if overlap:
+                raise SpecError(
+                    f"{field}.classes",
+                    [data.class_names[c] for c in overlap],
+                    f"classes other than the ID classes of model {ref.label!r} in seed {seed} "
+                    f"({[data.class_names[c] for c in sorted(known)]})",
+                )

@@ -1,213 +1,328 @@
-"""Severity scoring: κ, levels and metrics of every (model, κ) from cached outputs, and the
-result Dataset.
+"""Severity scoring: κ, levels and metrics of one seed, from cached outputs.
 
-Runs in the client process after :mod:`oodsim.protocols.severity_run` has filled the store; it
-reads the entries that :mod:`oodsim.protocols.severity_plan` names, one at a time, reduces them
-to κ and builds the levels with :mod:`oodsim.protocols.severity`. Nothing here infers a model,
-so scoring a new κ or seed from a full cache costs no compute.
+Runs where the engine scores a seed (a worker, or the driver when everything is cached). For
+each model it reads the entries that :mod:`~oodsim.protocols.severity.plan` names, one at a
+time, and reduces them to κ; a detector with a fit split (Mahalanobis, kNN, ViM, OpenMax,
+temperature) is fitted once per (model, detector, seed) on the concatenated outputs of every
+source. Then, per dataset, the seed draws its ID test subsample and the estimation/test split
+of every OOD class, and :func:`~oodsim.protocols.severity.levels.severity_benchmark` builds the
+levels of every (model, κ). Nothing here infers a model, so scoring a new κ or seed from a full
+cache costs no compute.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import attrs
 import numpy as np
-import xarray as xr
 
+from oodsim.detectors import confidence
+from oodsim.detectors._api import NonFiniteKappaError
+from oodsim.metrics import NonFiniteScoreError
+from oodsim.models.zoo import ModelRef
 from oodsim.outputs import Outputs
-from oodsim.protocols.severity_plan import (
+from oodsim.protocols.base import SeedFailed
+from oodsim.protocols.severity import levels
+from oodsim.protocols.severity.plan import (
     KAPPA,
-    OUTPUTS,
-    SeverityRunError,
-    Task,
-    fit_sources,
-    source_tasks,
+    Part,
+    Unit,
+    fit_units,
+    id_units,
+    kappa,
+    ood_units,
+    streams_of,
 )
-from oodsim.protocols.severity_spec import SeveritySpec, detector_info
+from oodsim.protocols.severity.sources import child_sequence, subsample
+from oodsim.protocols.severity.spec import PoolSpec, SeveritySpec, detector_info
+from oodsim.results import Layout, SeedResult
+from oodsim.seeds import SeedStreams
+from oodsim.specs import DetectorSpec
 from oodsim.store import Store
 
-
-@attrs.frozen(eq=False)
-class ModelScores:
-    """Everything one model contributes to the result."""
-
-    scores: np.ndarray  # (method, metric, level)
-    level_severity: np.ndarray  # (method, level)
-    level_classes: list[list[str]]  # [method][level] → JSON list of class labels
-    id_accuracy: float
-    id_auroc: np.ndarray  # (method,)
-    n_classes: int
-    group_size: int
-    dropped: dict[str, int]
+#: per-seed variables besides ``score``, with their dims after the leading ones
+VARIABLES: dict[str, tuple[str, ...]] = {
+    "score": ("method", "metric", "severity"),
+    "level_severity": ("method", "severity"),
+    "level_classes": ("method", "severity"),
+    "id_accuracy": (),
+    "id_auroc": ("method",),
+    "n_pool_classes": (),
+    "group_size": (),
+    "dropped_classes": (),
+}
 
 
-def _entry(store: Store, task: Task, kind: str = OUTPUTS, key: str | None = None) -> Any:
-    entry = store.get(kind, key or task.outputs_key)
+def layout(spec: SeveritySpec) -> Layout:
+    """``score`` (method, metric, severity, model[, dataset]) and the level variables;
+    ``level_quantile`` (severity,): the percentile of each level's window."""
+    coords: dict[str, list[Any]] = {
+        "method": [d.label for d in spec.detectors],
+        "metric": list(spec.metrics),
+        "severity": list(spec.levels),
+        "model": [m.label for m in spec.models],
+    }
+    tail: tuple[str, ...] = ("model",)
+    if spec.varies_dataset:
+        coords["dataset"] = [d.label for d in spec.datasets]
+        tail += ("dataset",)
+    quantile = np.arange(spec.n_levels) / (spec.n_levels - 1)
+    return Layout(
+        coords,
+        {name: dims + tail for name, dims in VARIABLES.items()},
+        static={"level_quantile": (("severity",), quantile)},
+    )
+
+
+# --------------------------------------------------------------------------- reading
+
+
+def _entry(store: Store, part: Part, what: str, opened: dict[tuple[str, str], Any]) -> Any:
+    """A part's store entry; open set split entries (one entry, several parts) are read once."""
+    entry = opened.get(part.entry) or store.get(*part.entry)
+    if entry is not None and part.prefix:
+        opened[part.entry] = entry
     if entry is None:
-        raise SeverityRunError(
-            f"{kind} entry of source {task.source.label!r} (model {task.model}) is missing or "
-            "corrupt in the store; run again to recompute it"
+        raise SeedFailed(
+            f"{part.kind} entry {part.key[:12]} ({what}) is missing or corrupt in the store; "
+            "run again to recompute it"
         )
     return entry
 
 
-def _outputs(entry: Any, ood: bool) -> Outputs:
-    arrays = entry.arrays
-    labels = np.full(len(arrays["logits"]), -1) if ood else arrays["targets"]
-    return Outputs(logits=arrays["logits"], features=arrays.get("features"), labels=labels)
+@attrs.frozen(eq=False)
+class _Read:
+    """One part's outputs as scoring needs them: the outputs (kept only while a detector with a
+    fit split needs them), class positions, targets (model columns) and predictions."""
+
+    outputs: Outputs | None
+    labels: np.ndarray
+    targets: np.ndarray
+    predicted: np.ndarray
+    names: tuple[str, ...]
 
 
-def _load_outputs(store: Store, tasks: Sequence[Task]) -> tuple[list[Outputs], list[str]]:
-    """Outputs of all shards of one ID source (one per shard) and its class names."""
-    entries = [_entry(store, t) for t in tasks]
-    names = [n for e in entries for n in e.meta["class_names"]]
-    return [_outputs(e, ood=False) for e in entries], names
+def _read(store: Store, unit: Unit, opened: dict[tuple[str, str], Any]) -> _Read:
+    entry = _entry(store, unit.part, f"{unit.ref.label} on {unit.source.label}", opened)
+    part, arrays = unit.part, entry.arrays
+    logits = arrays[part.array("logits")]
+    labels = arrays[part.array("labels")]
+    if part.prefix:  # an open set split: labels are the model's classes
+        targets = labels
+        names = tuple(str(c) for c in range(logits.shape[1]))
+    else:
+        targets, names = arrays["targets"], tuple(entry.meta["class_names"])
+    outputs = Outputs(logits=logits, features=arrays.get(part.array("features")))
+    return _Read(outputs, labels, targets, logits.argmax(axis=1), names)
 
 
-@attrs.define
-class _Pool:
-    """The OOD pool of one model, gathered entry by entry: κ per detector, class labels."""
-
-    n_detectors: int
-    names: list[str] = attrs.field(factory=list)
-    labels: list[np.ndarray] = attrs.field(factory=list)
-    kappas: list[list[np.ndarray]] = attrs.field(factory=list)
-
-    def __attrs_post_init__(self) -> None:
-        self.kappas = [[] for _ in range(self.n_detectors)]
-
-    def add(self, task: Task, entry: Any, kappas: Sequence[np.ndarray]) -> None:
-        classes = entry.meta["class_names"]
-        noise = task.source.is_noise
-        self.labels.append(entry.arrays["labels"] + len(self.names))
-        self.names += [task.source.label if noise else f"{task.source.label}/{c}" for c in classes]
-        for j, kappa in enumerate(kappas):
-            self.kappas[j].append(np.asarray(kappa, dtype=np.float64))
-
-
-def _kappas(
-    spec: SeveritySpec, store: Store, task: Task, outputs: Outputs, fits: Mapping[str, Outputs]
-) -> list[np.ndarray]:
-    """κ of every detector on one entry: from the entry's logits/features, or its κ entries."""
-    from oodsim.detectors import confidence
-
-    model_kappa = dict(task.kappa_keys)
-    out = []
-    for j, detector in enumerate(spec.detectors):
-        info = detector_info(detector)
-        if "model" in info.needs:
-            out.append(_entry(store, task, KAPPA, model_kappa[j]).arrays["kappa"])
-        else:
-            fit = fits.get(info.fit_on) if info.fit_on else None
-            out.append(confidence(detector.name, outputs, fit=fit, **detector.kwargs))
-    return out
-
-
-def score_model(spec: SeveritySpec, model: int, store: Store) -> ModelScores:
-    """Levels and metrics of every κ of one model, from its cached outputs.
-
-    Pool entries are read one at a time and reduced to κ, so memory holds the κ of the whole
-    pool but the logits/features of one shard only.
-    """
-    from oodsim.protocols import severity as sev
-
-    ref = spec.models[model]
-    fits: dict[str, Outputs] = {}
-    for which, source in fit_sources(spec, ref).items():
-        tasks = source_tasks(spec, model, f"fit_{which}", source, source.max_per_class)
-        fits[which] = Outputs.concat(_load_outputs(store, tasks)[0])
-    id_tasks = source_tasks(spec, model, "id", spec.id, spec.id.max_per_class)
-    id_parts, id_names = _load_outputs(store, id_tasks)
-    id_out = Outputs.concat(id_parts)
-    per_entry = [_kappas(spec, store, t, o, fits) for t, o in zip(id_tasks, id_parts)]
-    id_kappa = [np.concatenate(k) for k in zip(*per_entry)]
-    known = id_out.labels >= 0
-    correct = id_out.logits.argmax(axis=1) == id_out.labels
-    accuracy = float(correct[known].mean()) if known.any() else float("nan")
-    group_size = spec.group_size or len(id_names)
-
-    pool = _Pool(len(spec.detectors))
-    for source in spec.ood:
-        for task in source_tasks(spec, model, "ood", source, spec.pool_per_class(source)):
-            entry = _entry(store, task)
-            outputs = _outputs(entry, ood=True)
-            pool.add(task, entry, _kappas(spec, store, task, outputs, fits))
-    pool_labels = np.concatenate(pool.labels)
-
-    n_det, n_levels = len(spec.detectors), spec.n_levels
-    scores = np.full((n_det, len(spec.metrics), n_levels), np.nan)
-    level_sev = np.full((n_det, n_levels), np.nan)
-    level_cls: list[list[str]] = []
-    id_aurocs = np.full(n_det, np.nan)
-    dropped: dict[str, int] = {}
-    for j in range(n_det):
-        bench = sev.severity_benchmark(
-            id_kappa[j],
-            np.concatenate(pool.kappas[j]),
-            pool_labels,
-            group_size=group_size,
-            rng=spec.seed,
-            n_levels=n_levels,
-            n_est=spec.n_est,
-            n_test=spec.n_test,
-            metrics=spec.metrics,
-        )
-        scores[j] = np.stack([bench.metrics[m] for m in spec.metrics])
-        level_sev[j] = bench.level_severity
-        level_cls.append(
-            [json.dumps([pool.names[c] for c in bench.level_classes(i)]) for i in range(n_levels)]
-        )
-        id_aurocs[j] = sev.id_auroc(id_kappa[j][known], correct[known])
-        dropped = {pool.names[int(c)]: n for c, n in bench.split.dropped.items()}
-    n_kept = len(pool.names) - len(dropped)
-    return ModelScores(
-        scores, level_sev, level_cls, accuracy, id_aurocs, n_kept, group_size, dropped
+def _fit(store: Store, fit: Sequence[Unit], opened: dict[tuple[str, str], Any]) -> Outputs:
+    """A fit set (its shards concatenated) with the model's classes as labels."""
+    parts = [_read(store, unit, opened) for unit in fit]
+    return Outputs.concat(
+        [attrs.evolve(p.outputs, labels=p.targets) for p in parts if p.outputs is not None]
     )
 
 
-def assemble(
-    spec: SeveritySpec, per_model: Sequence[ModelScores], extra: Mapping[str, Any] | None = None
-) -> xr.Dataset:
-    """The result Dataset: ``score`` (model, method, metric, severity) plus level coordinates."""
-    from oodsim.results import package_versions
+def _checked(detector: DetectorSpec, seed: int, compute: Callable[[], Any]) -> np.ndarray:
+    """Run a κ computation; non-finite κ fails the seed with a message naming the detector."""
+    try:
+        return np.asarray(compute(), dtype=np.float64)
+    except (NonFiniteKappaError, NonFiniteScoreError) as error:
+        raise SeedFailed(
+            f"detector {detector.label} gave non-finite κ on seed {seed}: {error}"
+        ) from None
 
-    models = [m.label for m in spec.models]
-    methods = [d.label for d in spec.detectors]
-    levels = [str(i) for i in range(spec.n_levels)]
-    dims3 = ("model", "method", "severity")
-    coords = {
-        "model": models,
-        "method": methods,
-        "metric": list(spec.metrics),
-        "severity": levels,
-        "level_severity": (dims3, np.stack([m.level_severity for m in per_model])),
-        "level_classes": (dims3, np.array([m.level_classes for m in per_model], dtype=str)),
-    }
-    return xr.Dataset(
-        {
-            "score": (
-                ("model", "method", "metric", "severity"),
-                np.stack([m.scores for m in per_model]),
-            ),
-            "id_accuracy": ("model", np.array([m.id_accuracy for m in per_model])),
-            "id_auroc": (("model", "method"), np.stack([m.id_auroc for m in per_model])),
-            "n_pool_classes": ("model", np.array([m.n_classes for m in per_model])),
-            "group_size": ("model", np.array([m.group_size for m in per_model])),
-        },
-        coords=coords,
-        attrs={
-            "protocol": "severity",
-            "experiment": spec.name,
-            "spec": spec.to_json(),
-            "spec_key": spec.key,
-            "versions": json.dumps(package_versions()),
-            "dropped_classes": json.dumps(
-                {m.label: s.dropped for m, s in zip(spec.models, per_model)}
-            ),
-            "seed": spec.seed,
-            **(extra or {}),
-        },
+
+def _stored_kappa(store: Store, key: str, detector: DetectorSpec, unit: Unit) -> np.ndarray:
+    entry = store.get(KAPPA, key)
+    if entry is None:
+        raise SeedFailed(
+            f"κ of {detector.label} on {unit.source.label} is missing or corrupt in the store; "
+            "run again to recompute it"
+        )
+    return entry.arrays["kappa"]
+
+
+@attrs.frozen(eq=False)
+class _ModelKappa:
+    """κ of every detector on every part of one model in one seed."""
+
+    reads: dict[Part, _Read]
+    kappa: dict[Part, np.ndarray]  # (detector, samples)
+
+    @classmethod
+    def compute(
+        cls, spec: SeveritySpec, ref: ModelRef, seed: int, streams: SeedStreams, store: Store
+    ) -> _ModelKappa:
+        """Parts are read one at a time. κ without a fit split are computed part by part;
+        κ with a fit split once, on all parts together (so each is fitted once); model-based
+        κ are read from their entries."""
+        every = [u for pool in spec.datasets for u in id_units(spec, pool, ref, seed)]
+        every += [u for pool in spec.datasets for u in ood_units(spec, pool, ref, seed)]
+        unique = list({u.part: u for u in every}.values())
+        infos = [detector_info(d) for d in spec.detectors]
+        fitted = [j for j, info in enumerate(infos) if info.fit_on]
+        reads: dict[Part, _Read] = {}
+        rows: dict[Part, list[np.ndarray]] = {}
+        opened: dict[tuple[str, str], Any] = {}
+        for unit in unique:
+            read = _read(store, unit, opened)
+            row = []
+            for detector, info in zip(spec.detectors, infos):
+                if "model" in info.needs:
+                    key = kappa(unit.part, detector, streams).key
+                    row.append(_stored_kappa(store, key, detector, unit))
+                elif info.fit_on:
+                    row.append(np.empty(0))  # filled below, for all parts at once
+                else:
+                    outputs = read.outputs
+                    row.append(
+                        _checked(
+                            detector,
+                            seed,
+                            lambda d=detector, o=outputs: confidence(d.name, o, **d.kwargs),
+                        )
+                    )
+            rows[unit.part] = row
+            reads[unit.part] = read if fitted else attrs.evolve(read, outputs=None)
+        if fitted:
+            needed = {infos[j].fit_on for j in fitted}
+            fits = {
+                which: _fit(store, group, opened)
+                for which, group in fit_units(spec, ref, seed).items()
+                if which in needed
+            }
+            pooled = Outputs.concat([reads[u.part].outputs for u in unique])
+            bounds = np.cumsum([0] + [len(reads[u.part].labels) for u in unique])
+            for j in fitted:
+                detector, fit = spec.detectors[j], fits[infos[j].fit_on]
+                values = _checked(
+                    detector,
+                    seed,
+                    lambda d=detector, f=fit: confidence(d.name, pooled, fit=f, **d.kwargs),
+                )
+                for i, unit in enumerate(unique):
+                    rows[unit.part][j] = values[bounds[i] : bounds[i + 1]]
+        return cls(reads, {part: np.stack(row) for part, row in rows.items()})
+
+
+# --------------------------------------------------------------------------- one dataset
+
+
+@attrs.frozen(eq=False)
+class _Pool:
+    """One dataset for one model in one seed: the ID test subsample and the OOD pool, as κ."""
+
+    id_kappa: np.ndarray  # (detector, n_id)
+    id_targets: np.ndarray
+    id_correct: np.ndarray
+    n_id_classes: int
+    ood_kappa: np.ndarray  # (detector, n_ood)
+    ood_labels: np.ndarray  # class position in ``names``
+    names: list[str]
+
+    @classmethod
+    def gather(
+        cls,
+        spec: SeveritySpec,
+        pool: PoolSpec,
+        ref: ModelRef,
+        seed: int,
+        streams: SeedStreams,
+        model: _ModelKappa,
+    ) -> _Pool:
+        reads = [model.reads[u.part] for u in id_units(spec, pool, ref, seed)]
+        offsets = np.cumsum([0] + [len(r.names) for r in reads])
+        id_labels = np.concatenate([r.labels + o for r, o in zip(reads, offsets)])
+        rows = np.arange(len(id_labels))
+        if pool.id.max_per_class:  # the seed's ID test subsample, the same for every model
+            rng = np.random.default_rng(child_sequence(streams, "id_sampling", pool.id.key))
+            rows = subsample(id_labels, pool.id.max_per_class, rng)
+        id_parts = [u.part for u in id_units(spec, pool, ref, seed)]
+        targets = np.concatenate([r.targets for r in reads])[rows]
+        predicted = np.concatenate([r.predicted for r in reads])[rows]
+        names: list[str] = []
+        ood_labels, ood_kappa = [], []
+        for unit in ood_units(spec, pool, ref, seed):
+            read = model.reads[unit.part]
+            ood_labels.append(read.labels + len(names))
+            label = unit.source.label
+            names += [label if unit.source.is_noise else f"{label}/{c}" for c in read.names]
+            ood_kappa.append(model.kappa[unit.part])
+        return cls(
+            np.concatenate([model.kappa[p] for p in id_parts], axis=1)[:, rows],
+            targets,
+            predicted == targets,
+            int(offsets[-1]),
+            np.concatenate(ood_kappa, axis=1),
+            np.concatenate(ood_labels),
+            names,
+        )
+
+    def score(
+        self, spec: SeveritySpec, streams: SeedStreams, pool: PoolSpec
+    ) -> dict[str, np.ndarray]:
+        """The per-seed variables of this (model, dataset): levels and metrics of every κ."""
+        group_size = spec.group_size or self.n_id_classes
+        split = child_sequence(streams, "estimation_split", pool.key)  # same for every κ, model
+        known = self.id_targets >= 0
+        n_det, n_levels = len(spec.detectors), spec.n_levels
+        out: dict[str, Any] = {
+            "score": np.full((n_det, len(spec.metrics), n_levels), np.nan),
+            "level_severity": np.full((n_det, n_levels), np.nan),
+            "level_classes": np.full((n_det, n_levels), "", dtype=object),
+            "id_accuracy": float(self.id_correct[known].mean()) if known.any() else np.nan,
+            "id_auroc": np.full(n_det, np.nan),
+            "group_size": group_size,
+        }
+        dropped: dict[str, int] = {}
+        for j in range(n_det):
+            bench = levels.severity_benchmark(
+                self.id_kappa[j],
+                self.ood_kappa[j],
+                self.ood_labels,
+                group_size=group_size,
+                rng=split,
+                n_levels=n_levels,
+                n_est=spec.n_est,
+                n_test=spec.n_test,
+                metrics=spec.metrics,
+            )
+            out["score"][j] = np.stack([bench.metrics[m] for m in spec.metrics])
+            out["level_severity"][j] = bench.level_severity
+            for i in range(n_levels):
+                classes = [self.names[c] for c in bench.level_classes(i)]
+                out["level_classes"][j, i] = json.dumps(classes)
+            out["id_auroc"][j] = levels.id_auroc(self.id_kappa[j][known], self.id_correct[known])
+            dropped = {self.names[int(c)]: n for c, n in bench.split.dropped.items()}
+        out["n_pool_classes"] = len(self.names) - len(dropped)
+        out["dropped_classes"] = json.dumps(dropped, sort_keys=True)
+        out["level_classes"] = out["level_classes"].astype(str)
+        return out
+
+
+# --------------------------------------------------------------------------- one seed
+
+
+def score(spec: SeveritySpec, seed: int, store: Store) -> SeedResult:
+    """Every variable of :func:`layout` for one seed, from the store."""
+    streams = streams_of(spec, seed)
+    shape = layout(spec).shape
+    values: dict[str, np.ndarray] = {}
+    for i, ref in enumerate(spec.models):
+        model = _ModelKappa.compute(spec, ref, seed, streams, store)
+        for d, pool in enumerate(spec.datasets):
+            part = _Pool.gather(spec, pool, ref, seed, streams, model).score(spec, streams, pool)
+            for name, value in part.items():
+                if name not in values:
+                    dtype = str if name in ("level_classes", "dropped_classes") else np.float64
+                    values[name] = np.empty(shape(name), dtype=object if dtype is str else dtype)
+                cell = (..., i, d) if spec.varies_dataset else (..., i)
+                values[name][cell] = value
+    return SeedResult(
+        seed, {n: v.astype(str) if v.dtype == object else v for n, v in values.items()}
     )

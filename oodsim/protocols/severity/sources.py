@@ -1,10 +1,11 @@
 """Severity sources: the samples of each source (ID test set, ID fit set, OOD pool part).
 
-A :class:`~oodsim.protocols.severity_spec.SourceSpec` becomes :class:`SourceItems`: uint8
+A :class:`~oodsim.protocols.severity.spec.SourceSpec` becomes :class:`SourceItems`: uint8
 images or image files, their class positions and each sample's column in the model's outputs.
-Samples are drawn from streams that depend on the source only (every model sees the same
-images), so this module holds :data:`VERSION`, which also enters the output keys of
-:mod:`oodsim.protocols.severity_plan`. It knows nothing of the store, Dask or the scoring.
+Dataset and folder samples are drawn from streams that depend on the source only (every model
+and seed sees the same images); noise images come from the seed's ``ood_sampling`` stream
+(:func:`noise_rng`). This module holds :data:`VERSION`, which also enters the output keys of
+:mod:`oodsim.protocols.severity.plan`. It knows nothing of the store, Dask or the scoring.
 """
 
 from __future__ import annotations
@@ -12,22 +13,24 @@ from __future__ import annotations
 import functools
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import attrs
 import numpy as np
 
+from oodsim.data.builtin import IMAGE_SUFFIXES
+from oodsim.data.imagenet_classes import filter_ood_classes, imagenet1k_wnids
+from oodsim.data.ood_sets import noise_images
+from oodsim.data.registry import ImageData, load_dataset
 from oodsim.errors import DataNotFoundError, SpecError, UnknownNameError
 from oodsim.keys import digest
 from oodsim.models.zoo import ModelRef
-from oodsim.protocols.severity_spec import SourceSpec
-
-if TYPE_CHECKING:
-    from oodsim.data.registry import ImageData
+from oodsim.protocols.severity.spec import SourceSpec
+from oodsim.seeds import SeedStreams
 
 # bump when source sampling or the stored arrays change: it enters the sampling streams here
-# and the output keys (severity_plan.outputs_key)
-VERSION = "1"
+# and the output keys (plan.outputs_key)
+VERSION = "2"
 
 
 @attrs.frozen(eq=False)
@@ -62,9 +65,23 @@ class SourceItems:
 def _source_rng(
     source: SourceSpec, per_class: int | None, shard: int | None = None
 ) -> np.random.Generator:
-    """A generator that depends on the source only: every model sees the same samples."""
+    """A generator that depends on the source only: every model and seed sees the same
+    samples."""
     fields = {"source": source.key, "per_class": per_class, "shard": shard}
     return np.random.default_rng(int(digest("severity_sampling", VERSION, fields)[:16], 16))
+
+
+def child_sequence(streams: SeedStreams, stream: str, tag: str) -> np.random.SeedSequence:
+    """A child of one of the seed's streams for one thing (``tag``: a content key), so that
+    e.g. two noise sources of one seed draw independent images and adding a source changes
+    no other source's draw."""
+    parent = streams.sequence(stream)
+    return np.random.SeedSequence(parent.entropy, spawn_key=(*parent.spawn_key, int(tag[:15], 16)))
+
+
+def noise_rng(streams: SeedStreams, source: SourceSpec) -> np.random.Generator:
+    """The generator of a noise source's images for one seed (``ood_sampling`` stream)."""
+    return np.random.default_rng(child_sequence(streams, "ood_sampling", source.key))
 
 
 def subsample(labels: np.ndarray, per_class: int | None, rng: np.random.Generator) -> np.ndarray:
@@ -82,8 +99,6 @@ def _targets(
     source: SourceSpec, names: Sequence[str], labels: np.ndarray, n_classes: int
 ) -> np.ndarray:
     """Model output column of each sample (-1 where the class is not one of the model's)."""
-    from oodsim.data.imagenet_classes import imagenet1k_wnids
-
     mode = source.labels
     wnids = imagenet1k_wnids() if n_classes == 1000 else ()
     if mode == "auto":
@@ -117,8 +132,6 @@ def pick_classes(source: SourceSpec, names: Sequence[str]) -> list[int]:
 
 
 def _dataset_items(source: SourceSpec, per_class: int | None, n_classes: int) -> SourceItems:
-    from oodsim.data.registry import load_dataset
-
     data = load_dataset(source.name, source.root, False, source.image_size)
     chosen = pick_classes(source, data.class_names)
     lookup = np.full(data.n_classes, -1, dtype=np.int64)
@@ -144,8 +157,6 @@ def _folder_classes(root: str, classes: tuple[str | int, ...], wordnet: bool) ->
             raise DataNotFoundError(f"class folders {missing[:5]} not found under {path}")
         names = tuple(str(c) for c in classes)
     if wordnet:
-        from oodsim.data.imagenet_classes import filter_ood_classes
-
         names = filter_ood_classes(None, names).kept
     if not names:
         raise DataNotFoundError(f"image folder {path} has no (kept) class sub-folders")
@@ -165,8 +176,6 @@ def n_shards(source: SourceSpec) -> int | None:
 
 
 def _class_files(folder: Path) -> list[Path]:
-    from oodsim.data.builtin import IMAGE_SUFFIXES
-
     return sorted(p for p in folder.rglob("*") if p.suffix.lower() in IMAGE_SUFFIXES)
 
 
@@ -191,15 +200,20 @@ def _folder_items(
     )
 
 
-def noise_images(source: SourceSpec, shape: tuple[int, int, int]) -> np.ndarray:
-    """``n_samples`` uint8 noise images of ``shape`` drawn from the source's own stream."""
-    rng = _source_rng(source, None)
-    size = (source.n_samples, *shape)
-    if source.kind == "uniform_noise":
-        noise = rng.uniform(source.low, source.high, size=size)
-    else:
-        noise = rng.normal(source.mean, source.std, size=size)
-    return np.clip(np.rint(noise), 0, 255).astype(np.uint8)
+def source_noise(
+    source: SourceSpec, shape: tuple[int, int, int], rng: np.random.Generator
+) -> np.ndarray:
+    """A noise source's ``n_samples`` uint8 images (:func:`oodsim.data.ood_sets.noise_images`)."""
+    return noise_images(
+        source.kind,
+        source.n_samples,
+        source.shape or shape,
+        rng,
+        low=source.low,
+        high=source.high,
+        mean=source.mean,
+        std=source.std,
+    )
 
 
 def source_items(
@@ -208,10 +222,12 @@ def source_items(
     loaded: Any,
     ref: ModelRef | None = None,
     shard: int | None = None,
+    noise: np.random.Generator | None = None,
 ) -> SourceItems:
     """The samples of a source for a loaded model (:class:`~oodsim.models.zoo.LoadedModel`).
 
-    ``split`` sources need the ``trained`` model's ``ref`` (its experiment names the data).
+    ``split`` sources need the ``trained`` model's ``ref`` (its experiment names the data);
+    noise sources the seed's generator ``noise`` (:func:`noise_rng`).
     """
     if source.kind == "split":
         return _split_items(source, loaded, ref)
@@ -219,7 +235,9 @@ def source_items(
         return _dataset_items(source, per_class, loaded.n_classes)
     if source.kind == "image_folder":
         return _folder_items(source, per_class, loaded.n_classes, shard)
-    images = noise_images(source, source.shape or loaded.preprocessing.input_shape)
+    if noise is None:
+        raise ValueError(f"noise source {source.label!r} needs the seed's generator")
+    images = source_noise(source, loaded.preprocessing.input_shape, noise)
     n = len(images)
     return SourceItems(
         (source.label,),
@@ -232,8 +250,6 @@ def source_items(
 
 def trained_data(ref: ModelRef) -> ImageData:
     """The dataset that a ``trained`` model's open set experiment names (from the registry)."""
-    from oodsim.data.registry import load_dataset
-
     ds = ref.experiment.dataset
     return load_dataset(ds.name, ds.root, ds.download, ds.image_size)
 

@@ -1,10 +1,10 @@
-"""Severity specs: the :class:`SourceSpec` and :class:`SeveritySpec` classes, their validation,
-and their TOML / plain-data loading (cattrs).
+"""Severity specs: :class:`SourceSpec`, :class:`PoolSpec` (an ID test set and its OOD class
+pool), :class:`SeveritySpec`, their validation and their TOML / plain-data loading.
 
-Kept apart from the run so that a spec can be read, checked and keyed without planning or
-computing anything: :mod:`oodsim.protocols.severity_sources` turns its sources into samples,
-:mod:`oodsim.protocols.severity_plan` into store entries, :mod:`oodsim.protocols.severity_run`
-computes them and :mod:`oodsim.protocols.severity_scoring` scores them.
+A spec can be read, checked and keyed without planning or computing anything:
+:mod:`~oodsim.protocols.severity.sources` turns its sources into samples,
+:mod:`~oodsim.protocols.severity.plan` into content-keyed tasks and
+:mod:`~oodsim.protocols.severity.scoring` scores one seed from the store.
 """
 
 from __future__ import annotations
@@ -12,30 +12,34 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import attrs
 import cattrs
 
+from oodsim.data.ood_sets import NOISE_KINDS
+from oodsim.data.registry import DATASETS
+from oodsim.detectors import Detector, get_detector
 from oodsim.errors import DataNotFoundError, SpecError, UnknownNameError
 from oodsim.keys import no_key
+from oodsim.metrics import KAPPA_METRICS
 from oodsim.models.zoo import ModelRef
+from oodsim.protocols.tuning import is_grid
 from oodsim.specs import (
     DetectorSpec,
+    Seeded,
+    SeedsSpec,
+    StoppingSpec,
     _Keyed,
     detector_from_data,
     detector_specs,
     detector_to_data,
-    read_toml,
+    load_spec,
     spec_errors,
     spec_from_dict,
 )
 
-if TYPE_CHECKING:
-    from oodsim.detectors import Detector
-
-SOURCE_KINDS = ("split", "dataset", "image_folder", "uniform_noise", "gaussian_noise")
-NOISE_KINDS = ("uniform_noise", "gaussian_noise")
+SOURCE_KINDS = ("split", "dataset", "image_folder", *NOISE_KINDS)
 SPLIT_SUBSETS = ("in_train", "in_val", "in_test")
 LABEL_MODES = ("auto", "position", "imagenet1k")
 DEFAULT_METRICS = ("auroc", "aupr_in", "aupr_out", "fpr95")
@@ -43,8 +47,6 @@ DEFAULT_METRICS = ("auroc", "aupr_in", "aupr_out", "fpr95")
 
 def detector_info(detector: DetectorSpec) -> Detector:
     """The registered detector of a spec: what it ``needs``, its ``fit_on`` split, defaults."""
-    from oodsim.detectors import get_detector
-
     return get_detector(detector.name)
 
 
@@ -57,6 +59,13 @@ def _class_names(value: Any) -> tuple[str | int, ...]:
 def _positive(_: Any, attribute: attrs.Attribute, value: Any) -> None:
     if value is not None and (isinstance(value, bool) or not value > 0):
         raise SpecError(attribute.name, value, "a number > 0")
+
+
+def _pixel(value: Any) -> int:
+    """A pixel value 0..255 (uniform noise bounds are integers: the noise is integer-valued)."""
+    if isinstance(value, bool) or not isinstance(value, int | float) or value != int(value):
+        raise SpecError("low/high", value, "an integer pixel value in 0..255")
+    return int(value)
 
 
 def _shape(value: Any) -> tuple[int, int, int] | None:
@@ -77,21 +86,24 @@ class SourceSpec(_Keyed):
     - ``dataset``: a registered dataset (``name``), optionally only ``classes`` (ids or names).
     - ``image_folder``: class folders under ``root`` read file by file with each model's own
       preprocessing (ImageNet scale); ``name`` is the data's identity in keys (roots are not).
-    - ``uniform_noise`` / ``gaussian_noise``: one class of ``n_samples`` noise images,
-      U(low, high) or N(mean, std) clipped to [0, 255], of ``shape`` (default: the model's
-      input shape).
+    - ``uniform_noise`` / ``gaussian_noise``: one class of ``n_samples`` noise images, uniform on
+      the integers ``low..high`` or N(mean, std²) clipped to [0, 255], of ``shape`` (default:
+      the model's input shape), drawn anew for every seed.
 
-    ``max_per_class`` subsamples each class (OOD pool default: ``n_est + n_test``), with a
-    draw that depends only on the source, so every model sees the same images. Image folders
-    may be cut into ``shard_size`` classes per store entry and task (ImageNet-21k: many tasks,
-    bounded memory), and ``wordnet_filter`` keeps only the class folders that
-    :func:`oodsim.data.imagenet_classes.filter_ood_classes` keeps against ImageNet-1k. ``labels``
-    maps ID classes to model outputs: ``position`` (class order), ``imagenet1k`` (wnid folders
-    → sorted ImageNet-1k index) or ``auto`` (imagenet1k when every class is a 1k wnid).
+    ``max_per_class``: on the ID source, each seed draws that many test samples per class (from
+    outputs inferred once for all samples); on an OOD source, how many samples per class are
+    inferred (default ``n_est + n_test``, a draw that depends on the source only, so every model
+    and seed sees the same images), from which each seed draws its estimation/test split; on
+    the fit source, a fixed draw. Image folders may be cut into ``shard_size`` classes per store
+    entry and task (ImageNet-21k: many tasks, bounded memory), and ``wordnet_filter`` keeps only
+    the class folders that :func:`oodsim.data.imagenet_classes.filter_ood_classes` keeps against
+    ImageNet-1k. ``labels`` maps ID classes to model outputs: ``position`` (class order),
+    ``imagenet1k`` (wnid folders → sorted ImageNet-1k index) or ``auto`` (imagenet1k when every
+    class is a 1k wnid).
     """
 
     TAG = "severity_source"
-    VERSION = "1"
+    VERSION = "2"
 
     kind: str = attrs.field()
     name: str = ""
@@ -101,8 +113,8 @@ class SourceSpec(_Keyed):
     image_size: int | None = attrs.field(default=None, validator=_positive)
     subset: str = "in_test"
     n_samples: int = attrs.field(default=200, validator=_positive)
-    low: float = 0.0
-    high: float = 255.0
+    low: int = attrs.field(default=0, converter=_pixel)
+    high: int = attrs.field(default=255, converter=_pixel)
     mean: float = 128.0
     std: float = attrs.field(default=128.0, validator=_positive)
     shape: tuple[int, int, int] | None = attrs.field(default=None, converter=_shape)
@@ -114,7 +126,7 @@ class SourceSpec(_Keyed):
     @label.default
     def _default_label(self) -> str:
         if self.kind == "uniform_noise":
-            return f"uniform({self.low:g},{self.high:g})"
+            return f"uniform({self.low},{self.high})"
         if self.kind == "gaussian_noise":
             return f"gaussian({self.mean:g},{self.std:g})"
         if self.kind == "split":
@@ -131,11 +143,8 @@ class SourceSpec(_Keyed):
             raise UnknownNameError(f"{self.label}.labels", self.labels, LABEL_MODES)
         if self.kind == "split" and self.subset not in SPLIT_SUBSETS:
             raise UnknownNameError("subset", self.subset, SPLIT_SUBSETS)
-        if self.kind == "dataset":
-            from oodsim.data.registry import DATASETS
-
-            if self.name not in DATASETS:
-                raise UnknownNameError("dataset", self.name, DATASETS)
+        if self.kind == "dataset" and self.name not in DATASETS:
+            raise UnknownNameError("dataset", self.name, DATASETS)
         if self.kind == "image_folder" and not self.name:
             raise SpecError("name", "", "a name for the image folder (its identity in keys)")
         if self.kind == "uniform_noise" and not 0 <= self.low < self.high <= 255:
@@ -150,28 +159,70 @@ class SourceSpec(_Keyed):
         return self.kind in NOISE_KINDS
 
 
+def _sources(value: Any) -> tuple[SourceSpec, ...]:
+    return (value,) if isinstance(value, SourceSpec) else tuple(value)
+
+
+@attrs.frozen(kw_only=True)
+class PoolSpec(_Keyed):
+    """One benchmark of a severity spec: an ID test set (``id``) and an OOD class pool
+    (``ood``, one or more sources). A spec with several of them (``[[datasets]]`` in TOML)
+    gets a ``dataset`` dimension labelled by ``label``."""
+
+    TAG = "severity_dataset"
+    VERSION = "1"
+
+    label: str = attrs.field(default="", metadata=no_key())
+    id: SourceSpec
+    ood: tuple[SourceSpec, ...] = attrs.field(converter=_sources)
+
+    def __attrs_post_init__(self) -> None:
+        labels = [s.label for s in self.ood]
+        if not labels or len(set(labels)) != len(labels):
+            raise SpecError("ood", labels, "a non-empty list of sources with distinct labels")
+        for i, source in enumerate(self.ood):
+            if source.kind == "split":
+                raise SpecError(f"ood[{i}].kind", "split", "a dataset, folder or noise source")
+        if self.id.is_noise:
+            raise SpecError("id.kind", self.id.kind, "a split, dataset or image folder")
+
+
 def _models(value: Any) -> tuple[ModelRef, ...]:
     return tuple(ModelRef(name=v) if isinstance(v, str) else v for v in value)
 
 
+def _pools(value: Any) -> tuple[PoolSpec, ...]:
+    return (value,) if isinstance(value, PoolSpec) else tuple(value)
+
+
+def _one_of(*allowed: str) -> Any:
+    def check(_: Any, attribute: attrs.Attribute, value: Any) -> None:
+        if value not in allowed:
+            raise UnknownNameError(attribute.name, value, allowed)
+
+    return check
+
+
 @attrs.frozen(kw_only=True)
-class SeveritySpec(_Keyed):
-    """A severity benchmark: models × κ over an ID test set and an OOD class pool.
+class SeveritySpec(Seeded, _Keyed):
+    """A severity benchmark: models × κ over one or more datasets (ID test set + OOD pool),
+    repeated for ``seeds``.
 
     ``group_size`` (G) defaults to the number of ID classes; ``fit`` is the ID sample set that
     detectors with a fit split (Mahalanobis, kNN, ...) learn from (default for ``trained``
     models: their split's ``in_train``/``in_val``); ``features = false`` stores logits only.
-    ``seed`` draws the estimation/test split of the pool (cached outputs do not depend on it).
+    A seed redraws the estimation/test split of every OOD class, the ID test subsample (an ID
+    source with ``max_per_class``), the noise images and the ``trained`` models whose ``seed``
+    is not pinned; pretrained models are the same for every seed.
     """
 
     TAG = "severity"
-    VERSION = "1"
+    VERSION = "2"
 
     name: str = attrs.field(default="severity", metadata=no_key())
     models: tuple[ModelRef, ...] = attrs.field(converter=_models)
     detectors: tuple[DetectorSpec, ...] = attrs.field(default=("msp",), converter=detector_specs)
-    id: SourceSpec
-    ood: tuple[SourceSpec, ...] = attrs.field(converter=tuple)
+    datasets: tuple[PoolSpec, ...] = attrs.field(converter=_pools)
     fit: SourceSpec | None = None
     n_est: int = attrs.field(default=150, validator=_positive)
     n_test: int = attrs.field(default=50, validator=_positive)
@@ -179,15 +230,15 @@ class SeveritySpec(_Keyed):
     group_size: int | None = attrs.field(default=None, validator=_positive)
     metrics: tuple[str, ...] = attrs.field(default=DEFAULT_METRICS, converter=tuple)
     features: bool = True
-    seed: int = 0
+    seeds: SeedsSpec = attrs.field(factory=lambda: SeedsSpec(n=1))
+    stopping: StoppingSpec = attrs.field(factory=StoppingSpec)
+    on_failure: str = attrs.field(default="record", validator=_one_of("record", "abort"))
 
     def __attrs_post_init__(self) -> None:
-        from oodsim.metrics import KAPPA_METRICS
-
         for field, labels in (
             ("models", [m.label for m in self.models]),
             ("detectors", [d.label for d in self.detectors]),
-            ("ood", [s.label for s in self.ood]),
+            ("datasets", [d.label for d in self.datasets]),
         ):
             if not labels or len(set(labels)) != len(labels):
                 raise SpecError(field, labels, "a non-empty list with distinct labels")
@@ -199,31 +250,62 @@ class SeveritySpec(_Keyed):
         n_levels = self.n_levels
         if isinstance(n_levels, bool) or not isinstance(n_levels, int) or n_levels < 2:
             raise SpecError("n_levels", self.n_levels, "an integer >= 2")
+        self._check_pools()
+        self._check_detectors()
+        self._check_models()
+        self.check_stopping(self.levels)
+
+    def _check_pools(self) -> None:
         need = self.n_est + self.n_test
-        for i, source in enumerate(self.ood):
-            if source.kind == "split":
-                raise SpecError(f"ood[{i}].kind", "split", "a dataset, folder or noise source")
-            if (source.max_per_class or need) < need or (
-                source.is_noise and source.n_samples < need
-            ):
+        for pool in self.datasets:
+            where = f"datasets[{pool.label}]." if len(self.datasets) > 1 else ""
+            for i, source in enumerate(pool.ood):
+                if (source.max_per_class or need) < need or (
+                    source.is_noise and source.n_samples < need
+                ):
+                    raise SpecError(
+                        f"{where}ood[{i}] ({source.label}) samples per class",
+                        source.n_samples if source.is_noise else source.max_per_class,
+                        f"at least n_est + n_test = {need}",
+                    )
+        if self.fit is not None and self.fit.is_noise:
+            raise SpecError("fit.kind", self.fit.kind, "a split, dataset or image folder")
+
+    def _check_detectors(self) -> None:
+        for detector in self.detectors:
+            info = detector_info(detector)
+            if is_grid(detector.kwargs):
                 raise SpecError(
-                    f"ood[{i}] ({source.label}) samples per class",
-                    source.n_samples if source.is_noise else source.max_per_class,
-                    f"at least n_est + n_test = {need}",
+                    f"detectors[{detector.label}]",
+                    detector.kwargs,
+                    "one value per parameter",
+                    "severity benchmarks have no OOD validation data to choose parameters on",
                 )
-        needs = {n for d in self.detectors for n in detector_info(d).needs}
-        if "features" in needs and not self.features:
-            raise SpecError("features", False, "true: a detector needs penultimate features")
-        fit_needed = self.needs_fit
-        for model in self.models:
-            if model.prefix != "trained" and self.id.kind == "split":
+            if "model" in info.needs and info.fit_on:
                 raise SpecError(
-                    "id.kind",
+                    f"detectors[{detector.label}]",
+                    f"needs model and fit_on={info.fit_on!r}",
+                    "a detector that either runs the network or has a fit split",
+                    "severity runs κ that run the network per source, where no fit is shared",
+                )
+            if "features" in info.needs and not self.features:
+                raise SpecError(
+                    "features", False, f"true: detector {detector.label!r} needs features"
+                )
+
+    def _check_models(self) -> None:
+        splits = [field for field, s in self.named_sources() if s.kind == "split"]
+        for model in self.models:
+            if model.prefix == "trained":
+                continue
+            if splits:
+                raise SpecError(
+                    f"{splits[0]}.kind",
                     "split",
                     f"a dataset or folder for model {model.label!r}",
                     "kind = 'split' needs 'trained' models",
                 )
-            if fit_needed and self.fit is None and model.prefix != "trained":
+            if self.needs_fit and self.fit is None:
                 raise SpecError(
                     "fit",
                     None,
@@ -232,17 +314,40 @@ class SeveritySpec(_Keyed):
                 )
 
     @property
+    def levels(self) -> tuple[str, ...]:
+        """The severity level labels, ``"0"`` (easiest) to ``str(n_levels - 1)`` (hardest)."""
+        return tuple(str(i) for i in range(self.n_levels))
+
+    @property
+    def varies_dataset(self) -> bool:
+        """Whether results get a ``dataset`` dimension (several ``[[datasets]]``)."""
+        return len(self.datasets) > 1
+
+    @property
     def needs_fit(self) -> bool:
         """Whether a κ learns from an ID fit set (a detector with a ``fit_on`` split)."""
         return any(detector_info(d).fit_on for d in self.detectors)
 
     def pool_per_class(self, source: SourceSpec) -> int:
-        """How many samples per class of an OOD source are kept (and inferred)."""
+        """How many samples per class of an OOD source are inferred."""
         return source.max_per_class or self.n_est + self.n_test
+
+    def named_sources(self) -> list[tuple[str, SourceSpec]]:
+        """Every source with the field path a user wrote it at (for messages)."""
+        named = []
+        for pool in self.datasets:
+            where = f"datasets[{pool.label}]." if self.varies_dataset else ""
+            named.append((f"{where}id", pool.id))
+            named += [(f"{where}ood[{i}]", s) for i, s in enumerate(pool.ood)]
+        return named + ([("fit", self.fit)] if self.fit is not None else [])
 
     def to_dict(self) -> dict[str, Any]:
         """Plain data (round-trips through :func:`severity_spec_from_dict`)."""
-        return _converter.unstructure(self)
+        data = _converter.unstructure(self)
+        if not self.varies_dataset:  # written as in TOML: [id] and [[ood]] at the top
+            pool = data.pop("datasets")[0]
+            data |= {"id": pool["id"], "ood": pool["ood"]}
+        return data
 
     def to_json(self) -> str:
         return json.dumps(self.to_dict(), sort_keys=True, default=str)
@@ -265,8 +370,6 @@ def _table(value: Any, cls: type, field: str) -> dict[str, Any]:
 
 
 def _structure_model(value: Any, base: Path | None) -> ModelRef:
-    from oodsim.specs import load_spec
-
     if isinstance(value, str):
         value = {"name": value}
     table = _table(value, ModelRef, "models")
@@ -290,6 +393,21 @@ def _structure_source(value: Any, field: str, base: Path | None) -> SourceSpec:
     return SourceSpec(**table)
 
 
+def _structure_pool(value: Any, field: str, base: Path | None, label: str) -> PoolSpec:
+    """A :class:`PoolSpec` from a ``[[datasets]]`` table (``field`` = its path, "" at the top)."""
+    table = _table(value, PoolSpec, field or "spec")
+    at = f"{field}." if field else ""
+    if "id" not in table:
+        raise SpecError(f"{at}id", None, "an [id] table: the ID test set")
+    if not isinstance(table.get("ood"), list) or not table["ood"]:
+        raise SpecError(f"{at}ood", None, "one or more [[ood]] tables: the OOD class pool")
+    return PoolSpec(
+        label=str(table.get("label", label)),
+        id=_structure_source(table["id"], f"{at}id", base),
+        ood=tuple(_structure_source(s, f"{at}ood[{i}]", base) for i, s in enumerate(table["ood"])),
+    )
+
+
 def _unstructure_model(ref: ModelRef) -> dict[str, Any]:
     out = {f.name: getattr(ref, f.name) for f in attrs.fields(ModelRef) if f.name != "experiment"}
     if ref.experiment is not None:
@@ -300,28 +418,65 @@ def _unstructure_model(ref: ModelRef) -> dict[str, Any]:
 _converter.register_unstructure_hook(DetectorSpec, detector_to_data)
 _converter.register_unstructure_hook(ModelRef, _unstructure_model)
 
+_OLD_SEED_HINT = (
+    "severity specs take a [seeds] table like open set specs (n, start, values, pinned); a seed "
+    "redraws the estimation/test split, the noise and the 'trained' models. "
+    "For the old behaviour write [seeds] n = 1 (seed 0)"
+)
+
 
 def severity_spec_from_dict(
     data: Mapping[str, Any], base: str | Path | None = None
 ) -> SeveritySpec:
-    """Build a :class:`SeveritySpec` from plain data; relative paths resolve against ``base``."""
+    """Build a :class:`SeveritySpec` from plain data; relative paths resolve against ``base``.
+
+    One benchmark is written as top-level ``[id]`` and ``[[ood]]``; several as ``[[datasets]]``
+    tables, each with a ``label``, an ``[id]`` and ``[[ood]]`` sources.
+    """
     base = Path(base) if base is not None else None
     data = dict(data)
+    if "seed" in data:
+        raise SpecError("seed", data["seed"], "no top-level seed", _OLD_SEED_HINT)
     nested: dict[str, Any] = {}
     with spec_errors("severity spec"):
         nested["models"] = tuple(_structure_model(m, base) for m in data.pop("models", ()))
         nested["detectors"] = tuple(detector_from_data(d) for d in data.pop("detectors", ["msp"]))
-        if "id" not in data:
-            raise SpecError("id", None, "an [id] table: the ID test set")
-        nested["id"] = _structure_source(data.pop("id"), "id", base)
-        nested["ood"] = tuple(
-            _structure_source(s, f"ood[{i}]", base) for i, s in enumerate(data.pop("ood", ()))
-        )
+        nested["datasets"] = _structure_pools(data, base)
         fit = data.pop("fit", None)
         if fit is not None:
             nested["fit"] = _structure_source(fit, "fit", base)
+        if "seeds" in data:
+            nested["seeds"] = SeedsSpec(**_table(data.pop("seeds"), SeedsSpec, "seeds"))
+        if "stopping" in data:
+            nested["stopping"] = StoppingSpec(
+                **_table(data.pop("stopping"), StoppingSpec, "stopping")
+            )
         plain = _converter.structure(data, _PlainFields)
-    return SeveritySpec(**attrs.asdict(plain, recurse=False), **nested)
+        return SeveritySpec(**attrs.asdict(plain, recurse=False), **nested)
+
+
+def _structure_pools(data: dict[str, Any], base: Path | None) -> tuple[PoolSpec, ...]:
+    """The benchmarks of a spec: ``[[datasets]]`` tables, or the top-level ``id``/``ood``."""
+    entries = data.pop("datasets", None)
+    if entries is None:
+        top = {k: data.pop(k) for k in ("id", "ood") if k in data}
+        return (_structure_pool(top, "", base, str(data.get("name", "severity"))),)
+    if "id" in data or "ood" in data:
+        raise SpecError(
+            "id/ood", "top-level tables", "[id] and [[ood]] inside each [[datasets]] table"
+        )
+    if not isinstance(entries, list) or not entries:
+        raise SpecError("datasets", entries, "a non-empty list of [[datasets]] tables")
+    pools = []
+    for i, entry in enumerate(entries):
+        field = f"datasets[{i}]"
+        if isinstance(entry, Mapping) and "seed" in entry:
+            raise SpecError(f"{field}.seed", entry["seed"], "no seed here", _OLD_SEED_HINT)
+        label = entry.get("label") if isinstance(entry, Mapping) else None
+        if not isinstance(label, str) or not label:
+            raise SpecError(f"{field}.label", label, "a name for this dataset")
+        pools.append(_structure_pool(entry, field, base, label))
+    return tuple(pools)
 
 
 @attrs.frozen(kw_only=True)
@@ -335,22 +490,12 @@ class _PlainFields:
     group_size: int | None = None
     metrics: tuple[str, ...] = DEFAULT_METRICS
     features: bool = True
-    seed: int = 0
-
-
-def load_severity_spec(path: str | Path, *, check_roots: bool = True) -> SeveritySpec:
-    """Read a severity spec from TOML; with ``check_roots`` also require its data folders."""
-    path = Path(path)
-    data = read_toml(path)
-    spec = severity_spec_from_dict(data, base=path.parent)
-    if check_roots:
-        check_data(spec)
-    return spec
+    on_failure: str = "record"
 
 
 def check_data(spec: SeveritySpec) -> None:
     """Fail before any compute when a root folder or a weights file is missing."""
-    for field, source in _named_sources(spec):
+    for field, source in spec.named_sources():
         if source.kind == "image_folder" and not (source.root and Path(source.root).is_dir()):
             raise DataNotFoundError(
                 f"{field} ({source.name}): image folder root={source.root!r} does not exist; "
@@ -361,8 +506,3 @@ def check_data(spec: SeveritySpec) -> None:
     for model in spec.models:
         if model.weights and not Path(model.weights).expanduser().is_file():
             raise DataNotFoundError(f"model {model.label}: weights file {model.weights} missing")
-
-
-def _named_sources(spec: SeveritySpec) -> list[tuple[str, SourceSpec]]:
-    named = [("id", spec.id)] + [(f"ood[{i}]", s) for i, s in enumerate(spec.ood)]
-    return named + ([("fit", spec.fit)] if spec.fit is not None else [])

@@ -1,0 +1,58 @@
+"""The C-OOD severity benchmark (Galil, Dabbah, El-Yaniv) as a plug-in of the engine.
+
+Models × κ × datasets, repeated over seeds: per (model, κ) the OOD classes are sorted by how
+ID-like κ finds them and grouped into severity levels (0 = easiest). The modules follow the flow:
+
+- :mod:`.levels`: Algorithm 1 as pure functions of κ arrays;
+- :mod:`.spec`: :class:`~.spec.SeveritySpec` and its sources, TOML loading;
+- :mod:`.sources`: the samples (images or files, labels) of each source;
+- :mod:`.plan`: what a seed needs (units of work) and the content keys of their entries;
+- :mod:`.compute`: the engine tasks of a seed and what they run on a worker;
+- :mod:`.scoring`: κ, levels and metrics of a seed from the store; the result layout;
+- :mod:`.analysis`: correlations and improvements across models of finished results.
+
+:data:`PROTOCOL` is what ``oodsim.load`` / ``oodsim.run`` use for ``protocol = "severity"``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from oodsim.protocols.base import Protocol, Task
+from oodsim.protocols.severity import compute, plan, scoring
+from oodsim.protocols.severity.spec import SeveritySpec, severity_spec_from_dict
+from oodsim.results import Layout, SeedResult
+from oodsim.store import Store
+
+
+class SeverityProtocol(Protocol):
+    """Severity levels of every (model, κ[, dataset]) per seed."""
+
+    name = "severity"
+    spec_type = SeveritySpec
+    unit = "seeds"
+
+    def from_data(self, data: Mapping[str, Any], base: Path | None) -> SeveritySpec:
+        return severity_spec_from_dict(data, base)
+
+    def preflight(self, spec: SeveritySpec, store: Store) -> None:
+        plan.preflight(spec, store, spec.seeds.all()[: spec.max_seeds])
+
+    def plan(self, spec: SeveritySpec, seed: int) -> list[Task]:
+        return compute.tasks(spec, seed)
+
+    def score(self, spec: SeveritySpec, seed: int, store: Store) -> SeedResult:
+        return scoring.score(spec, seed, store)
+
+    def layout(self, spec: SeveritySpec) -> Layout:
+        return scoring.layout(spec)
+
+    def dataset_names(self, spec: SeveritySpec) -> list[str]:
+        names = [s.name for _, s in spec.named_sources() if s.kind == "dataset"]
+        names += [m.experiment.dataset.name for m in spec.models if m.experiment is not None]
+        return names
+
+
+PROTOCOL = SeverityProtocol()
