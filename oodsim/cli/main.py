@@ -62,10 +62,17 @@ def _cmd_run(args: argparse.Namespace) -> int:
     n_failed = int(results.attrs.get("n_failed", 0))
     failed = f" ({n_failed} failed)" if n_failed else ""
     print(
-        f"\n{results.sizes['seed']} seeds{failed} in {seconds:.1f} s "
+        f"\n{results.sizes['seed']} {_unit(results)}{failed} in {seconds:.1f} s "
         f"(store: {results.attrs['store']}); results written to {out}"
     )
     return 0
+
+
+def _unit(results) -> str:
+    """What one seed is called in the protocol that made ``results`` ("simulations", "seeds")."""
+    from oodsim.protocols import get_protocol  # (fast --help)
+
+    return get_protocol(str(results.attrs.get("protocol", "open_set"))).unit
 
 
 def _print_failures(results) -> None:
@@ -75,7 +82,7 @@ def _print_failures(results) -> None:
     if not reasons:
         return
     print(
-        f"\n{len(reasons)} of {results.sizes['seed']} simulations failed (excluded from the "
+        f"\n{len(reasons)} of {results.sizes['seed']} {_unit(results)} failed (excluded from the "
         "estimates above):"
     )
     for reason, count in Counter(reasons).most_common():

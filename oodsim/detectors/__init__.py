@@ -21,7 +21,7 @@ from oodsim.detectors import (  # noqa: F401  (imported to register the built-in
     temperature,
     vim,
 )
-from oodsim.detectors._api import confidence
+from oodsim.detectors._api import NonFiniteKappaError, confidence
 from oodsim.detectors._checks import DetectorInputError, UnknownParameterError
 from oodsim.detectors._registry import (
     ENTRY_POINT_GROUP,
@@ -39,6 +39,7 @@ __all__ = [
     "EXECUTION_PARAMS",
     "Detector",
     "DetectorInputError",
+    "NonFiniteKappaError",
     "UnknownParameterError",
     "adopt",
     "available",

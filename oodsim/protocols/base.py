@@ -20,9 +20,13 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 import attrs
+import numpy as np
 
+from oodsim.detectors import NonFiniteKappaError
 from oodsim.errors import OodsimError
+from oodsim.metrics import NonFiniteScoreError
 from oodsim.results import Layout, SeedResult
+from oodsim.store import Entry as StoreEntry
 from oodsim.store import Store
 
 Entry = tuple[str, str]  # (kind, key) of a store entry
@@ -99,6 +103,26 @@ class Protocol:
     def dataset_names(self, spec: Any) -> Iterable[str]:
         """Registry names of the datasets the spec reads (driver-registered ones are shipped)."""
         return ()
+
+
+def stored(store: Store, kind: str, key: str, what: str) -> StoreEntry:
+    """An entry a seed's tasks wrote. One that vanished or is corrupt (moved aside on read)
+    fails the seed; the next run recomputes it."""
+    entry = store.get(kind, key)
+    if entry is None:
+        raise SeedFailed(
+            f"{what} ({kind} {key[:12]}) is missing or corrupt in the store; run again to "
+            "recompute it"
+        )
+    return entry
+
+
+def checked_kappa(label: str, seed: int, compute: Callable[[], Any]) -> np.ndarray:
+    """κ of detector ``label`` as float64; non-finite κ fails the seed, naming the detector."""
+    try:
+        return np.asarray(compute(), dtype=np.float64)
+    except (NonFiniteKappaError, NonFiniteScoreError) as error:
+        raise SeedFailed(f"detector {label} gave non-finite κ on seed {seed}: {error}") from None
 
 
 def first_failure(failures: Sequence[str]) -> str:

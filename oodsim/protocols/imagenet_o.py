@@ -44,7 +44,7 @@ from oodsim.keys import digest, no_key
 from oodsim.models import zoo
 from oodsim.models.zoo import ModelRef
 from oodsim.outputs import Outputs
-from oodsim.protocols.base import Protocol, SeedFailed, Task
+from oodsim.protocols.base import Protocol, SeedFailed, Task, stored
 from oodsim.protocols.tuning import is_grid
 from oodsim.results import NO_SEVERITY, Layout, SeedResult
 from oodsim.seeds import SeedStreams
@@ -569,16 +569,6 @@ def _check_weights(ref: ModelRef) -> None:
 # --------------------------------------------------------------------------- score
 
 
-def _stored_logits(store: Store, key: str, ref: ModelRef, files: FileSet) -> np.ndarray:
-    entry = store.get(LOGITS, key)
-    if entry is None:
-        raise SeedFailed(
-            f"logits of {ref.label} on the {files.side} images ({key[:12]}) vanished from the "
-            "store (corrupt?); run again to recompute them"
-        )
-    return entry.arrays["logits"]
-
-
 def bootstrap_indices(seed_streams: SeedStreams, n_id: int, n_ood: int) -> tuple[Any, Any]:
     """A seed's bootstrap resample: ``n_id`` ID and ``n_ood`` OOD indices drawn with
     replacement from the ``bootstrap`` stream (ID first, then OOD)."""
@@ -652,7 +642,12 @@ class ImageNetOProtocol(Protocol):
         id_set, ood_set = file_sets(spec)
         logits = [
             tuple(
-                _stored_logits(store, logits_key(ref, files), ref, files)
+                stored(
+                    store,
+                    LOGITS,
+                    logits_key(ref, files),
+                    f"logits of {ref.label} on the {files.side} images",
+                ).arrays["logits"]
                 for files in (id_set, ood_set)
             )
             for ref in spec.models

@@ -29,12 +29,11 @@ from oodsim.data.ood_sets import ood_images
 from oodsim.data.registry import ImageData, dataset_info, load_dataset
 from oodsim.data.splits import SUBSETS, OpenSetSplit, make_split
 from oodsim.detectors import confidence, get_detector
-from oodsim.detectors._api import NonFiniteKappaError
 from oodsim.errors import SpecError
 from oodsim.keys import digest
 from oodsim.metrics import METRICS, NonFiniteScoreError
 from oodsim.outputs import Outputs
-from oodsim.protocols.base import Protocol, SeedFailed, Task
+from oodsim.protocols.base import Protocol, SeedFailed, Task, checked_kappa, stored
 from oodsim.protocols.tuning import choose, is_grid
 from oodsim.results import NO_SEVERITY, Layout, SeedResult
 from oodsim.seeds import TRAINING_STREAMS, SeedStreams
@@ -369,7 +368,7 @@ def compute_seed(spec: ExperimentSpec, seed: int, store: Store) -> None:
     if any(kind == KAPPA for kind, _ in missing) and model_based:
         prepared = _Prepared.load(spec, sim)
         for detector in model_based:
-            _checked(detector, sim.seed, partial(prepared.kappa, sim, detector))
+            checked_kappa(detector.label, sim.seed, partial(prepared.kappa, sim, detector))
 
 
 def _simulation(spec: ExperimentSpec, seed: int, store: Store) -> _Simulation:
@@ -378,15 +377,6 @@ def _simulation(spec: ExperimentSpec, seed: int, store: Store) -> _Simulation:
 
 
 # --------------------------------------------------------------------------- scoring
-
-
-def _load(store: Store, kind: str, key: str) -> dict[str, np.ndarray]:
-    entry = store.get(kind, key)
-    if entry is None:
-        raise SimulationFailed(
-            f"{kind} entry {key[:12]} vanished from the store (corrupt?); run again to recompute it"
-        )
-    return entry.arrays
 
 
 def _model_kappa(
@@ -492,7 +482,10 @@ class _Prepared:
     @classmethod
     def load(cls, spec: ExperimentSpec, sim: _Simulation) -> _Prepared:
         sets = eval_sets(spec, sim.streams, sim.checkpoint)
-        found = {entry: _load(sim.store, *entry) for entry in sorted({s.entry for s in sets})}
+        found = {
+            entry: stored(sim.store, *entry, f"outputs of seed {sim.seed}").arrays
+            for entry in sorted({s.entry for s in sets})
+        }
         split_arrays = found[(OUTPUTS, outputs_key(sim.checkpoint))]
         outputs = [_outputs(found[s.entry], s.prefix) for s in sets]
         fits = {
@@ -520,21 +513,11 @@ class _Prepared:
         return np.asarray(kappa, dtype=np.float64)
 
 
-def _checked(detector: DetectorSpec, seed: int, kappa: Callable[[], np.ndarray]) -> np.ndarray:
-    """Run a κ computation; non-finite κ fails the seed with a message naming the detector."""
-    try:
-        return kappa()
-    except (NonFiniteScoreError, NonFiniteKappaError) as error:
-        raise SimulationFailed(
-            f"detector {detector.label} gave non-finite κ on seed {seed}: {error}"
-        ) from None
-
-
 def score(spec: ExperimentSpec, sim: _Simulation) -> np.ndarray:
     """Metric values of shape (method, metric, ood) from cached outputs."""
     prepared = _Prepared.load(spec, sim)
     kappa = np.stack(
-        [_checked(d, sim.seed, partial(prepared.kappa, sim, d)) for d in spec.detectors]
+        [checked_kappa(d.label, sim.seed, partial(prepared.kappa, sim, d)) for d in spec.detectors]
     )  # (method, samples)
     sizes = np.cumsum([0] + [len(o) for o in prepared.outputs])
     id_part = slice(sizes[0], sizes[1])

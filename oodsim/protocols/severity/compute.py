@@ -32,7 +32,7 @@ from oodsim.models.zoo import (
 from oodsim.models.zoo import load_model as load_zoo_model
 from oodsim.outputs import Outputs
 from oodsim.protocols import open_set
-from oodsim.protocols.base import SeedFailed, Task
+from oodsim.protocols.base import SeedFailed, Task, stored
 from oodsim.protocols.severity.plan import (
     KAPPA,
     KAPPA_CHUNK,
@@ -194,12 +194,9 @@ class _Work:
 
     def outputs(self) -> Outputs:
         part = self.unit.part
-        entry = self.store.get(*part.entry)
-        if entry is None:
-            raise SeedFailed(
-                f"the outputs of {self.unit.ref.label} on {self.unit.source.label} vanished "
-                "from the store (corrupt?); run again to recompute them"
-            )
+        entry = stored(
+            self.store, *part.entry, f"outputs of {self.unit.ref.label} on {self.unit.source.label}"
+        )
         return Outputs(
             logits=entry.arrays[part.array("logits")],
             features=entry.arrays.get(part.array("features")),

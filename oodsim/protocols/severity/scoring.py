@@ -13,18 +13,16 @@ cache costs no compute.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import attrs
 import numpy as np
 
 from oodsim.detectors import confidence
-from oodsim.detectors._api import NonFiniteKappaError
-from oodsim.metrics import NonFiniteScoreError
 from oodsim.models.zoo import ModelRef
 from oodsim.outputs import Outputs
-from oodsim.protocols.base import SeedFailed
+from oodsim.protocols.base import checked_kappa, stored
 from oodsim.protocols.severity import levels
 from oodsim.protocols.severity.plan import (
     KAPPA,
@@ -40,7 +38,6 @@ from oodsim.protocols.severity.sources import child_sequence, subsample
 from oodsim.protocols.severity.spec import PoolSpec, SeveritySpec, detector_info
 from oodsim.results import Layout, SeedResult
 from oodsim.seeds import SeedStreams
-from oodsim.specs import DetectorSpec
 from oodsim.store import Store
 
 #: per-seed variables besides ``score``, with their dims after the leading ones
@@ -82,14 +79,9 @@ def layout(spec: SeveritySpec) -> Layout:
 
 def _entry(store: Store, part: Part, what: str, opened: dict[tuple[str, str], Any]) -> Any:
     """A part's store entry; open set split entries (one entry, several parts) are read once."""
-    entry = opened.get(part.entry) or store.get(*part.entry)
-    if entry is not None and part.prefix:
+    entry = opened.get(part.entry) or stored(store, *part.entry, what)
+    if part.prefix:
         opened[part.entry] = entry
-    if entry is None:
-        raise SeedFailed(
-            f"{part.kind} entry {part.key[:12]} ({what}) is missing or corrupt in the store; "
-            "run again to recompute it"
-        )
     return entry
 
 
@@ -127,26 +119,6 @@ def _fit(store: Store, fit: Sequence[Unit], opened: dict[tuple[str, str], Any]) 
     )
 
 
-def _checked(detector: DetectorSpec, seed: int, compute: Callable[[], Any]) -> np.ndarray:
-    """Run a κ computation; non-finite κ fails the seed with a message naming the detector."""
-    try:
-        return np.asarray(compute(), dtype=np.float64)
-    except (NonFiniteKappaError, NonFiniteScoreError) as error:
-        raise SeedFailed(
-            f"detector {detector.label} gave non-finite κ on seed {seed}: {error}"
-        ) from None
-
-
-def _stored_kappa(store: Store, key: str, detector: DetectorSpec, unit: Unit) -> np.ndarray:
-    entry = store.get(KAPPA, key)
-    if entry is None:
-        raise SeedFailed(
-            f"κ of {detector.label} on {unit.source.label} is missing or corrupt in the store; "
-            "run again to recompute it"
-        )
-    return entry.arrays["kappa"]
-
-
 @attrs.frozen(eq=False)
 class _ModelKappa:
     """κ of every detector on every part of one model in one seed."""
@@ -175,14 +147,18 @@ class _ModelKappa:
             for detector, info in zip(spec.detectors, infos):
                 if "model" in info.needs:
                     key = kappa(unit.part, detector, streams).key
-                    row.append(_stored_kappa(store, key, detector, unit))
+                    row.append(
+                        stored(
+                            store, KAPPA, key, f"κ of {detector.label} on {unit.source.label}"
+                        ).arrays["kappa"]
+                    )
                 elif info.fit_on:
                     row.append(np.empty(0))  # filled below, for all parts at once
                 else:
                     outputs = read.outputs
                     row.append(
-                        _checked(
-                            detector,
+                        checked_kappa(
+                            detector.label,
                             seed,
                             lambda d=detector, o=outputs: confidence(d.name, o, **d.kwargs),
                         )
@@ -200,8 +176,8 @@ class _ModelKappa:
             bounds = np.cumsum([0] + [len(reads[u.part].labels) for u in unique])
             for j in fitted:
                 detector, fit = spec.detectors[j], fits[infos[j].fit_on]
-                values = _checked(
-                    detector,
+                values = checked_kappa(
+                    detector.label,
                     seed,
                     lambda d=detector, f=fit: confidence(d.name, pooled, fit=f, **d.kwargs),
                 )
