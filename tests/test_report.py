@@ -103,3 +103,11 @@ def test_format_summary_table() -> None:
     sweep = format_summary_table(make_results(levels=("0", "1"), models=("svhn",)))
     assert sweep.splitlines()[1].split()[:3] == ["severity", "method", "auroc"]
     assert "model=svhn" in sweep.splitlines()[0]
+
+
+def test_report_of_fewer_seeds_than_k_says_why_it_has_no_win_probability(tmp_path: Path) -> None:
+    summary = write_report(make_results(n_seeds=3, failed=()), tmp_path, k=5)
+    text = summary.read_text()
+    assert "Not computed: the results have 3 seeds, fewer than k = 5." in text
+    assert not (tmp_path / "win_probability.png").exists()
+    assert_png(tmp_path / "distributions.png")

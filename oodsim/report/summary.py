@@ -372,18 +372,20 @@ def write_report(
     metric = metric or _default_metric(score)
     rng = np.random.default_rng(rng)
     n_panels = int(np.prod([n for d, n in score.sizes.items() if d not in ("seed", "method")]))
+    enough = score.sizes["seed"] >= k  # a k-seed experiment needs k seeds to draw from
     figures = {
         "distributions.png": plot_distributions(
             results, out / "distributions.png", None if n_panels <= _MAX_PANELS else metric
-        ),
-        "win_probability.png": plot_win_probability(
-            results, out / "win_probability.png", metric, k=k, n_draws=n_draws, rng=rng
         ),
         "required_simulations.png": plot_required_simulations(
             results, out / "required_simulations.png", metric, alpha=alpha
         ),
         "running_mean.png": plot_running_mean(results, out / "running_mean.png", metric),
     }
+    if enough:
+        figures["win_probability.png"] = plot_win_probability(
+            results, out / "win_probability.png", metric, k=k, n_draws=n_draws, rng=rng
+        )
     n_failed = int(np.isnan(score).all(dim=[d for d in score.dims if d != "seed"]).sum())
     note = _fixed_note(score, ("seed", "method", "metric"))
     lines = [
@@ -408,7 +410,9 @@ def write_report(
         f"Probability that a method has the best mean in a {k}-seed experiment "
         f"({n_draws} random {k}-seed subsets, ties split).",
         "",
-        _win_table(results, k, n_draws, rng),
+        _win_table(results, k, n_draws, rng)
+        if enough
+        else f"Not computed: the results have {score.sizes['seed']} seeds, fewer than k = {k}.",
         "",
         "## Required simulations",
         "",
@@ -450,6 +454,11 @@ def write_report(
         ]
     lines += ["", "## Figures", ""]
     lines += [f"![{name[:-4]}]({name})" for name in figures]
+    if isinstance(results, xr.Dataset) and results.attrs.get("protocol") == "severity":
+        from oodsim.report.severity import write_severity_report  # severity results only
+
+        levels = write_severity_report(results, out / "severity", metric=metric)
+        lines += ["", "## Severity levels", "", f"See [{levels.name}](severity/{levels.name})."]
     path = out / "summary.md"
     path.write_text("\n".join(lines) + "\n", encoding="utf-8")
     return path
