@@ -7,12 +7,18 @@ exactly what a run returns: the layouts are those of the open set protocol (``se
 
 from __future__ import annotations
 
+from typing import Any
+
+import attrs
 import numpy as np
 import xarray as xr
 
+from oodsim.engine import load
+from oodsim.protocols import get_protocol
 from oodsim.protocols.open_set import PROTOCOL as OPEN_SET
-from oodsim.results import NO_SEVERITY, Layout, SeedResult, build
+from oodsim.results import NO_SEVERITY, SeedResult, build
 from oodsim.specs import DatasetSpec, ExperimentSpec, OODSetSpec
+from tests.conftest import ROOT
 
 METRICS = ("auroc", "aupr_in", "aupr_out", "fpr95", "accuracy")
 
@@ -22,6 +28,25 @@ def _spec(methods: tuple[str, ...], oods: tuple[str, ...] | None) -> ExperimentS
     return ExperimentSpec(
         dataset=DatasetSpec(name="digits"), detectors=methods, metrics=METRICS, ood=ood
     )
+
+
+def _severity_spec(methods: tuple[str, ...], n_levels: int, models: tuple[str, ...]) -> Any:
+    """The shipped severity spec with these κ, levels and (relabelled) models."""
+    spec = load(ROOT / "specs" / "severity_fashion_mnist.toml")
+    ref = spec.models[0]
+    return attrs.evolve(
+        spec,
+        models=tuple(attrs.evolve(ref, label=label) for label in models),
+        detectors=methods,
+        n_levels=n_levels,
+    )
+
+
+def _fill(name: str, shape: tuple[int, ...], rng: np.random.Generator) -> np.ndarray:
+    """Values of a per-seed variable other than ``score``: JSON strings or numbers."""
+    if name.endswith("classes"):
+        return np.full(shape, "[]")
+    return rng.uniform(0.5, 1.0, shape)
 
 
 def synthetic_results(
@@ -35,21 +60,19 @@ def synthetic_results(
     seed: int = 0,
     first_seed: int = 100,
 ) -> xr.Dataset:
-    """Results of ``n_seeds`` seeds: open set shaped (``levels=None``, optional ``oods``) or
-    severity shaped (``levels`` × ``models``); method means rise linearly from 0.80 to 0.83."""
+    """Results of ``n_seeds`` seeds with the layout of a real protocol: open set
+    (``levels=None``, optional ``oods``) or severity (``levels`` "0".."L-1" × ``models``); method
+    means rise linearly from 0.80 to 0.83, and a class-split effect shifts whole seeds."""
     rng = np.random.default_rng(seed)
-    spec = _spec(methods, oods)
     if levels is None:
-        layout, protocol = OPEN_SET.layout(spec), "open_set"
+        spec = _spec(methods, oods)
+        protocol = OPEN_SET
     else:
-        coords = {
-            "method": list(methods),
-            "metric": list(METRICS),
-            "severity": list(levels),
-            "model": list(models),
-        }
-        layout = Layout(coords, {"score": ("method", "metric", "severity", "model")})
-        protocol = "severity"
+        assert list(levels) == [str(i) for i in range(len(levels))], "levels are 0..L-1"
+        spec = _severity_spec(methods, len(levels), models)
+        protocol = get_protocol("severity")
+    layout = protocol.layout(spec)
+    metrics = list(layout.coords["metric"])
     shape = layout.shape("score")
     splits = np.arange(n_seeds) % n_splits
     split_effect = rng.normal(0, 0.02, n_splits)[splits]
@@ -57,16 +80,21 @@ def synthetic_results(
     results = []
     for i in range(n_seeds):
         score = np.clip(base + split_effect[i] + rng.normal(0, 0.01, shape), 0, 1)
-        score[:, METRICS.index("fpr95")] = 1 - score[:, METRICS.index("fpr95")]
+        score[:, metrics.index("fpr95")] = 1 - score[:, metrics.index("fpr95")]
+        variables = {"score": score} | {
+            name: _fill(name, layout.shape(name), rng)
+            for name in layout.variables
+            if name != "score"
+        }
         results.append(
             SeedResult(
                 first_seed + i,
-                {} if i in failed else {"score": score},
+                {} if i in failed else variables,
                 {"class_split": f"split{splits[i]}"},
                 failure="training diverged" if i in failed else "",
             )
         )
-    return build(spec, protocol, layout, results)
+    return build(spec, protocol.name, layout, results)
 
 
 __all__ = ["METRICS", "NO_SEVERITY", "synthetic_results"]

@@ -34,7 +34,7 @@ def assert_png(path: Path) -> None:
 
 @pytest.mark.parametrize("sweep", [False, True])
 def test_plots_write_valid_pngs(tmp_path: Path, sweep: bool) -> None:
-    results = make_results(levels=("0", "5"), models=("svhn", "noise")) if sweep else make_results()
+    results = make_results(levels=("0", "1"), models=("svhn", "noise")) if sweep else make_results()
     results.attrs["stopping"] = StopDecision(True, "ci_width", "narrow", 0.004, 20).to_json()
     paths = [
         plot_distributions(results, tmp_path / "d.png", metric="fpr95" if sweep else None),
