@@ -70,6 +70,16 @@ def fmnist(tmp_path_factory, cluster_address):
     return spec, cache, results
 
 
+def test_the_same_registered_detector_runs_in_open_set_too(cluster_address, tmp_path) -> None:
+    """The detector the severity run above uses, shipped by the same engine to an open set run."""
+    spec = small_digits(2, detectors=("msp", "test_severity_margin"))
+    results = oodsim.run(spec, address=cluster_address, cache=tmp_path / "cache", progress=False)
+    assert results.attrs["protocol"] == "open_set"
+    assert (results["failure"].values == "").all()
+    auroc = results["score"].sel({"method": "test_severity_margin", "metric": "auroc"})
+    assert np.isfinite(auroc).all() and float(auroc.mean()) > 0.6
+
+
 def test_acceptance_seeds_levels_and_a_registered_detector(fmnist) -> None:
     _, _, results = fmnist
     assert results["score"].dims == ("seed", "method", "metric", "severity", "model")
