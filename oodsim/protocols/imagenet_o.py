@@ -36,8 +36,7 @@ import torch
 from oodsim import metrics as _metrics
 from oodsim.data.builtin import IMAGE_SUFFIXES
 from oodsim.data.imagenet_classes import imagenet1k_wnids, imagenet_o_wnids
-from oodsim.detectors import confidence, get_detector
-from oodsim.detectors._api import NonFiniteKappaError
+from oodsim.detectors import NonFiniteKappaError, confidence, get_detector
 from oodsim.detectors.logits import max_softmax as _max_softmax
 from oodsim.errors import DataNotFoundError, SpecError, UnknownNameError
 from oodsim.keys import digest, no_key

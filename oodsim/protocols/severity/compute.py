@@ -18,8 +18,7 @@ import attrs
 import numpy as np
 import torch
 
-from oodsim.detectors import confidence
-from oodsim.detectors._api import NonFiniteKappaError
+from oodsim.detectors import NonFiniteKappaError, confidence
 from oodsim.keys import digest
 from oodsim.models.zoo import (
     LoadedModel,
