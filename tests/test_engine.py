@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+import re
+import signal
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -83,3 +88,33 @@ def _toml(spec: ExperimentSpec) -> str:
 
     data = spec.to_dict()
     return "\n".join(f"{k} = {value(v)}" for k, v in data.items() if v is not None) + "\n"
+
+
+def test_an_interrupted_run_says_how_many_seeds_are_stored_and_resumes(tmp_path: Path) -> None:
+    """Ctrl-C (SIGINT) mid-run: the message counts the seeds whose work is all in the store,
+    and the next run computes at most the others."""
+    spec = small_digits(8)
+    path = tmp_path / "spec.toml"
+    path.write_text(_toml(spec))
+    cache = tmp_path / "cache"
+    driver = subprocess.Popen(
+        [sys.executable, "-m", "oodsim.cli", "run", str(path), "--workers", "1"]
+        + ["--cache", str(cache), "--out", str(tmp_path / "r.zarr")],
+        stderr=subprocess.PIPE,
+        stdout=subprocess.DEVNULL,
+        text=True,
+        cwd=ROOT,
+    )
+    deadline = time.monotonic() + 180
+    while time.monotonic() < deadline and len(list(cache.glob("outputs/*/*/meta.json"))) < 2:
+        time.sleep(0.2)
+    driver.send_signal(signal.SIGINT)
+    _, stderr = driver.communicate(timeout=120)
+    assert driver.returncode == 130, stderr
+    found = re.search(r"interrupted; (\d+) of 8 simulations have everything in the store", stderr)
+    assert found, stderr
+    stored = int(found.group(1))
+    assert stored >= 2
+    again = oodsim.run(spec, cache=cache, n_workers=1, progress=False)
+    assert (again.failure.values == "").all()
+    assert store_counts(again)["computed"].get("checkpoint", 0) <= 8 - stored

@@ -116,6 +116,10 @@ class _Submitter:
             )
         return futures
 
+    def complete(self, seed: int) -> bool:
+        """Whether every task of ``seed`` is done in the store (its scoring needs no compute)."""
+        return all(task.done(self.store) for task in self.protocol.plan(self.spec, seed))
+
     def score_here(self, seed: int) -> SeedResult:
         return score_seed(
             self.protocol.name, self.spec, seed, self.root, self.shipped, torch_threads=None
@@ -189,8 +193,9 @@ def run(
                     if decision.stop:
                         break
         except KeyboardInterrupt:
+            stored = sum(submitter.complete(seed) for seed in seeds)
             tracker.stopped(
-                f"interrupted; {len(results)} finished {protocol.unit} are cached in the "
+                f"interrupted; {stored} of {len(seeds)} {protocol.unit} have everything in the "
                 "store; run the same spec again to resume."
             )
             raise
