@@ -552,6 +552,29 @@ def first_spec_error(error: BaseException) -> SpecError | None:
     return None
 
 
+def _unknown_field(error: BaseException, messages: list[str]) -> UnknownNameError | None:
+    """A misspelled field name as an error that names its table, the allowed fields and the
+    closest one (``training.max_epoch`` → "Did you mean 'max_epochs'?")."""
+    extra = _first_extra_keys(error)
+    if extra is None:
+        return None
+    path = next((m.rsplit(" @ ", 1)[1] for m in messages if "extra fields" in m), "spec")
+    table = path.removeprefix("spec.").removeprefix("spec")
+    field = f"{table} field" if table else "field"
+    allowed = [f.name for f in attrs.fields(extra.cl)]
+    return UnknownNameError(field, sorted(extra.extra_fields)[0], allowed)
+
+
+def _first_extra_keys(error: BaseException) -> cattrs.ForbiddenExtraKeysError | None:
+    if isinstance(error, cattrs.ForbiddenExtraKeysError):
+        return error
+    for inner in getattr(error, "exceptions", ()):
+        found = _first_extra_keys(inner)
+        if found is not None:
+            return found
+    return None
+
+
 @contextlib.contextmanager
 def spec_errors(what: str = "spec") -> Iterator[None]:
     """Turn the errors of building a spec from data into one :class:`SpecError`: the first
@@ -565,6 +588,9 @@ def spec_errors(what: str = "spec") -> Iterator[None]:
         if found is not None:
             raise found from None
         messages = cattrs.transform_error(error, path=what)
+        unknown = _unknown_field(error, messages)
+        if unknown is not None:
+            raise unknown from None
         raise SpecError(what, "; ".join(messages), "fields of the documented types") from None
     except (TypeError, ValueError) as error:
         raise SpecError(what, str(error), "fields of the documented types") from None

@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 
+import oodsim
 from oodsim.errors import SpecError, UnknownNameError
 from oodsim.specs import (
     DatasetSpec,
@@ -137,3 +138,14 @@ def test_pinned_streams_validated() -> None:
 
 def test_split_defaults_to_all_remaining_classes() -> None:
     assert SplitSpec().n_ood_test is None
+
+
+@pytest.mark.parametrize(
+    ("typo", "table", "meant"),
+    [("max_epochs", "training", "max_epochs"), ("n_known", "split", "n_known")],
+)
+def test_a_misspelled_field_name_gets_a_close_match(tmp_path, typo, table, meant) -> None:
+    text = (ROOT / "specs" / "digits.toml").read_text().replace(typo, typo[:-1])
+    (tmp_path / "typo.toml").write_text(text)
+    with pytest.raises(UnknownNameError, match=rf"{table} field: '{typo[:-1]}'.*'{meant}'\?"):
+        oodsim.load(tmp_path / "typo.toml")
