@@ -14,6 +14,7 @@ import pytest
 
 import oodsim
 from oodsim.data.registry import ImageData, load_dataset, register_dataset
+from oodsim.engine import OutputExists
 from oodsim.errors import SpecError
 from oodsim.results import store_counts
 from oodsim.specs import DatasetSpec, ExperimentSpec
@@ -118,3 +119,29 @@ def test_an_interrupted_run_says_how_many_seeds_are_stored_and_resumes(tmp_path:
     again = oodsim.run(spec, cache=cache, n_workers=1, progress=False)
     assert (again.failure.values == "").all()
     assert store_counts(again)["computed"].get("checkpoint", 0) <= 8 - stored
+
+
+def test_results_of_another_spec_are_never_replaced_silently(tmp_path: Path) -> None:
+    cache, out = tmp_path / "cache", tmp_path / "r.zarr"
+    first = small_digits(2)
+    oodsim.run(first, cache=cache, out=out, n_workers=1, progress=False)
+    oodsim.run(first, cache=cache, out=out, progress=False)  # the same spec: replaced (cached)
+    other = small_digits(3)
+    with pytest.raises(OutputExists, match="results of another spec.*overwrite=True"):
+        oodsim.run(other, cache=cache, out=out, progress=False)
+    assert oodsim.open_results(out).sizes["seed"] == 2  # untouched
+    foreign = tmp_path / "notes"
+    foreign.mkdir()
+    (foreign / "mine.txt").write_text("not oodsim's")
+    with pytest.raises(OutputExists, match="no oodsim results"):
+        oodsim.run(first, cache=cache, out=foreign, progress=False)
+    assert (foreign / "mine.txt").read_text() == "not oodsim's"
+    replaced = oodsim.run(other, cache=cache, out=out, n_workers=1, progress=False, overwrite=True)
+    assert oodsim.open_results(out).sizes["seed"] == replaced.sizes["seed"] == 3
+
+
+@pytest.mark.parametrize("workers", [0, -2])
+def test_fewer_than_one_worker_is_refused_before_any_compute(tmp_path: Path, workers: int) -> None:
+    with pytest.raises(SpecError, match="workers.*>= 1"):
+        oodsim.run(small_digits(1), cache=tmp_path / "cache", n_workers=workers, progress=False)
+    assert not (tmp_path / "cache").exists()

@@ -7,6 +7,6 @@ and returns one ``xarray`` result (:mod:`oodsim.results`).
 
 from oodsim.engine.cluster import ClusterError, cluster_client
 from oodsim.engine.load import load
-from oodsim.engine.run import RunAborted, run
+from oodsim.engine.run import OutputExists, RunAborted, run
 
-__all__ = ["ClusterError", "RunAborted", "cluster_client", "load", "run"]
+__all__ = ["ClusterError", "OutputExists", "RunAborted", "cluster_client", "load", "run"]

@@ -27,7 +27,7 @@ import xarray as xr
 from oodsim.engine.cluster import LOCAL_WORKER_TIMEOUT, Progress, as_landed, cluster_client
 from oodsim.engine.load import as_spec
 from oodsim.engine.work import Shipped, run_task, score_seed
-from oodsim.errors import OodsimError
+from oodsim.errors import OodsimError, SpecError
 from oodsim.protocols import protocol_of
 from oodsim.protocols.base import Protocol, Task
 from oodsim.results import Layout, SeedResult, build, save_results
@@ -36,6 +36,10 @@ from oodsim.store import Store, default_root
 
 class RunAborted(OodsimError):
     """A seed failed and the spec says ``on_failure = "abort"``."""
+
+
+class OutputExists(OodsimError):
+    """The results path holds results of another spec (or something else)."""
 
 
 def _batches(seeds: Sequence[int], size: int) -> Iterator[Sequence[int]]:
@@ -147,6 +151,7 @@ def run(
     out: str | Path | None = None,
     progress: bool | TextIO = True,
     worker_timeout: float | None = None,
+    overwrite: bool = False,
 ) -> xr.Dataset:
     """Run (or resume) a spec of any protocol (or a spec file) and return its results.
 
@@ -156,7 +161,9 @@ def run(
     ``progress``: print a status line to stderr (or the given stream). ``worker_timeout``:
     stop with :class:`~oodsim.engine.ClusterError` when the cluster has had no worker for this
     many seconds while work is pending (default: 120 s on oodsim's own local cluster; none with
-    ``address``, where workers may still be queued, e.g. on SLURM).
+    ``address``, where workers may still be queued, e.g. on SLURM). ``out`` that holds results
+    of another spec (or anything that is not oodsim results) is refused before any compute
+    unless ``overwrite=True``; results of the same spec are replaced.
 
     With a sequential stopping rule, seeds go out in batches of ``stopping.batch_size``; when
     the rule fires, queued work is cancelled and the decision is recorded in
@@ -164,6 +171,10 @@ def run(
     """
     spec = as_spec(spec)
     protocol = protocol_of(spec)
+    if n_workers is not None and (isinstance(n_workers, bool) or n_workers < 1):
+        raise SpecError("workers", n_workers, "a number of worker processes >= 1")
+    if out is not None:
+        check_out(out, spec, overwrite)
     store = Store(cache if cache is not None else default_root())
     protocol.preflight(spec, store)
     layout = protocol.layout(spec)
@@ -211,6 +222,29 @@ def run(
     if out is not None:
         save_results(result, out)
     return result
+
+
+def check_out(out: str | Path, spec: Any, overwrite: bool) -> None:
+    """Refuse to replace ``out`` unless it holds results of this spec or ``overwrite``."""
+    path = Path(out)
+    if overwrite or not path.exists():
+        return
+    try:
+        with xr.open_zarr(path, consolidated=False) as existing:
+            key = existing.attrs.get("spec_key")
+    except Exception:  # anything that is not a results store: never replaced silently
+        key = None
+    if key == spec.key:
+        return
+    what = (
+        f"results of another spec (key {key[:12]})"
+        if key
+        else "something that is not oodsim results"
+    )
+    raise OutputExists(
+        f"{path} holds {what}; choose another output path, or pass overwrite=True "
+        "(`oodsim run --overwrite`) to replace it"
+    )
 
 
 def _collect(
