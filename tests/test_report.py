@@ -75,6 +75,10 @@ def test_write_report_writes_plots_and_tables(tmp_path: Path) -> None:
     assert "| method | auroc | aupr_in | aupr_out | fpr95 | accuracy | n |" in text
     assert "energy is best" in text and "| ranking | True | 30 |" in text
     assert "seeds: 30 (1 failed)" in text
+    # Win probabilities: OOD metrics only, and the sampling is stated.
+    assert "independent draws per method" in text
+    assert "| method | auroc | aupr_in | aupr_out | fpr95 |\n" in text
+    assert "accuracy: left out, the same for every detector" in text
     mean = estimate(results)["mean"].sel({"method": "odin", "metric": "auroc", "severity": "all"})
     assert f"| odin | {mean.item():.4f} [" in text
 
@@ -111,3 +115,22 @@ def test_report_of_fewer_seeds_than_k_says_why_it_has_no_win_probability(tmp_pat
     assert "Not computed: the results have 3 seeds, fewer than k = 5." in text
     assert not (tmp_path / "win_probability.png").exists()
     assert_png(tmp_path / "distributions.png")
+
+
+def test_win_probability_pairing_in_report_plot_and_cli(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from oodsim.cli.main import _print_win_probabilities
+
+    results = make_results(n_seeds=12)
+    text = write_report(results, tmp_path, n_draws=500, pairing="paired").read_text()
+    assert "paired draws, the same seeds for every method" in text
+    assert_png(tmp_path / "win_probability.png")
+    with pytest.raises(ValueError, match="not an OOD metric"):
+        plot_win_probability(results, tmp_path / "w.png", "accuracy", n_draws=100)
+    # accuracy asked for: the report still plots an OOD metric's win probability.
+    write_report(results, tmp_path / "acc", metric="accuracy", n_draws=200)
+    assert_png(tmp_path / "acc" / "win_probability.png")
+    _print_win_probabilities(results, "accuracy")
+    printed = capsys.readouterr().out
+    assert "P(best mean auroc in a 5-seed comparison; independent draws per method):" in printed

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import itertools
 import math
-import time
 import warnings
 
 import numpy as np
@@ -104,7 +103,7 @@ def test_running_interval_last_point_matches_estimate() -> None:
 
 
 def _exact_win(values: np.ndarray, subsets: list[tuple[int, ...]]) -> np.ndarray:
-    """Win shares by enumeration: every subset equally likely, ties split."""
+    """Paired win shares by enumeration: every subset equally likely, ties split."""
     wins = np.zeros(values.shape[1])
     for subset in subsets:
         means = values[list(subset)].mean(axis=0)
@@ -113,39 +112,103 @@ def _exact_win(values: np.ndarray, subsets: list[tuple[int, ...]]) -> np.ndarray
     return wins / len(subsets)
 
 
-@pytest.mark.parametrize("replace", [False, True])
-def test_win_probability_matches_exact_enumeration(replace: bool) -> None:
-    values = np.random.default_rng(3).normal(0.8, 0.03, (8, 3))
-    if replace:
-        subsets = list(itertools.product(range(8), repeat=3))
-    else:
-        subsets = list(itertools.combinations(range(8), 3))
-    exact = _exact_win(values, subsets)
+def _exact_independent(values: np.ndarray, k: int, replace: bool = False) -> np.ndarray:
+    """Independent win shares by enumeration: every combination of one k-draw per method
+    (k-subsets of its own finite seeds, or k-tuples with replacement) equally likely, ties
+    split."""
+    per_method = []
+    for column in values.T:
+        pool = column[np.isfinite(column)]
+        draws = (
+            itertools.product(range(len(pool)), repeat=k)
+            if replace
+            else itertools.combinations(range(len(pool)), k)
+        )
+        per_method.append(np.array([pool[list(d)].mean() for d in draws]))
+    grids = np.meshgrid(*per_method, indexing="ij")
+    means = np.stack([g.ravel() for g in grids], axis=1)  # every combination of draws
+    best = np.isclose(means, means.max(axis=1, keepdims=True), rtol=0, atol=1e-12)
+    return (best / best.sum(axis=1, keepdims=True)).mean(axis=0)
+
+
+def _exact(values: np.ndarray, k: int, pairing: str, replace: bool = False) -> np.ndarray:
+    if pairing == "independent":
+        return _exact_independent(values, k, replace)
+    pool = values[np.isfinite(values).all(axis=1)]
+    n = len(pool)
+    draws = (
+        itertools.product(range(n), repeat=k) if replace else itertools.combinations(range(n), k)
+    )
+    return _exact_win(pool, list(draws))
+
+
+def _pool(n_seeds: int = 8) -> np.ndarray:
+    """(n_seeds, 3) AUROCs of the result fixture (one failed seed, a shared class-split
+    effect), plus one failure of odin alone, so the methods' pools differ."""
+    values, _ = score_matrix(make_results(n_seeds, failed=(2,), seed=3), "auroc")
+    values[5, 1] = np.nan
+    return values
+
+
+@pytest.mark.parametrize(
+    ("pairing", "replace", "k"),
+    [
+        ("independent", False, 3),
+        ("paired", False, 3),
+        ("independent", True, 2),
+        ("paired", True, 3),
+    ],
+)
+def test_win_probability_matches_exact_enumeration(pairing: str, replace: bool, k: int) -> None:
+    values = _pool()  # 7 finite seeds per method (6 for odin, 6 complete)
+    exact = _exact(values, k, pairing, replace)
     n_draws = 200_000
-    got = win_probability(values, k=3, n_draws=n_draws, replace=replace, rng=0)
+    got = win_probability(values, k, n_draws, replace, rng=0, pairing=pairing)
+    # Each share is a mean of n_draws i.i.d. draws in [0, 1]: its standard error is at most
+    # sqrt(p(1-p)/n_draws) (ties make it smaller), so 4.5 SE is a < 1e-5 false-alarm bound.
     se = np.sqrt(exact * (1 - exact) / n_draws)
     assert np.all(np.abs(got - exact) <= 4.5 * se + 1e-12), (got, exact)
+    np.testing.assert_allclose(got, exact, atol=0.01)
     assert got.sum() == pytest.approx(1.0)
+    assert exact.min() > 0.01 or pairing == "paired"  # a non-trivial comparison
 
 
-def test_win_probability_splits_ties_exactly() -> None:
+def test_independent_and_paired_draws_differ_with_a_shared_seed_effect() -> None:
+    # The fixture shifts whole seeds (class split): paired draws cancel the shift, so the
+    # baseline msp (0.015 below odin on every seed) rarely wins; independent draws do not.
+    values = _pool()
+    paired, independent = _exact(values, 3, "paired"), _exact(values, 3, "independent")
+    assert independent[0] > paired[0] + 0.02, (paired, independent)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # the failed seed's all-NaN row
+        no_shift = values - np.nanmean(values[:, [0, 2]], axis=1, keepdims=True)  # no seed effect
+    wins = [_exact(no_shift, 3, p)[0] for p in ("paired", "independent")]
+    assert abs(wins[0] - wins[1]) < abs(paired[0] - independent[0])
+
+
+@pytest.mark.parametrize("pairing", ["independent", "paired"])
+def test_win_probability_splits_ties_exactly(pairing: str) -> None:
     rng = np.random.default_rng(4)
     a = rng.normal(0.8, 0.03, 8)
     values = np.column_stack([a, a, a - 0.5])  # two identical methods, one always worse
-    np.testing.assert_allclose(win_probability(values, k=3, n_draws=1000, rng=0), [0.5, 0.5, 0])
+    got = win_probability(values, k=3, n_draws=20_000, rng=0, pairing=pairing)
+    if pairing == "paired":
+        np.testing.assert_allclose(got, [0.5, 0.5, 0])
+    else:
+        np.testing.assert_allclose(got, [0.5, 0.5, 0], atol=0.02)
     constant = np.full((10, 4), 0.7)
-    np.testing.assert_allclose(win_probability(constant, k=5, n_draws=500, rng=0), 0.25)
+    got = win_probability(constant, k=5, n_draws=500, rng=0, pairing=pairing)
+    np.testing.assert_allclose(got, 0.25)  # every draw is a four-way tie
     # Enumeration with a partial tie: method 1 equals method 0 on half of the seeds.
     values = rng.normal(0.8, 0.03, (7, 3))
     values[:4, 1] = values[:4, 0]
-    exact = _exact_win(values, list(itertools.combinations(range(7), 2)))
-    got = win_probability(values, k=2, n_draws=200_000, rng=1)
-    np.testing.assert_allclose(got, exact, atol=0.01)
+    got = win_probability(values, k=2, n_draws=200_000, rng=1, pairing=pairing)
+    np.testing.assert_allclose(got, _exact(values, 2, pairing), atol=0.01)
 
 
 def test_win_probability_monte_carlo_error_shrinks_like_sqrt_draws() -> None:
     values = np.random.default_rng(5).normal(0.8, 0.03, (8, 3))
-    exact = _exact_win(values, list(itertools.combinations(range(8), 3)))
+    exact = _exact(values, 3, "independent")
     rng = np.random.default_rng(6)
 
     def rms_error(n_draws: int) -> float:
@@ -158,30 +221,65 @@ def test_win_probability_monte_carlo_error_shrinks_like_sqrt_draws() -> None:
 
 def test_win_probability_direction_nan_seeds_and_errors() -> None:
     values = np.random.default_rng(7).normal(0.5, 0.1, (30, 4))
-    low = win_probability(values, higher_is_better=False, rng=1)
-    np.testing.assert_allclose(low, win_probability(-values, rng=1))
-    with_nan = np.vstack([values, np.full((1, 4), np.nan)])
-    with_nan[0, 2] = np.nan
+    for pairing in ("independent", "paired"):
+        low = win_probability(values, higher_is_better=False, rng=1, pairing=pairing)
+        np.testing.assert_allclose(low, win_probability(-values, rng=1, pairing=pairing))
+    with_nan = np.vstack([values, np.full((1, 4), np.nan)])  # a failed seed: no-op
+    np.testing.assert_allclose(win_probability(with_nan, rng=2), win_probability(values, rng=2))
+    with_nan[0, 2] = np.nan  # paired drops the seed for every method ...
     np.testing.assert_allclose(
-        win_probability(with_nan, rng=2), win_probability(with_nan[1:-1], rng=2)
+        win_probability(with_nan, rng=2, pairing="paired"),
+        win_probability(values[1:], rng=2, pairing="paired"),
     )
-    with pytest.raises(ValueError, match="complete seeds"):
-        win_probability(values[:4], k=5)
-    assert win_probability(values[:4], k=5, replace=True, n_draws=50, rng=0).sum() == 1
+    # ... independent only for method 2: the others keep drawing from all 30 seeds.
+    got = win_probability(with_nan, n_draws=200_000, rng=2, pairing="independent")
+    np.testing.assert_allclose(got, win_probability(values, n_draws=200_000, rng=3), atol=0.01)
+    for pairing in ("independent", "paired"):
+        with pytest.raises(ValueError, match="seeds"):
+            win_probability(values[:4], k=5, pairing=pairing)
+        got = win_probability(values[:4], k=5, replace=True, n_draws=50, rng=0, pairing=pairing)
+        assert got.sum() == pytest.approx(1)
+    with pytest.raises(ValueError, match="pairing must be"):
+        win_probability(values, pairing="bootstrap")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="pairing must be"):
+        win_probabilities(make_results(), "auroc", pairing="both")  # type: ignore[arg-type]
 
 
-def test_win_probability_is_fast() -> None:
+def test_win_probability_argpartition_path_for_large_k() -> None:
+    # k = 18 of 20 seeds (k² > 16 n) draws by partial sorting instead of Floyd's algorithm;
+    # an 18-subset is the complement of a 2-subset, which keeps the enumeration small.
+    values = np.random.default_rng(12).normal(0.8, 0.03, (20, 3))
+    n, k = 20, 18
+    pairs = itertools.combinations(range(n), n - k)
+    exact = _exact_win(values, [tuple(sorted(set(range(n)) - set(c))) for c in pairs])
+    got = win_probability(values, k, 100_000, rng=0, pairing="paired")
+    np.testing.assert_allclose(got, exact, atol=0.01)
+    values[0, 1] = np.nan  # independent: method 1 draws 18 of its 19 seeds
+    exact = _exact_independent(values, k)
+    got = win_probability(values, k, 100_000, rng=0, pairing="independent")
+    np.testing.assert_allclose(got, exact, atol=0.01)
+
+
+def test_win_probability_at_the_study_scale() -> None:
+    """10 methods x 1,000 seeds x 10,000 draws (its speed is measured in benchmarks/, not here)."""
     values = np.random.default_rng(8).normal(0.8, 0.03, (1000, 10))
-    start = time.perf_counter()
-    p = win_probability(values, k=5, n_draws=10_000, rng=0)
-    assert time.perf_counter() - start < 1.0
-    assert p.shape == (10,) and p.sum() == pytest.approx(1.0)
+    for pairing in ("independent", "paired"):
+        p = win_probability(values, k=5, n_draws=10_000, rng=0, pairing=pairing)
+        assert p.shape == (10,) and p.sum() == pytest.approx(1.0)
 
 
 def test_win_probabilities_over_results() -> None:
     results = make_results(levels=("0", "1"), models=("svhn", "noise"))
     wp = win_probabilities(results, "auroc", k=5, n_draws=2000, rng=0)
     assert set(wp.dims) == {"method", "severity", "model"}
+    assert wp.attrs == {"k": 5, "n_draws": 2000, "replace": False, "pairing": "independent"}
+    paired = win_probabilities(results, "auroc", k=5, n_draws=2000, rng=0, pairing="paired")
+    assert paired.attrs["pairing"] == "paired"
+    cell = {"severity": "0", "model": "svhn"}
+    v = results["score"].sel(metric="auroc", **cell).transpose("seed", "method").values
+    np.testing.assert_allclose(
+        paired.sel(cell), win_probability(v, 5, 2000, rng=1, pairing="paired"), atol=0.05
+    )
     np.testing.assert_allclose(wp.sum("method"), 1.0)
     cell = {"severity": "1", "model": "svhn"}
     v = results["score"].sel(metric="auroc", **cell).transpose("seed", "method").values
@@ -228,6 +326,45 @@ def test_required_simulations_welch_and_paired_match_scipy() -> None:
                 assert required_simulations(a, b, alpha, name) == expected
 
 
+@pytest.mark.parametrize("test", ["welch", "paired", "wilcoxon"])
+def test_failed_seeds_are_dropped_for_both_methods(test: str) -> None:
+    # A seed where either method failed is dropped for both, for Welch too: "the first n
+    # seeds" are the same n seeds of both methods.
+    values, _ = score_matrix(make_results(40, failed=(3,)), "auroc")
+    a, b = values[:, 0].copy(), values[:, 2].copy()
+    a[7], b[12] = np.nan, np.nan  # one method fails alone, once each
+    keep = np.isfinite(a) & np.isfinite(b)
+    assert keep.sum() == 37
+    np.testing.assert_array_equal(
+        sequential_p_values(a, b, test), sequential_p_values(a[keep], b[keep], test)
+    )
+    assert required_simulations(a, b, test=test) == required_simulations(
+        a[keep], b[keep], test=test
+    )
+    if test == "welch":  # scipy's Welch test on the same first n complete seeds
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            ref = [
+                sps.ttest_ind(a[keep][:n], b[keep][:n], equal_var=False).pvalue
+                for n in range(2, 38)
+            ]
+        np.testing.assert_allclose(sequential_p_values(a, b, test)[1:], ref, rtol=1e-7)
+    with pytest.raises(ValueError, match="same seeds"):
+        required_simulations(a, b[:-1], test=test)
+
+
+def test_required_simulations_table_uses_the_seeds_both_methods_have() -> None:
+    results = make_results(30)
+    results["score"].loc[{"seed": 105, "method": "odin"}] = np.nan  # odin alone fails
+    table = required_simulations_table(results, "auroc", alpha=0.2)
+    values, names = score_matrix(results, "auroc")
+    for i, j in itertools.combinations(range(3), 2):
+        keep = np.isfinite(values[:, i]) & np.isfinite(values[:, j])
+        n = required_simulations(values[keep, i], values[keep, j], alpha=0.2)
+        got = table.sel({"method": names[i], "versus": names[j], "severity": "all"}).item()
+        assert (np.isnan(got) and n is None) or got == n
+
+
 def test_required_simulations_wilcoxon_matches_scipy() -> None:
     rng = np.random.default_rng(10)
     for _ in range(5):
@@ -250,12 +387,8 @@ def test_required_simulations_degenerate_and_never() -> None:
     a = np.random.default_rng(11).normal(0.8, 0.02, 50)
     assert required_simulations(a, a.copy(), test="welch") is None
     assert np.isnan(sequential_p_values(a, a.copy(), "paired")).all()
-    # Failed seeds are skipped: NaN in one method shifts only that method for Welch.
-    b = a + 0.05
-    b_nan = np.insert(b, 1, np.nan)
-    assert required_simulations(np.append(a, 0.8), b_nan) == required_simulations(a, b)
     with pytest.raises(ValueError, match="test must be"):
-        required_simulations(a, b, test="mann-whitney")  # type: ignore[arg-type]
+        required_simulations(a, a + 0.05, test="mann-whitney")  # type: ignore[arg-type]
 
 
 def test_required_simulations_table_is_symmetric_and_matches() -> None:

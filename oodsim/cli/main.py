@@ -94,16 +94,22 @@ def _print_failures(results) -> None:
 
 
 def _print_win_probabilities(results, metric: str, k: int = 5) -> None:
-    """P(each method has the best mean over k random seeds), per cell (OOD set, level, model)."""
+    """P(each method has the best mean over k random seeds, drawn independently per method),
+    per cell (OOD set, level, model); only for an OOD metric (accuracy is the same for every
+    detector), the first one of the results when ``metric`` is not one."""
     # loaded by the command that needs it, so `oodsim --help` stays fast
-    from oodsim.stats import win_probabilities
+    from oodsim.stats import PAIRING_LABELS, is_ood_metric, win_probabilities
 
     if results.sizes["method"] < 2 or results.sizes["seed"] < k:
         return
-    if metric not in results.metric.values:
-        metric = str(results.metric.values[0])
-    probability = win_probabilities(results, metric=metric, k=k, rng=0)
-    print(f"\nP(best mean {metric} in a {k}-seed comparison):")
+    names = [str(m) for m in results.metric.values]
+    if metric not in names or not is_ood_metric(metric):
+        metric = next((m for m in names if is_ood_metric(m)), None)
+        if metric is None:
+            return
+    pairing = "independent"
+    probability = win_probabilities(results, metric=metric, k=k, rng=0, pairing=pairing)
+    print(f"\nP(best mean {metric} in a {k}-seed comparison; {PAIRING_LABELS[pairing]}):")
     for labels, row in _rows(probability):
         cells = "  ".join(
             f"{m}={p:.2f}" for m, p in zip(row["method"].values, row.values) if p >= 0.005

@@ -20,6 +20,8 @@ from matplotlib.figure import Figure
 from scipy import stats as sps
 
 from oodsim.stats import (
+    PAIRING_LABELS,
+    PAIRINGS,
     StopDecision,
     as_score,
     estimate,
@@ -28,7 +30,14 @@ from oodsim.stats import (
     variance_components_table,
     win_probabilities,
 )
-from oodsim.stats._common import cell_label, iter_cells, metrics_of, select_metric
+from oodsim.stats._common import (
+    cell_label,
+    is_ood_metric,
+    iter_cells,
+    metrics_of,
+    ood_metrics,
+    select_metric,
+)
 
 _NCOLS = 3
 _GRID = 256
@@ -163,11 +172,19 @@ def plot_win_probability(
     k: int = 5,
     n_draws: int = 10_000,
     rng: np.random.Generator | int | None = 0,
+    pairing: str = "independent",
 ) -> Path:
-    """Bar chart of the probability that each method has the best mean over ``k`` seeds."""
+    """Bar chart of the probability that each method has the best mean over ``k`` seeds
+    (``pairing`` as in :func:`oodsim.stats.win_probability`, named in the title). Only OOD
+    metrics: ``accuracy`` is the same for every detector and raises ValueError."""
     score = as_score(results)
     metric = metric or _default_metric(score)
-    wp = win_probabilities(results, metric, k=k, n_draws=n_draws, rng=rng)
+    if not is_ood_metric(metric):
+        raise ValueError(
+            f"win probabilities rank OOD detectors; {metric!r} is not an OOD metric "
+            f"(use one of {', '.join(ood_metrics(score)) or 'none'})"
+        )
+    wp = win_probabilities(results, metric, k=k, n_draws=n_draws, rng=rng, pairing=pairing)
     cells = list(iter_cells(wp, ("method",)))
     fig, axes = _figure(len(cells))
     for ax, (labels, cell) in zip(axes, cells, strict=False):
@@ -177,7 +194,10 @@ def plot_win_probability(
         ax.set_ylim(0, 1)
         ax.set_ylabel("P(best mean)")
         ax.set_title(cell_label(labels) or metric, fontsize=9)
-    fig.suptitle(f"Win probability of {k}-seed comparisons ({metric}, {n_draws} draws)")
+    fig.suptitle(
+        f"P(best mean {metric} over {k} seeds)\n{PAIRING_LABELS[pairing]}, {n_draws} draws",
+        fontsize=10,
+    )
     return _save(fig, path)
 
 
@@ -296,9 +316,14 @@ def format_summary_table(
     return title + "\n" + _estimate_table(results, confidence, markdown=False, digits=digits)
 
 
-def _win_table(results: xr.Dataset | xr.DataArray, k: int, n_draws: int, rng: object) -> str:
+def _win_table(
+    results: xr.Dataset | xr.DataArray, k: int, n_draws: int, rng: object, pairing: str
+) -> str:
+    """Win probabilities of every OOD metric (``accuracy`` is the same for every detector)."""
     score = as_score(results)
-    wp = win_probabilities(results, None, k=k, n_draws=n_draws, rng=rng)
+    wp = win_probabilities(
+        results, ood_metrics(score), k=k, n_draws=n_draws, rng=rng, pairing=pairing
+    )
     outer = _varying(wp, ("method", "metric"))
     metrics = metrics_of(wp, None)
     header = [*outer, "method", *metrics]
@@ -353,6 +378,33 @@ def _variance_table(results: xr.Dataset, confidence: float) -> str | None:
     return _render(header, rows, markdown=True)
 
 
+def _win_text(
+    results: xr.Dataset | xr.DataArray,
+    k: int,
+    n_draws: int,
+    rng: object,
+    pairing: str,
+    ood: list[str],
+) -> str:
+    """The win-probability section of ``summary.md``: what was drawn, then the table."""
+    score = as_score(results)
+    if score.sizes["seed"] < k:
+        return f"Not computed: the results have {score.sizes['seed']} seeds, fewer than k = {k}."
+    if not ood:
+        return "Not computed: the results have no OOD metric."
+    how = {
+        "independent": f"each method's {k} seeds drawn from its own seeds, as in the study",
+        "paired": f"one draw of {k} seeds shared by all methods",
+    }[pairing]
+    skipped = [name for name in metrics_of(score, None) if name not in ood]
+    note = f" {', '.join(skipped)}: left out, the same for every detector." if skipped else ""
+    return (
+        f"Probability that a method has the best mean in a {k}-seed experiment "
+        f"({PAIRING_LABELS[pairing]}: {how}; {n_draws} draws without replacement, "
+        f"ties split).{note}\n\n" + _win_table(results, k, n_draws, rng, pairing)
+    )
+
+
 def write_report(
     results: xr.Dataset | xr.DataArray,
     out_dir: str | Path,
@@ -361,11 +413,15 @@ def write_report(
     alpha: float = 0.05,
     n_draws: int = 10_000,
     rng: np.random.Generator | int | None = 0,
+    pairing: str = "independent",
 ) -> Path:
     """Write all plots and ``summary.md`` (estimates, win probabilities, required
     simulations, variance components by class split, stopping decision) into ``out_dir``;
     return the path of ``summary.md``. ``metric`` (default auroc) drives the per-metric
-    plots and the required-simulations table."""
+    plots and the required-simulations table; win probabilities cover the OOD metrics only
+    and draw seeds as ``pairing`` says (see :func:`oodsim.stats.win_probability`)."""
+    if pairing not in PAIRINGS:
+        raise ValueError(f"pairing must be one of {', '.join(PAIRINGS)}, got {pairing!r}")
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     score = as_score(results)
@@ -373,6 +429,8 @@ def write_report(
     rng = np.random.default_rng(rng)
     n_panels = int(np.prod([n for d, n in score.sizes.items() if d not in ("seed", "method")]))
     enough = score.sizes["seed"] >= k  # a k-seed experiment needs k seeds to draw from
+    ood = ood_metrics(score)
+    win_metric = metric if is_ood_metric(metric) else (ood[0] if ood else None)
     figures = {
         "distributions.png": plot_distributions(
             results, out / "distributions.png", None if n_panels <= _MAX_PANELS else metric
@@ -382,9 +440,15 @@ def write_report(
         ),
         "running_mean.png": plot_running_mean(results, out / "running_mean.png", metric),
     }
-    if enough:
+    if enough and win_metric is not None:
         figures["win_probability.png"] = plot_win_probability(
-            results, out / "win_probability.png", metric, k=k, n_draws=n_draws, rng=rng
+            results,
+            out / "win_probability.png",
+            win_metric,
+            k=k,
+            n_draws=n_draws,
+            rng=rng,
+            pairing=pairing,
         )
     n_failed = int(np.isnan(score).all(dim=[d for d in score.dims if d != "seed"]).sum())
     note = _fixed_note(score, ("seed", "method", "metric"))
@@ -407,12 +471,7 @@ def write_report(
         "",
         "## Win probability",
         "",
-        f"Probability that a method has the best mean in a {k}-seed experiment "
-        f"({n_draws} random {k}-seed subsets, ties split).",
-        "",
-        _win_table(results, k, n_draws, rng)
-        if enough
-        else f"Not computed: the results have {score.sizes['seed']} seeds, fewer than k = {k}.",
+        _win_text(results, k, n_draws, rng, pairing, ood),
         "",
         "## Required simulations",
         "",

@@ -8,7 +8,13 @@ Every function takes either plain arrays (n_seeds, n_methods) or the results Dat
 
 from __future__ import annotations
 
-from oodsim.stats._common import LOWER_IS_BETTER, as_score, higher_is_better, score_matrix
+from oodsim.stats._common import (
+    LOWER_IS_BETTER,
+    as_score,
+    higher_is_better,
+    is_ood_metric,
+    score_matrix,
+)
 from oodsim.stats.estimates import estimate, running_interval
 from oodsim.stats.significance import (
     TESTS,
@@ -28,11 +34,13 @@ from oodsim.stats.stopping import (
     pairwise_lower_bounds,
 )
 from oodsim.stats.variance import variance_components, variance_components_table
-from oodsim.stats.win import win_probabilities, win_probability
+from oodsim.stats.win import PAIRING_LABELS, PAIRINGS, win_probabilities, win_probability
 
 __all__ = [
     "BOUNDARIES",
     "LOWER_IS_BETTER",
+    "PAIRINGS",
+    "PAIRING_LABELS",
     "STOPPING_RULES",
     "TESTS",
     "StopDecision",
@@ -44,6 +52,7 @@ __all__ = [
     "decide_ranking",
     "estimate",
     "higher_is_better",
+    "is_ood_metric",
     "pairwise_lower_bounds",
     "required_simulations",
     "required_simulations_table",

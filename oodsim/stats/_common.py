@@ -8,6 +8,8 @@ from collections.abc import Iterator, Sequence
 import numpy as np
 import xarray as xr
 
+from oodsim.metrics import KAPPA_METRICS, METRICS
+
 #: Metrics for which a lower value is better; every other metric is "higher is better".
 LOWER_IS_BETTER: frozenset[str] = frozenset({"fpr95", "fpr", "fpr@95tpr", "fpr_at_95tpr"})
 
@@ -15,6 +17,23 @@ LOWER_IS_BETTER: frozenset[str] = frozenset({"fpr95", "fpr", "fpr@95tpr", "fpr_a
 def higher_is_better(metric: str) -> bool:
     """Whether a larger value of ``metric`` means a better detector (False only for FPR-type)."""
     return str(metric).lower() not in LOWER_IS_BETTER
+
+
+def is_ood_metric(metric: str) -> bool:
+    """Whether ``metric`` scores the OOD detector (a κ metric such as AUROC or FPR95) rather
+    than the classifier (``accuracy``, the same for every detector of a seed).
+
+    Names :mod:`oodsim.metrics` does not know (a protocol's own, e.g. ImageNet-O's ``aupr``)
+    count as OOD metrics.
+    """
+    name = str(metric)
+    return name in KAPPA_METRICS or name not in METRICS
+
+
+def ood_metrics(score: xr.DataArray) -> list[str]:
+    """The OOD (κ) metrics of ``score``, in its order: the ones a ranking of detectors means
+    something for (win probabilities skip ``accuracy``)."""
+    return [name for name in metrics_of(score, None) if is_ood_metric(name)]
 
 
 def as_score(results_or_score: xr.Dataset | xr.DataArray) -> xr.DataArray:

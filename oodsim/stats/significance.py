@@ -17,18 +17,20 @@ TESTS: tuple[str, ...] = ("welch", "paired", "wilcoxon")
 
 
 def _prepare(a: np.ndarray, b: np.ndarray, test: str) -> tuple[np.ndarray, np.ndarray]:
-    """Drop failed (NaN) seeds: per method for Welch, pairwise for the paired tests."""
+    """The seeds where both methods have a finite score, in seed order, for every test.
+
+    ``a`` and ``b`` are one score per seed, the same seeds in the same order, so dropping a
+    seed where either method failed (NaN) keeps "the first n seeds" the same seeds for both;
+    Welch's statistic still treats the two samples as independent.
+    """
     if test not in TESTS:
         raise ValueError(f"test must be one of {', '.join(TESTS)}, got {test!r}")
     a = np.asarray(a, dtype=float).ravel()
     b = np.asarray(b, dtype=float).ravel()
-    if test == "welch":
-        a, b = a[np.isfinite(a)], b[np.isfinite(b)]
-        n = min(len(a), len(b))
-        return a[:n], b[:n]
     if len(a) != len(b):
         raise ValueError(
-            f"a {test} test needs the same seeds for both methods: {len(a)} != {len(b)}"
+            f"a {test} test compares two methods on the same seeds: got {len(a)} and "
+            f"{len(b)} scores"
         )
     keep = np.isfinite(a) & np.isfinite(b)
     return a[keep], b[keep]
@@ -72,8 +74,9 @@ def sequential_p_values(a: np.ndarray, b: np.ndarray, test: TestName = "welch") 
     or both samples constant and equal). ``"welch"`` (unequal-variance t-test, as in the
     paper) and ``"paired"`` (t-test of the per-seed differences) are vectorized over n with
     cumulative sums; ``"wilcoxon"`` (signed-rank test of the differences, zero differences
-    dropped) loops over scipy. NaN seeds are dropped first: per method for Welch, in pairs
-    for the paired tests.
+    dropped) loops over scipy. ``a`` and ``b`` hold the same seeds in the same order; a seed
+    where either method is NaN (failed) is dropped for both, for every test, so n counts
+    the same seeds of both methods.
     """
     a, b = _prepare(a, b, test)
     if test == "wilcoxon":
@@ -118,10 +121,12 @@ def required_simulations(
     each method rejects equal means at level ``alpha`` (p < alpha); None if it never does.
 
     This is the paper's Figure 5 quantity. Seeds are taken in the given order after dropping
-    failed (NaN) seeds. Two constant samples with equal values are never significantly
-    different; two constant samples with different values are (p = 0, the limit of the t
-    statistic, as scipy reports it). The answer is a property of one seed ordering, not a
-    power calculation: do not use it to stop an experiment (see the ``ranking`` rule).
+    every seed where either method failed (NaN), so both methods use the same n seeds (for
+    Welch too); ``a`` and ``b`` must have the same length. Two constant samples with equal
+    values are never significantly different; two constant samples with different values
+    are (p = 0, the limit of the t statistic, as scipy reports it). The answer is a
+    property of one seed ordering, not a power calculation: do not use it to stop an
+    experiment (see the ``ranking`` rule).
     """
     check_alpha(alpha)
     if test == "wilcoxon":
@@ -140,8 +145,9 @@ def required_simulations_table(
 ) -> xr.DataArray:
     """:func:`required_simulations` for every pair of methods: dims (..., method, versus).
 
-    Symmetric; NaN on the diagonal and where the test never rejects. Other dims (severity,
-    ood, ...) are kept; one metric (a string) drops the ``metric`` dim.
+    Symmetric; NaN on the diagonal and where the test never rejects. Each pair uses the seeds
+    where both methods have a score (see :func:`required_simulations`). Other dims
+    (severity, ood, ...) are kept; one metric (a string) drops the ``metric`` dim.
     """
     check_alpha(alpha)
     score = as_score(results)
