@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 import oodsim
+from oodsim.cli import main as cli_main
 from oodsim.data.registry import ImageData, load_dataset, register_dataset
 from oodsim.engine import OutputExists
 from oodsim.errors import SpecError
@@ -121,7 +122,7 @@ def test_an_interrupted_run_says_how_many_seeds_are_stored_and_resumes(tmp_path:
     assert store_counts(again)["computed"].get("checkpoint", 0) <= 8 - stored
 
 
-def test_results_of_another_spec_are_never_replaced_silently(tmp_path: Path) -> None:
+def test_results_of_another_spec_are_never_replaced_silently(tmp_path: Path, capsys) -> None:
     cache, out = tmp_path / "cache", tmp_path / "r.zarr"
     first = small_digits(2)
     oodsim.run(first, cache=cache, out=out, n_workers=1, progress=False)
@@ -130,10 +131,14 @@ def test_results_of_another_spec_are_never_replaced_silently(tmp_path: Path) -> 
     with pytest.raises(OutputExists, match="results of another spec.*overwrite=True"):
         oodsim.run(other, cache=cache, out=out, progress=False)
     assert oodsim.open_results(out).sizes["seed"] == 2  # untouched
+    path = tmp_path / "other.toml"
+    path.write_text(_toml(other))
+    assert cli_main(["run", str(path), "--cache", str(cache), "--out", str(out)]) == 2
+    assert "oodsim run --overwrite" in capsys.readouterr().err
     foreign = tmp_path / "notes"
     foreign.mkdir()
     (foreign / "mine.txt").write_text("not oodsim's")
-    with pytest.raises(OutputExists, match="no oodsim results"):
+    with pytest.raises(OutputExists, match="is not oodsim results"):
         oodsim.run(first, cache=cache, out=foreign, progress=False)
     assert (foreign / "mine.txt").read_text() == "not oodsim's"
     replaced = oodsim.run(other, cache=cache, out=out, n_workers=1, progress=False, overwrite=True)

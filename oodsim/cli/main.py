@@ -28,14 +28,23 @@ def add_run_options(command: argparse.ArgumentParser) -> None:
     )
     command.add_argument("--metric", default="auroc", help="metric of the printed tables")
     command.add_argument("--report", help="also write plots and a summary into this folder")
+    command.add_argument(
+        "--overwrite",
+        action="store_true",
+        help="replace results of another spec at --out (refused otherwise)",
+    )
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
     # loaded by the command that needs it, so `oodsim --help` stays fast
     from oodsim.engine import load, run
     from oodsim.report import format_summary_table, write_report
+    from oodsim.store import default_root
 
     spec = load(args.spec)
+    cache = Path(args.cache) if args.cache else default_root()
+    if not cache.exists():
+        print(f"oodsim: starting an empty cache at {cache.resolve()}", file=sys.stderr)
     out = Path(args.out) if args.out else Path("results") / f"{spec.name}.zarr"
     started = time.perf_counter()
     results = run(
@@ -46,6 +55,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
         out=out,
         progress=not args.quiet,
         worker_timeout=args.worker_timeout,
+        overwrite=args.overwrite,
     )
     seconds = time.perf_counter() - started
     if results.attrs["protocol"] == "severity":
@@ -63,7 +73,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
     failed = f" ({n_failed} failed)" if n_failed else ""
     print(
         f"\n{results.sizes['seed']} {_unit(results)}{failed} in {seconds:.1f} s "
-        f"(store: {results.attrs['store']}); results written to {out}"
+        f"(store {cache}: {results.attrs['store']}); results written to {out}"
     )
     return 0
 
