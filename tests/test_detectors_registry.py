@@ -60,8 +60,10 @@ def test_builtins_are_available_with_their_metadata() -> None:
         "batch_size": 256,
     }
     assert "Mahalanobis" in get_detector("mahalanobis").doc
+    # version 2: the softmax κ became log-odds / −log entropy (issue 10, no saturation ties)
+    bumped = {"msp", "temperature", "entropy", "odin", "mc_dropout", "mc_dropout_entropy"}
     for name in BUILTINS:
-        assert get_detector(name).version == "1"
+        assert get_detector(name).version == ("2" if name in bumped else "1"), name
 
 
 def test_unknown_name_suggests_a_close_one() -> None:
@@ -201,7 +203,9 @@ def test_extreme_logits_stay_finite() -> None:
     big = Outputs(logits=np.array([[1e4, -1e4, 0.0], [0.0, 0.0, 0.0]]))
     for name in ("msp", "entropy", "energy", "max_logit"):
         assert np.isfinite(confidence(name, big)).all()
-    np.testing.assert_allclose(confidence("msp", big), [1.0, 1 / 3])
+    # κ of msp is the log-odds of the max softmax p: 1e4 (p = 1 − e^−1e4) and log(1/2) (p = 1/3)
+    np.testing.assert_allclose(confidence("msp", big), [1e4, -np.log(2)])
+    assert confidence("entropy", big)[0] > 9000  # −log H, H ≈ 1e4·e^−1e4: not rounded to 0
 
 
 @pytest.fixture

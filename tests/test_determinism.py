@@ -153,7 +153,9 @@ def _changed(before: dict[str, set[str]], after: dict[str, set[str]]) -> set[str
         ),
         (
             lambda m: m.setitem(
-                _registry.BUILTINS, "odin", attrs.evolve(_registry.BUILTINS["odin"], version="2")
+                _registry.BUILTINS,
+                "odin",
+                attrs.evolve(_registry.BUILTINS["odin"], version="bumped"),
             ),
             {KAPPA},
         ),
@@ -176,7 +178,7 @@ def test_a_detector_version_bump_changes_only_that_detectors_kappa(
     odin, mc_dropout = SPEC.detectors[1], SPEC.detectors[2]
     before = {d.name: kappa_key(source, "in_test", d, streams) for d in (odin, mc_dropout)}
     monkeypatch.setitem(
-        _registry.BUILTINS, "odin", attrs.evolve(_registry.BUILTINS["odin"], version="2")
+        _registry.BUILTINS, "odin", attrs.evolve(_registry.BUILTINS["odin"], version="bumped")
     )
     after = {d.name: kappa_key(source, "in_test", d, streams) for d in (odin, mc_dropout)}
     assert after["odin"] != before["odin"] and after["mc_dropout"] == before["mc_dropout"]
@@ -199,7 +201,7 @@ def test_a_version_bump_recomputes_exactly_the_dependent_artifacts(
     assert computed() == {CHECKPOINT: 1, OUTPUTS: 1, KAPPA: 2}
     assert computed() == {}
     detector = _registry.BUILTINS["mc_dropout"]
-    monkeypatch.setitem(_registry.BUILTINS, "mc_dropout", attrs.evolve(detector, version="2"))
+    monkeypatch.setitem(_registry.BUILTINS, "mc_dropout", attrs.evolve(detector, version="bumped"))
     assert computed() == {KAPPA: 2}  # on the ID test set and the held-out OOD set
     monkeypatch.setattr(inference, "VERSION", "2")
     assert computed() == {OUTPUTS: 1, KAPPA: 2}  # the checkpoint still holds

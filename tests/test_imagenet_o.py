@@ -99,7 +99,8 @@ def test_max_softmax_is_stable_and_is_the_msp_detector() -> None:
     from oodsim.outputs import Outputs
 
     logits = np.array([[1000.0, 0.0], [5.0, 5.0]])
-    np.testing.assert_allclose(imagenet_o.max_softmax(logits), [1.0, 0.5])
+    # the msp κ: log-odds of the max softmax p (p = 1 − e^−1000 and 1/2), never rounded to 1
+    np.testing.assert_allclose(imagenet_o.max_softmax(logits), [1000.0, 0.0])
     z = np.random.default_rng(2).normal(0, 4, (50, 200)).astype(np.float32)
     assert np.array_equal(imagenet_o.max_softmax(z), confidence("msp", Outputs(logits=z)))
 

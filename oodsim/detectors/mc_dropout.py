@@ -9,14 +9,15 @@ the device or the global torch RNG: results are reproducible and batch-size inva
 
 from __future__ import annotations
 
+import math
 from typing import TYPE_CHECKING
 
 import numpy as np
-from scipy.special import xlogy
 
 from oodsim.detectors._checks import DetectorInputError, integer
 from oodsim.detectors._registry import builtin
 from oodsim.detectors._torch import check_model_inputs, device_of, eval_mode, row_batches
+from oodsim.detectors.logits import log_odds_of_top, negative_log_entropy_of_log_probs
 from oodsim.outputs import Outputs
 
 if TYPE_CHECKING:
@@ -91,7 +92,7 @@ def _dropout_modules(model: torch.nn.Module) -> list[torch.nn.Module]:
     return found
 
 
-def mean_softmax(
+def mean_log_softmax(
     model: torch.nn.Module,
     inputs: torch.Tensor,
     *,
@@ -99,7 +100,11 @@ def mean_softmax(
     seed: int = 0,
     batch_size: int = 256,
 ) -> np.ndarray:
-    """(n, C) mean over ``n_passes`` dropout passes of the softmax, float64.
+    """(n, C) log of the mean over ``n_passes`` dropout passes of the softmax, float64.
+
+    The mean is formed in log space (``logaddexp`` of the passes' log-softmax, minus
+    log n_passes), so a class's small mean probability keeps its relative precision however
+    confident the top class is: the κ computed from it never round to a constant.
 
     When every dropout module sits in ``model.head`` the features ``model.embed(x)`` are computed
     once per batch and only the head runs ``n_passes`` times.
@@ -128,23 +133,23 @@ def mean_softmax(
                 for pass_index in range(n_passes):
                     masks.pass_index = pass_index
                     logits = head(z) if head_only else model(z)
-                    p = torch.softmax(logits.double(), dim=1)
-                    total = p if total is None else total + p
-                parts.append((total / n_passes).cpu().numpy())
+                    log_p = torch.log_softmax(logits.double(), dim=1)
+                    total = log_p if total is None else torch.logaddexp(total, log_p)
+                parts.append((total - math.log(n_passes)).cpu().numpy())
     finally:
         for handle in handles:
             handle.remove()
     return np.concatenate(parts) if parts else np.zeros((0, 1))
 
 
-def _mean_softmax_checked(name: str, model, inputs, n_passes, seed, batch_size) -> np.ndarray:
+def _mean_log_softmax_checked(name: str, model, inputs, n_passes, seed, batch_size) -> np.ndarray:
     batch_size = check_model_inputs(name, model, inputs, batch_size)
     n_passes = integer(name, "n_passes", n_passes, 1)
     seed = integer(name, "seed", seed, 0)
-    return mean_softmax(model, inputs, n_passes=n_passes, seed=seed, batch_size=batch_size)
+    return mean_log_softmax(model, inputs, n_passes=n_passes, seed=seed, batch_size=batch_size)
 
 
-@builtin("mc_dropout", needs={"model"}, stochastic=True)
+@builtin("mc_dropout", needs={"model"}, stochastic=True, version="2")
 def mc_dropout(
     outputs: Outputs | None,
     *,
@@ -155,12 +160,15 @@ def mc_dropout(
     seed: int = 0,
     batch_size: int = 256,
 ) -> np.ndarray:
-    """Max over classes of the mean softmax of ``n_passes`` dropout passes."""
-    p = _mean_softmax_checked("mc_dropout", model, inputs, n_passes, seed, batch_size)
-    return p.max(axis=1)
+    """Max over classes of the mean softmax of ``n_passes`` dropout passes, as its log-odds.
+
+    κ = log p̄_top − log Σ_{j≠top} p̄_j, the same ranking as p̄_top = max_c p̄_c (``expit(κ)``).
+    """
+    log_p = _mean_log_softmax_checked("mc_dropout", model, inputs, n_passes, seed, batch_size)
+    return log_odds_of_top(log_p)
 
 
-@builtin("mc_dropout_entropy", needs={"model"}, stochastic=True)
+@builtin("mc_dropout_entropy", needs={"model"}, stochastic=True, version="2")
 def mc_dropout_entropy(
     outputs: Outputs | None,
     *,
@@ -171,6 +179,11 @@ def mc_dropout_entropy(
     seed: int = 0,
     batch_size: int = 256,
 ) -> np.ndarray:
-    """Negative entropy of the mean softmax of ``n_passes`` dropout passes."""
-    p = _mean_softmax_checked("mc_dropout_entropy", model, inputs, n_passes, seed, batch_size)
-    return xlogy(p, p).sum(axis=1)
+    """Entropy H of the mean softmax of ``n_passes`` dropout passes, as κ = −log H.
+
+    The ranking of −H, never rounded to 0 for confident rows; ``exp(−κ)`` = H in nats.
+    """
+    log_p = _mean_log_softmax_checked(
+        "mc_dropout_entropy", model, inputs, n_passes, seed, batch_size
+    )
+    return negative_log_entropy_of_log_probs(log_p)

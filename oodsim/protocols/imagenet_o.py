@@ -37,7 +37,7 @@ from oodsim import metrics as _metrics
 from oodsim.data.builtin import IMAGE_SUFFIXES
 from oodsim.data.imagenet_classes import imagenet1k_wnids, imagenet_o_wnids
 from oodsim.detectors import NonFiniteKappaError, confidence, get_detector
-from oodsim.detectors.logits import max_softmax as _max_softmax
+from oodsim.detectors.logits import max_softmax_log_odds
 from oodsim.errors import DataNotFoundError, SpecError, UnknownNameError
 from oodsim.keys import digest, no_key
 from oodsim.models import zoo
@@ -102,10 +102,15 @@ def restrict_logits(
 
 
 def max_softmax(logits: np.ndarray) -> np.ndarray:
-    """Maximum softmax probability per row in float64: the κ of the registered ``msp``
-    detector (one implementation, so the protocol's MSP scores equal :func:`evaluate_logits`)."""
+    """The κ of the registered ``msp`` detector per row, float64: the log-odds
+    log p − log(1 − p) of the maximum softmax probability p (``scipy.special.expit(κ)`` = p).
+
+    One implementation, so the protocol's MSP scores equal :func:`evaluate_logits`; log-odds
+    rank exactly as p does but never round to 1.0, so confident images do not tie.
+    """
     logits = np.asarray(logits)
-    return _max_softmax(logits.reshape(-1, logits.shape[-1])).reshape(logits.shape[:-1])
+    flat = logits.reshape(-1, logits.shape[-1])
+    return max_softmax_log_odds(flat).reshape(logits.shape[:-1])
 
 
 def _as_subset_logits(
@@ -153,9 +158,9 @@ def evaluate_logits(
     Logits are ``(n, 1000)`` ImageNet-1k outputs in the sorted-wnid order of timm's list
     (pass ``class_wnids`` for another order or label space), or ``(n, 200)`` already
     restricted. ``id_classes`` defaults to the bundled 200 ImageNet-O classes. Returns
-    ``aupr`` (OOD positive, score −max softmax, trapezoid; the paper's metric), ``auroc``
-    (ID positive), ``fpr95``, ``chance`` (the OOD share: the AUPR of a random detector),
-    ``n_id`` and ``n_ood``.
+    ``aupr`` (OOD positive, score −max softmax ranked by its log-odds, trapezoid; the paper's
+    metric), ``auroc`` (ID positive), ``fpr95``, ``chance`` (the OOD share: the AUPR of a
+    random detector), ``n_id`` and ``n_ood``.
     """
     classes = imagenet_o_wnids() if id_classes is None else tuple(sorted(set(id_classes)))
     id_kappa = max_softmax(_as_subset_logits(id_logits, classes, class_wnids, "id_logits"))
