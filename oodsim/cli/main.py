@@ -43,8 +43,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
 
     spec = load(args.spec)
     cache = Path(args.cache) if args.cache else default_root()
-    if not cache.exists():
-        print(f"oodsim: starting an empty cache at {cache.resolve()}", file=sys.stderr)
+    new_cache = " (a new cache: it was empty)" if not cache.exists() else ""
     out = Path(args.out) if args.out else Path("results") / f"{spec.name}.zarr"
     started = time.perf_counter()
     results = run(
@@ -73,7 +72,8 @@ def _cmd_run(args: argparse.Namespace) -> int:
     failed = f" ({n_failed} failed)" if n_failed else ""
     print(
         f"\n{results.sizes['seed']} {_unit(results)}{failed} in {seconds:.1f} s "
-        f"(store {cache}: {results.attrs['store']}); results written to {out}"
+        f"(store {cache.resolve()}{new_cache}: {results.attrs['store']}); "
+        f"results written to {out}"
     )
     return 0
 
