@@ -28,7 +28,7 @@ def main() -> None:
     parser.add_argument("--seeds", type=int, default=100)
     parser.add_argument("--detector", default="energy")
     args = parser.parse_args()
-    spec = oodsim.load_spec(args.spec)
+    spec = oodsim.load(args.spec)
     base = attrs.evolve(spec, detectors=("msp",), seeds=attrs.evolve(spec.seeds, n=args.seeds))
     added = attrs.evolve(base, detectors=("msp", args.detector))
 

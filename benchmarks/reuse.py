@@ -34,7 +34,7 @@ def main() -> None:
     parser.add_argument("--seeds", type=int, default=50)
     parser.add_argument("--scaling-seeds", type=int, default=20)
     args = parser.parse_args()
-    spec = oodsim.load_spec(args.spec)
+    spec = oodsim.load(args.spec)
 
     def with_seeds(n: int, start: int = 0) -> oodsim.specs.ExperimentSpec:
         return attrs.evolve(spec, seeds=attrs.evolve(spec.seeds, n=n, start=start))

@@ -34,7 +34,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def _spec(seeds: int, start: int) -> oodsim.specs.ExperimentSpec:
-    spec = oodsim.load_spec(ROOT / "specs" / "digits.toml")
+    spec = oodsim.load(ROOT / "specs" / "digits.toml")
     return attrs.evolve(spec, seeds=attrs.evolve(spec.seeds, n=seeds, start=start))
 
 
