@@ -25,9 +25,16 @@ import attrs
 import numpy as np
 import xarray as xr
 
+from oodsim.errors import OodsimError
 from oodsim.store import summarize_events
 
 SCORE_DIMS = ("method", "metric", "severity")
+
+
+class ResultsNotFound(OodsimError, FileNotFoundError):
+    """A path that holds no results written by oodsim."""
+
+
 NO_SEVERITY = "all"
 
 
@@ -199,9 +206,17 @@ def open_results(path: str | Path) -> xr.Dataset:
     """Reopen results written by :func:`save_results` (or ``oodsim run --out``), in memory."""
     path = Path(path)
     if not path.exists():
-        raise FileNotFoundError(f"no results at {path}")
-    with xr.open_zarr(path, consolidated=False) as results:
-        results = results.load()
+        raise ResultsNotFound(f"no results at {path}")
+    try:
+        with xr.open_zarr(path, consolidated=False) as opened:
+            results = opened.load()
+    except Exception as error:  # a spec file, a folder of other things: say what it is not
+        raise ResultsNotFound(
+            f"{path} is not a results store written by oodsim (`oodsim run --out`, "
+            f"save_results): {type(error).__name__}"
+        ) from None
+    if "score" not in results.data_vars:
+        raise ResultsNotFound(f"{path} is a zarr store but holds no oodsim results (no 'score')")
     for name in list(results.variables):
         variable = results[name]
         if variable.dtype.kind in "OT":  # object or numpy StringDType: back to numpy unicode

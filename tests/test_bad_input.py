@@ -435,3 +435,21 @@ def test_download_without_network_fails_clearly(tmp_path: Path) -> None:
     last = done.stderr.strip().splitlines()[-1]
     assert last.startswith("oodsim.errors.DataNotFoundError: could not download cifar10")
     assert "no internet access" in last and "root=" in last
+
+
+@pytest.mark.parametrize("target", ["missing", "spec file", "empty folder"])
+def test_report_of_anything_but_results_is_one_error_line(tmp_path, capsys, target) -> None:
+    path = {
+        "missing": tmp_path / "missing.zarr",
+        "spec file": ROOT / "specs" / "digits.toml",
+        "empty folder": tmp_path,
+    }[target]
+    assert cli_main(["report", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("oodsim: error: ") and err.count("\n") == 1, err
+    assert "no results at" in err or "is not a results store written by oodsim" in err
+
+
+def test_debug_shows_the_traceback_instead(tmp_path) -> None:
+    with pytest.raises(FileNotFoundError, match="no results at"):
+        cli_main(["--debug", "report", str(tmp_path / "missing.zarr")])

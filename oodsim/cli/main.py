@@ -189,6 +189,7 @@ def _cmd_imagenet21k(args: argparse.Namespace) -> int:
 
 def parser() -> argparse.ArgumentParser:
     main = argparse.ArgumentParser(prog="oodsim", description=__doc__)
+    main.add_argument("--debug", action="store_true", help="show tracebacks of errors")
     commands = main.add_subparsers(dest="command", required=True)
 
     for name, text in (
@@ -229,11 +230,25 @@ def parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Run one command; every error is one ``oodsim: error: ...`` line and exit code 2
+    (``--debug`` shows the traceback instead)."""
     args = parser().parse_args(argv)
     try:
         return args.func(args)
-    except OodsimError as error:
-        print(f"oodsim: error: {error}", file=sys.stderr)
-        return 2
     except KeyboardInterrupt:
         return 130
+    except BrokenPipeError:  # `oodsim cache ls | head`: the reader left, nothing to report
+        sys.stderr.close()
+        return 0
+    except Exception as error:
+        if args.debug:
+            raise
+        message = str(error) if isinstance(error, OodsimError) else _describe(error)
+        print(f"oodsim: error: {message}", file=sys.stderr)
+        return 2
+
+
+def _describe(error: Exception) -> str:
+    """An unexpected error as one line: its type and message, and where to see more."""
+    text = str(error).strip().splitlines()[0] if str(error).strip() else ""
+    return f"{type(error).__name__}: {text} (run with --debug for the traceback)"
