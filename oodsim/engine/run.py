@@ -30,7 +30,14 @@ from oodsim.engine.work import Shipped, run_task, score_seed
 from oodsim.errors import OodsimError, SpecError
 from oodsim.protocols import protocol_of
 from oodsim.protocols.base import Protocol, Task
-from oodsim.results import Layout, SeedResult, build, save_results
+from oodsim.results import (
+    Layout,
+    ResultsNotFound,
+    SeedResult,
+    build,
+    open_results,
+    save_results,
+)
 from oodsim.store import Store, default_root
 
 
@@ -230,9 +237,8 @@ def check_out(out: str | Path, spec: Any, overwrite: bool) -> None:
     if overwrite or not path.exists():
         return
     try:
-        with xr.open_zarr(path, consolidated=False) as existing:
-            key = existing.attrs.get("spec_key")
-    except Exception:  # anything that is not a results store: never replaced silently
+        key = open_results(path).attrs.get("spec_key")
+    except ResultsNotFound:  # anything that is not oodsim results: never replaced silently
         key = None
     if key == spec.key:
         return

@@ -6,6 +6,11 @@ import numpy as np
 import torch
 
 
+def device() -> str:
+    """Where models run: ``"cuda"`` when torch sees a GPU, else ``"cpu"``."""
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
 def channel_stats(images: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Per-channel mean and std of uint8 images (N, H, W, C) scaled to [0, 1]."""
     scaled = images.reshape(-1, images.shape[-1]).astype(np.float64) / 255.0

@@ -31,7 +31,6 @@ from typing import Any
 
 import attrs
 import numpy as np
-import torch
 
 from oodsim import metrics as _metrics
 from oodsim.data.builtin import IMAGE_SUFFIXES
@@ -41,6 +40,7 @@ from oodsim.detectors.logits import max_softmax_log_odds
 from oodsim.errors import DataNotFoundError, SpecError, UnknownNameError
 from oodsim.keys import digest, no_key
 from oodsim.models import zoo
+from oodsim.models.tensors import device as model_device
 from oodsim.models.zoo import ModelRef
 from oodsim.outputs import Outputs
 from oodsim.protocols.base import Protocol, SeedFailed, Task, stored
@@ -224,10 +224,6 @@ def ood_files(ood_root: str | Path) -> list[Path]:
     return files
 
 
-def _device() -> str:
-    return "cuda" if torch.cuda.is_available() else "cpu"
-
-
 def _imagenet_classifier(ref: ModelRef) -> zoo.LoadedModel:
     """A zoo model that must be an ImageNet-1k classifier (1,000 outputs, sorted wnids)."""
     loaded = zoo.load_model(ref)
@@ -275,7 +271,7 @@ def evaluate_folders(
     else:
         ref = ModelRef(name=model, pretrained=pretrained, weights=weights, image_size=image_size)
     loaded = _imagenet_classifier(ref)
-    device = device or _device()
+    device = device or model_device()
     logits = [_infer_files(loaded, files, batch_size, device) for files in (in_files, out_files)]
     if save_logits is not None:
         folder = Path(save_logits)
@@ -533,7 +529,7 @@ def infer_logits(ref: ModelRef, sets: tuple[FileSet, ...], batch_size: int, stor
                     loaded.append(_imagenet_classifier(ref))
                 except SpecError as error:
                     raise SeedFailed(f"model {ref.label}: {error}") from None
-            logits = _infer_files(loaded[0], files.files, batch_size, _device())
+            logits = _infer_files(loaded[0], files.files, batch_size, model_device())
             if logits.shape != (len(files.files), 1000) or not np.isfinite(logits).all():
                 raise SeedFailed(
                     f"model {ref.label} gave non-finite or misshapen logits {logits.shape} on "

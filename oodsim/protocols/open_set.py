@@ -146,10 +146,10 @@ def entries(spec: ExperimentSpec, seed: int) -> list[tuple[str, str]]:
 
 
 def _device() -> str:
-    # torch loads only when a model runs
-    import torch
+    # imports torch: only when a model is built, trained or run
+    from oodsim.models.tensors import device
 
-    return "cuda" if torch.cuda.is_available() else "cpu"
+    return device()
 
 
 @attrs.define

@@ -20,6 +20,7 @@ import torch
 
 from oodsim.detectors import NonFiniteKappaError, confidence
 from oodsim.keys import digest
+from oodsim.models.tensors import device as model_device
 from oodsim.models.zoo import (
     LoadedModel,
     ModelRef,
@@ -92,10 +93,6 @@ def load_model(ref: ModelRef, seed: int | None, store: Store) -> LoadedModel:
     return LoadedModel(model.eval(), preprocessing, len(split.classes.known), None, source, split)
 
 
-def _device() -> str:
-    return "cuda" if torch.cuda.is_available() else "cpu"
-
-
 # --------------------------------------------------------------------------- one unit
 
 
@@ -138,7 +135,7 @@ class _Work:
     unit: Unit
     store: Store
     batch_size: int = 256
-    device: str = attrs.field(factory=_device)
+    device: str = attrs.field(factory=model_device)
     _loaded: LoadedModel | None = None
     _items: SourceItems | None = None
 
