@@ -33,6 +33,7 @@ __all__ = [
     "fpr95",
     "fpr_at_tpr",
     "get_metric",
+    "metric_range",
 ]
 
 AUPR_METHODS = ("trapezoid", "step")
@@ -404,6 +405,20 @@ METRICS: dict[str, Callable[..., Any]] = {
 }
 """Metric name → function. κ metrics take ``(kappa, is_ood)``; "accuracy" takes
 ``(predictions, labels)``."""
+
+
+#: The range every value of a metric lies in: all of oodsim's metrics, and ImageNet-O's ``aupr``,
+#: are rates or areas under curves in the unit square. Intervals for their means stay inside it.
+METRIC_RANGES: dict[str, tuple[float, float]] = {
+    **{name: (0.0, 1.0) for name in METRICS},
+    "aupr": (0.0, 1.0),
+}
+
+
+def metric_range(name: str) -> tuple[float, float] | None:
+    """``(low, high)`` bounds of the values of metric ``name``; None for a metric oodsim does
+    not know (its intervals are then unbounded)."""
+    return METRIC_RANGES.get(str(name))
 
 
 def available_metrics() -> tuple[str, ...]:

@@ -43,8 +43,9 @@ def make_results(n_seeds: int = 40, **options) -> xr.Dataset:
 
 
 def test_estimate_t_interval_matches_scipy() -> None:
+    """Unbounded (value_range=None), the interval is scipy's symmetric Student-t interval."""
     results = make_results(levels=("0", "1"), models=("svhn", "noise"))
-    est = estimate(results)
+    est = estimate(results, value_range=None)
     assert set(est.data_vars) >= {"mean", "std", "sem", "lower", "upper", "n", "n_excluded"}
     assert "seed" not in est.dims and "class_split" not in est.coords
     assert set(est["mean"].dims) == {"method", "metric", "severity", "model"}
@@ -58,9 +59,77 @@ def test_estimate_t_interval_matches_scipy() -> None:
     np.testing.assert_allclose(got["mean"].item(), finite.mean(), rtol=1e-12)
     np.testing.assert_allclose(got["std"].item(), finite.std(ddof=1), rtol=1e-12)
     np.testing.assert_allclose([got["lower"].item(), got["upper"].item()], [lo, hi], rtol=1e-12)
-    est90 = estimate(results["score"], confidence=0.9).sel(cell)
+    est90 = estimate(results["score"], confidence=0.9, value_range=None).sel(cell)
     lo90, _ = sps.t.interval(0.9, len(finite) - 1, loc=finite.mean(), scale=sps.sem(finite))
     np.testing.assert_allclose(est90["lower"].item(), lo90, rtol=1e-12)
+
+
+def _logit_t(values: np.ndarray, confidence: float = 0.95) -> tuple[float, float]:
+    """The delta-method t interval of a [0, 1] mean on the logit scale, from scipy parts."""
+    m, se = values.mean(), sps.sem(values)
+    y, se_y = np.log(m / (1 - m)), se / (m * (1 - m))
+    lo, hi = sps.t.interval(confidence, len(values) - 1, loc=y, scale=se_y)
+    return 1 / (1 + np.exp(-lo)), 1 / (1 + np.exp(-hi))
+
+
+def test_estimate_bounded_metrics_stay_in_unit_interval_with_four_seeds() -> None:
+    """Scores near 1 (AUROC, AUPR) and near 0 (FPR95): the plain t interval leaves [0, 1] with
+    4 seeds, the default one is the logit-scale interval and stays inside."""
+    results = make_results(n_seeds=4, failed=())
+    rng = np.random.default_rng(5)
+    score = results["score"]
+    near_one = 1 - rng.uniform(0.0, 0.02, score.shape)
+    near_one[0] = 1.0  # one seed with a perfect score
+    results["score"] = score.copy(data=near_one)
+    results["score"].loc[{"metric": "fpr95"}] = 1 - results["score"].sel(metric="fpr95")
+    plain = estimate(results, value_range=None)
+    assert (plain["upper"] > 1).any() and (plain["lower"] < 0).any()
+    est = estimate(results)
+    assert est.attrs["interval"] == "t (logit scale)"
+    for metric in ("auroc", "aupr_in", "aupr_out", "fpr95", "accuracy"):
+        for bound in ("lower", "upper"):
+            values = est[bound].sel(metric=metric).values
+            assert np.isfinite(values).all() and ((values >= 0) & (values <= 1)).all(), metric
+    cell = {"method": "odin", "metric": "auroc", "severity": "all"}
+    got = est.sel(cell)
+    expected = _logit_t(results["score"].sel(cell).values)
+    np.testing.assert_allclose([got["lower"].item(), got["upper"].item()], expected, rtol=1e-10)
+    boot = estimate(results, method="bootstrap", n_boot=500, rng=0)
+    assert float(boot["lower"].min()) >= 0 and float(boot["upper"].max()) <= 1
+
+
+def test_bounded_interval_edge_cases() -> None:
+    score = xr.DataArray(
+        [[1.0, 0.0, 0.5], [1.0, 0.0, 0.7], [1.0, 0.0, 0.6]],
+        dims=("seed", "method"),
+        coords={"method": ["perfect", "zero", "mid"], "metric": "auroc"},
+    )
+    est = estimate(score)  # one metric selected: its range comes from the scalar coordinate
+    assert est["lower"].values.tolist()[:2] == [1.0, 0.0]
+    assert est["upper"].values.tolist()[:2] == [1.0, 0.0]
+    assert 0 < est["lower"].values[2] < 0.6 < est["upper"].values[2] < 1
+    np.testing.assert_allclose(
+        estimate(score, value_range=(0.0, 1.0))["upper"], est["upper"], rtol=1e-12
+    )
+    with pytest.raises(ValueError, match="outside the metric's range"):
+        estimate(score + 0.5)
+    unbounded = estimate(score.drop_vars("metric"))  # no metric known: symmetric t
+    assert unbounded.attrs["interval"] == "t"
+
+
+def test_bounded_interval_coverage_near_the_bound() -> None:
+    """Monte Carlo coverage of the 95 % interval for Beta scores with mean 0.99 and 4 seeds:
+    the plain t interval undercovers (skewed means), the logit-scale one is close to 95 %."""
+    rng = np.random.default_rng(11)
+    truth, reps = 0.99, 4000
+    values = rng.beta(truth * 100, (1 - truth) * 100, size=(reps, 4))
+    score = xr.DataArray(values.T, dims=("seed", "rep"), coords={"metric": "auroc"})
+    covered = {}
+    for name, value_range in (("plain", None), ("bounded", "metric")):
+        est = estimate(score, value_range=value_range)
+        covered[name] = float(((est["lower"] <= truth) & (truth <= est["upper"])).mean())
+    assert covered["plain"] < 0.90
+    assert 0.92 <= covered["bounded"] <= 0.97
 
 
 def test_estimate_masks_failed_flag_and_handles_tiny_cells() -> None:
@@ -97,6 +166,10 @@ def test_running_interval_last_point_matches_estimate() -> None:
     finite = v[np.isfinite(v)]
     lo, hi = sps.t.interval(0.95, 28, loc=finite.mean(), scale=sps.sem(finite))
     np.testing.assert_allclose([mean[-1], lower[-1], upper[-1]], [finite.mean(), lo, hi])
+    score = xr.DataArray(v, dims="seed", coords={"metric": "auroc"})
+    bounded = estimate(score)
+    _, _, blo, bhi = running_interval(v, value_range=(0.0, 1.0))
+    np.testing.assert_allclose([blo[-1], bhi[-1]], [bounded["lower"], bounded["upper"]])
 
 
 # ----------------------------------------------------------------------------- win probability

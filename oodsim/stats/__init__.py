@@ -15,7 +15,7 @@ from oodsim.stats._common import (
     is_ood_metric,
     score_matrix,
 )
-from oodsim.stats.estimates import estimate, running_interval
+from oodsim.stats.estimates import estimate, running_interval, t_interval
 from oodsim.stats.significance import (
     TESTS,
     required_simulations,
@@ -59,6 +59,7 @@ __all__ = [
     "running_interval",
     "score_matrix",
     "sequential_p_values",
+    "t_interval",
     "variance_components",
     "variance_components_table",
     "win_probabilities",
