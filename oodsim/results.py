@@ -37,6 +37,26 @@ class ResultsNotFound(OodsimError, FileNotFoundError):
 
 NO_SEVERITY = "all"
 
+#: How the ``failure`` of a seed that was scored but excluded because its classifier is not
+#: above chance begins (see :mod:`oodsim.protocols.degenerate`); any other failure is a crash.
+DEGENERATE = "degenerate: "
+
+
+def exclusions(results: xr.Dataset) -> dict[str, list[tuple[int, str]]]:
+    """Seeds the estimates leave out, grouped by why: ``"degenerate"`` (a classifier not above
+    chance; the detail says its accuracy) or the failure message itself (no detail), each
+    group a list of ``(seed, detail)`` in seed order, the largest group first."""
+    groups: dict[str, list[tuple[int, str]]] = {}
+    for seed, failure in zip(results["seed"].values, results["failure"].values):
+        failure = str(failure)
+        if not failure:
+            continue
+        if failure.startswith(DEGENERATE):
+            groups.setdefault("degenerate", []).append((int(seed), failure[len(DEGENERATE) :]))
+        else:
+            groups.setdefault(failure, []).append((int(seed), ""))
+    return dict(sorted(groups.items(), key=lambda item: -len(item[1])))
+
 
 def package_versions() -> dict[str, str]:
     """Versions of the packages that shape results (recorded, never part of a key)."""
@@ -64,7 +84,8 @@ class SeedResult:
     """What one seed contributes to the result (small: arrays of scores, no model outputs).
 
     ``variables`` maps each per-seed variable of the :class:`Layout` to an array of its dims
-    (without ``seed``); empty when the seed ``failure`` is set. ``coords`` holds the per-seed
+    (without ``seed``); empty when the seed failed before it could be scored. A seed scored
+    but excluded (``failure`` starting "degenerate: ") has both. ``coords`` holds the per-seed
     string coordinates (e.g. the class split); ``events`` the store events of scoring.
     """
 
@@ -110,15 +131,17 @@ class Layout:
 
 
 def _stack(layout: Layout, name: str, results: Sequence[SeedResult]) -> np.ndarray:
-    """One variable over seeds; a failed seed is NaN (numbers) or "" (strings)."""
+    """One variable over seeds; a seed without values (it failed before scoring) is NaN
+    (numbers) or "" (strings). An excluded seed that was scored (a degenerate training) keeps
+    its values: ``failure`` masks it in every estimate, the numbers stay inspectable."""
     shape = layout.shape(name)
-    rows = [np.asarray(r.variables[name]) for r in results if not r.failed]
+    rows = [np.asarray(r.variables[name]) for r in results if r.variables]
     kind = rows[0].dtype.kind if rows else "f"
     fill: Any = "" if kind in "US" else np.nan
     dtype = str if kind in "US" else np.float64
     out = np.full((len(results), *shape), fill, dtype=object if dtype is str else dtype)
     for i, result in enumerate(results):
-        if not result.failed:
+        if result.variables:
             value = np.asarray(result.variables[name])
             if value.shape != shape:
                 raise ValueError(

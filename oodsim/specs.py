@@ -361,6 +361,29 @@ class StoppingSpec(_Keyed):
     )
 
 
+@attrs.frozen(kw_only=True)
+class DegenerateSpec(_Keyed):
+    """Which simulations are degenerate: the classifier's closed-set test accuracy is not
+    clearly above chance (one-sided binomial test at level ``alpha`` against the accuracy of
+    always predicting the most frequent test class; see :mod:`oodsim.protocols.degenerate`).
+
+    ``keep = false`` (default) records the reason in ``failure`` and excludes the seed from
+    every estimate like a failed seed; ``keep = true`` keeps its scores in. Either way the
+    reason is in the per-seed ``degenerate`` variable of the results.
+    """
+
+    TAG = "degenerate"
+    VERSION = "1"
+
+    alpha: float = attrs.field(default=1e-3, validator=_unit_interval)
+    keep: bool = False
+
+    @alpha.validator
+    def _check_alpha(self, attribute: attrs.Attribute, value: float) -> None:
+        if not value > 0.0:
+            raise SpecError(_field(self, attribute), value, "a number in (0, 1)")
+
+
 class Seeded:
     """Mixin of every protocol's spec: ``seeds``, ``stopping`` and ``on_failure`` fields.
 
@@ -432,6 +455,7 @@ class ExperimentSpec(Seeded, _Keyed):
     seeds: SeedsSpec = attrs.field(factory=SeedsSpec)
     stopping: StoppingSpec = attrs.field(factory=StoppingSpec)
     on_failure: str = attrs.field(default="record", validator=_one_of("record", "abort"))
+    degenerate: DegenerateSpec = attrs.field(factory=DegenerateSpec)
 
     @metrics.validator
     def _check_metrics(self, attribute: attrs.Attribute, value: tuple[str, ...]) -> None:

@@ -88,6 +88,9 @@ class Detector:
     fit_on: str | None = attrs.field(default=None, validator=attrs.validators.in_(FIT_SPLITS))
     version: str = attrs.field(default="1", converter=str)
     stochastic: bool = False
+    #: ``fit_params(fit, **params) -> dict``: the parameters ``func`` would fit on ``fit``
+    #: itself (e.g. temperature scaling's T), so a caller can record them and pass them fixed.
+    fit_params: Callable[..., dict[str, object]] | None = None
     defaults: Mapping[str, object] = attrs.field(
         default=attrs.Factory(_signature_defaults, takes_self=True),
         converter=FrozenParams,
@@ -124,6 +127,14 @@ class Detector:
                     )
         return {**self.defaults, **params}
 
+    def fitted(self, fit: object, params: Mapping[str, object]) -> dict[str, object]:
+        """``params`` with every parameter the detector fits on ``fit`` filled in (unchanged
+        without a ``fit_params`` hook or a fit split): κ with the result is the same, and the
+        fitted values can be recorded."""
+        if self.fit_params is None or fit is None:
+            return dict(params)
+        return {**params, **self.fit_params(fit, **params)}
+
 
 BUILTINS: dict[str, Detector] = {}
 _USER: dict[str, Detector] = {}
@@ -131,7 +142,15 @@ _LOADED: dict[str, Detector] = {}
 
 
 def _decorator(
-    table: dict[str, Detector], name: str, *, needs, fit_on, version, stochastic, replace
+    table: dict[str, Detector],
+    name: str,
+    *,
+    needs,
+    fit_on,
+    version,
+    stochastic,
+    replace,
+    fit_params=None,
 ) -> Callable[[Callable], Callable]:
     def decorate(func: Callable) -> Callable:
         detector = Detector(
@@ -141,6 +160,7 @@ def _decorator(
             fit_on=fit_on,
             version=version,
             stochastic=stochastic,
+            fit_params=fit_params,
         )
         taken = name in BUILTINS or (name in _USER and not replace)
         if taken:
@@ -160,11 +180,13 @@ def register(
     version: str = "1",
     stochastic: bool = False,
     replace: bool = False,
+    fit_params: Callable[..., dict[str, object]] | None = None,
 ) -> Callable[[Callable], Callable]:
     """Decorator: register ``func(outputs, *, fit=None, **params) -> κ`` under ``name``.
 
     A name already taken raises ``ValueError``; ``replace=True`` lets a script re-register its own
-    detector (a notebook cell run twice), never a built-in one.
+    detector (a notebook cell run twice), never a built-in one. ``fit_params(fit, **params)``,
+    optional, returns the parameters ``func`` fits on ``fit`` (recorded per seed in results).
     """
     return _decorator(
         _USER,
@@ -174,10 +196,11 @@ def register(
         version=version,
         stochastic=stochastic,
         replace=replace,
+        fit_params=fit_params,
     )
 
 
-def builtin(name: str, *, needs, fit_on=None, version="1", stochastic=False):
+def builtin(name: str, *, needs, fit_on=None, version="1", stochastic=False, fit_params=None):
     """Decorator used by oodsim's own detector modules."""
     return _decorator(
         BUILTINS,
@@ -187,6 +210,7 @@ def builtin(name: str, *, needs, fit_on=None, version="1", stochastic=False):
         version=version,
         stochastic=stochastic,
         replace=False,
+        fit_params=fit_params,
     )
 
 

@@ -58,7 +58,22 @@ def fit_temperature(logits: np.ndarray, labels: np.ndarray) -> float:
     return min(candidates, key=lambda t: nll(z, y, t))
 
 
-@builtin("temperature", needs={"logits"}, fit_on="val", version="2")
+def fitted_temperature(fit: Outputs, *, temperature: float | None = None) -> dict[str, float]:
+    """The T :func:`temperature` fits on ``fit`` when none is given (nothing to fit otherwise):
+    the engine records it per seed and scores with it fixed, which gives the same κ."""
+    if temperature is not None:
+        return {}
+    val = fit_arrays("temperature", fit, "val", labels=True)
+    return {"temperature": fit_temperature(val.logits, val.labels)}
+
+
+@builtin(
+    "temperature",
+    needs={"logits"},
+    fit_on="val",
+    version="2",
+    fit_params=fitted_temperature,
+)
 def temperature(
     outputs: Outputs, *, fit: Outputs | None = None, temperature: float | None = None
 ) -> np.ndarray:
@@ -74,8 +89,7 @@ def temperature(
                 fit_hint("temperature", "val", "logits=..., labels=...")
                 + ", or a fixed temperature=T"
             )
-        val = fit_arrays("temperature", fit, "val", labels=True)
-        t = fit_temperature(val.logits, val.labels)
+        t = fitted_temperature(fit)["temperature"]
     else:
         t = positive("temperature", "temperature", temperature)
     return max_softmax_log_odds(outputs.logits, t)

@@ -30,6 +30,7 @@ from oodsim.engine.work import Shipped, run_task, score_seed
 from oodsim.errors import OodsimError, SpecError
 from oodsim.protocols import protocol_of
 from oodsim.protocols.base import Protocol, Task
+from oodsim.protocols.degenerate import is_degenerate_failure
 from oodsim.results import (
     Layout,
     ResultsNotFound,
@@ -278,7 +279,9 @@ def _collect(
 
 
 def _check(spec: Any, result: SeedResult) -> SeedResult:
-    if result.failed and spec.on_failure == "abort":
+    """Abort on a failed seed when the spec says so; a degenerate training is an exclusion,
+    not a failure of the run."""
+    if result.failed and spec.on_failure == "abort" and not is_degenerate_failure(result.failure):
         raise RunAborted(
             f"seed {result.seed} failed: {result.failure} "
             "(on_failure = 'abort'; finished seeds stay cached)"

@@ -17,10 +17,9 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any, ClassVar, TypeVar
 
 import attrs
-import numpy as np
 
 from oodsim.detectors import NonFiniteKappaError
 from oodsim.errors import OodsimError
@@ -28,6 +27,8 @@ from oodsim.metrics import NonFiniteScoreError
 from oodsim.results import Layout, SeedResult
 from oodsim.store import Entry as StoreEntry
 from oodsim.store import Store
+
+_T = TypeVar("_T")
 
 Entry = tuple[str, str]  # (kind, key) of a store entry
 
@@ -117,10 +118,11 @@ def stored(store: Store, kind: str, key: str, what: str) -> StoreEntry:
     return entry
 
 
-def checked_kappa(label: str, seed: int, compute: Callable[[], Any]) -> np.ndarray:
-    """κ of detector ``label`` as float64; non-finite κ fails the seed, naming the detector."""
+def checked_kappa(label: str, seed: int, compute: Callable[[], _T]) -> _T:
+    """``compute()`` (κ of detector ``label``, or κ with what it was scored with); non-finite
+    κ fails the seed, naming the detector."""
     try:
-        return np.asarray(compute(), dtype=np.float64)
+        return compute()
     except (NonFiniteKappaError, NonFiniteScoreError) as error:
         raise SeedFailed(f"detector {label} gave non-finite κ on seed {seed}: {error}") from None
 

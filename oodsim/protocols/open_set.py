@@ -17,6 +17,7 @@ and never cached, so adding one to a finished experiment reads the cached arrays
 from __future__ import annotations
 
 import functools
+import json
 from collections.abc import Callable, Mapping
 from functools import partial
 from pathlib import Path
@@ -34,6 +35,8 @@ from oodsim.keys import digest
 from oodsim.metrics import METRICS, NonFiniteScoreError
 from oodsim.outputs import Outputs
 from oodsim.protocols.base import Protocol, SeedFailed, Task, checked_kappa, stored
+from oodsim.protocols.degenerate import PREFIX as DEGENERATE
+from oodsim.protocols.degenerate import degenerate_reason
 from oodsim.protocols.tuning import choose, is_grid
 from oodsim.results import NO_SEVERITY, Layout, SeedResult
 from oodsim.seeds import TRAINING_STREAMS, SeedStreams
@@ -494,9 +497,10 @@ class _Prepared:
         }
         return cls(sets, outputs, Outputs.concat(outputs), fits, split_arrays)
 
-    def kappa(self, sim: _Simulation, detector: DetectorSpec) -> np.ndarray:
-        """κ of one detector on the ID test set followed by every OOD test set; a detector
-        with a fit split is fitted once and applied to all of them."""
+    def kappa(self, sim: _Simulation, detector: DetectorSpec) -> tuple[np.ndarray, dict]:
+        """κ of one detector on the ID test set followed by every OOD test set, and the
+        parameters it was scored with (grid choices, fitted values such as temperature
+        scaling's T); a detector with a fit split is fitted once and applied to all of them."""
         info = get_detector(detector.name)
         fit = self.fits.get(info.fit_on) if info.fit_on else None
         if "model" in info.needs:
@@ -507,22 +511,38 @@ class _Prepared:
                     for s, o in zip(self.sets, self.outputs)
                 ]
             )
+            used = params()
         else:
-            params = _logit_params(detector, fit, self.split_arrays)
-            kappa = confidence(detector.name, self.pooled, fit=fit, **params)
-        return np.asarray(kappa, dtype=np.float64)
+            used = info.fitted(fit, _logit_params(detector, fit, self.split_arrays))
+            kappa = confidence(detector.name, self.pooled, fit=fit, **used)
+        return np.asarray(kappa, dtype=np.float64), used
+
+    @property
+    def id_test(self) -> Outputs:
+        return self.outputs[0]
 
 
-def score(spec: ExperimentSpec, sim: _Simulation) -> np.ndarray:
-    """Metric values of shape (method, metric, ood) from cached outputs."""
+@attrs.frozen(eq=False)
+class _Scored:
+    """What scoring one simulation gives: metric values, the degenerate-training verdict and
+    the parameters every detector was scored with."""
+
+    score: np.ndarray  # (method, metric, ood)
+    degenerate: str  # "" or why the classifier is not above chance
+    params: list[str]  # JSON per method
+
+
+def score(spec: ExperimentSpec, sim: _Simulation) -> _Scored:
+    """Metric values of shape (method, metric, ood) from cached outputs, and per-seed facts."""
     prepared = _Prepared.load(spec, sim)
-    kappa = np.stack(
-        [checked_kappa(d.label, sim.seed, partial(prepared.kappa, sim, d)) for d in spec.detectors]
-    )  # (method, samples)
+    scored = [
+        checked_kappa(d.label, sim.seed, partial(prepared.kappa, sim, d)) for d in spec.detectors
+    ]
+    kappa = np.stack([k for k, _ in scored])  # (method, samples)
     sizes = np.cumsum([0] + [len(o) for o in prepared.outputs])
     id_part = slice(sizes[0], sizes[1])
-    id_outputs = prepared.outputs[0]
-    accuracy = float(np.mean(id_outputs.logits.argmax(axis=1) == id_outputs.labels))
+    predicted = prepared.id_test.logits.argmax(axis=1)
+    accuracy = float(np.mean(predicted == prepared.id_test.labels))
     result = np.empty((len(spec.detectors), len(spec.metrics), len(spec.ood)))
     for j in range(len(spec.ood)):
         ood_part = slice(sizes[j + 1], sizes[j + 2])
@@ -542,7 +562,16 @@ def score(spec: ExperimentSpec, sim: _Simulation) -> np.ndarray:
                 raise SimulationFailed(
                     f"detector {', '.join(bad)} gave non-finite κ on seed {sim.seed}: {error}"
                 ) from None
-    return result
+    return _Scored(
+        result,
+        degenerate_reason(predicted, prepared.id_test.labels, spec.degenerate.alpha),
+        [json.dumps(used, sort_keys=True, default=_plain) for _, used in scored],
+    )
+
+
+def _plain(value: Any) -> Any:
+    """JSON form of a parameter value numpy or a detector handed over (e.g. ``np.float64``)."""
+    return value.item() if isinstance(value, np.generic) else str(value)
 
 
 def trained_model(
@@ -618,11 +647,19 @@ class OpenSetProtocol(Protocol):
 
     def score(self, spec: ExperimentSpec, seed: int, store: Store) -> SeedResult:
         sim = _simulation(spec, seed, store)
-        scores = score(spec, sim)[:, :, None, :]  # severity axis
+        scored = score(spec, sim)
+        scores = scored.score[:, :, None, :]  # severity axis
+        variables = {
+            "score": scores if spec.varies_ood else scores[..., 0],
+            "degenerate": np.array(scored.degenerate),
+            "detector_params": np.array(scored.params),
+        }
+        excluded = scored.degenerate and not spec.degenerate.keep
         return SeedResult(
             seed,
-            {"score": scores if spec.varies_ood else scores[..., 0]},
+            variables,
             self.seed_coords(spec, seed, store),
+            failure=DEGENERATE + scored.degenerate if excluded else "",
         )
 
     def seed_coords(self, spec: ExperimentSpec, seed: int, store: Store) -> dict[str, str]:
@@ -638,7 +675,8 @@ class OpenSetProtocol(Protocol):
         if spec.varies_ood:
             coords["ood"] = [o.label for o in spec.ood]
             dims += ("ood",)
-        return Layout(coords, {"score": dims}, seed_coords=("class_split",))
+        variables = {"score": dims, "degenerate": (), "detector_params": ("method",)}
+        return Layout(coords, variables, seed_coords=("class_split",))
 
     def dataset_names(self, spec: ExperimentSpec) -> list[str]:
         return [spec.dataset.name] + [o.dataset.name for o in spec.ood if o.dataset is not None]

@@ -125,7 +125,7 @@ def model_seed(ref: ModelRef, seed: int) -> int | None:
     return ref.seed if ref.seed is not None else seed
 
 
-def _experiment(ref: ModelRef) -> ExperimentSpec:
+def experiment_of(ref: ModelRef) -> ExperimentSpec:
     if ref.experiment is None:
         raise SpecError(f"models[{ref.label}]", ref.name, "a 'trained' model with an experiment")
     return ref.experiment
@@ -134,12 +134,12 @@ def _experiment(ref: ModelRef) -> ExperimentSpec:
 def training_spec(ref: ModelRef) -> ExperimentSpec:
     """The open set experiment of a ``trained`` model, reduced to what severity needs: its
     checkpoint and split outputs (its own detectors and OOD sets do not enter either key)."""
-    return attrs.evolve(_experiment(ref), detectors=("msp",), ood=("held_out",))
+    return attrs.evolve(experiment_of(ref), detectors=("msp",), ood=("held_out",))
 
 
 def checkpoint_key(ref: ModelRef, seed: int) -> str:
     """The open set checkpoint key of a ``trained`` model in ``seed``."""
-    experiment = _experiment(ref)
+    experiment = experiment_of(ref)
     streams = SeedStreams(model_seed(ref, seed) or 0, dict(experiment.seeds.pinned))
     return open_set.checkpoint_key(experiment, streams)
 
@@ -319,7 +319,7 @@ def preflight(spec: SeveritySpec, store: Store, seeds: Sequence[int]) -> None:
 def _check_overlap(spec: SeveritySpec, ref: ModelRef, seeds: Sequence[int]) -> None:
     """An OOD source from a trained model's dataset must not contain its ID classes (in any
     seed the run may take: unpinned models draw their class split per seed)."""
-    experiment = _experiment(ref)
+    experiment = experiment_of(ref)
     data = trained_data(ref)
     for seed in sorted({model_seed(ref, s) for s in seeds}, key=lambda s: s or 0):
         streams = SeedStreams(seed or 0, dict(experiment.seeds.pinned))

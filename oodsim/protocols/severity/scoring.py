@@ -22,8 +22,11 @@ import numpy as np
 from oodsim.detectors import confidence
 from oodsim.models.zoo import ModelRef
 from oodsim.outputs import Outputs
+from oodsim.protocols import open_set
 from oodsim.protocols.base import checked_kappa, stored
-from oodsim.protocols.severity import levels
+from oodsim.protocols.degenerate import PREFIX as DEGENERATE
+from oodsim.protocols.degenerate import degenerate_reason
+from oodsim.protocols.severity import levels, plan
 from oodsim.protocols.severity.plan import (
     KAPPA,
     Part,
@@ -50,7 +53,9 @@ VARIABLES: dict[str, tuple[str, ...]] = {
     "n_pool_classes": (),
     "group_size": (),
     "dropped_classes": (),
+    "degenerate": (),
 }
+_STRINGS = ("level_classes", "dropped_classes", "degenerate")
 
 
 def layout(spec: SeveritySpec) -> Layout:
@@ -284,21 +289,46 @@ class _Pool:
 # --------------------------------------------------------------------------- one seed
 
 
+def _degenerate(ref: ModelRef, seed: int, store: Store) -> tuple[str, bool]:
+    """Whether a ``trained`` model collapsed in ``seed`` (see :mod:`oodsim.protocols.degenerate`,
+    judged on its own closed-set test split) and whether its experiment keeps such seeds;
+    ("", True) for pretrained models."""
+    if ref.prefix != "trained":
+        return "", True
+    experiment = plan.experiment_of(ref)
+    entry = (open_set.OUTPUTS, open_set.outputs_key(plan.checkpoint_key(ref, seed)))
+    arrays = stored(store, *entry, f"outputs of model {ref.label} in seed {seed}").arrays
+    reason = degenerate_reason(
+        arrays["in_test.logits"].argmax(axis=1),
+        arrays["in_test.labels"],
+        experiment.degenerate.alpha,
+    )
+    return reason, experiment.degenerate.keep
+
+
 def score(spec: SeveritySpec, seed: int, store: Store) -> SeedResult:
-    """Every variable of :func:`layout` for one seed, from the store."""
+    """Every variable of :func:`layout` for one seed, from the store. A seed in which a
+    ``trained`` model is degenerate is excluded (``failure``) unless its experiment keeps it."""
     streams = streams_of(spec, seed)
     shape = layout(spec).shape
     values: dict[str, np.ndarray] = {}
+    excluded = []
     for i, ref in enumerate(spec.models):
+        reason, keep = _degenerate(ref, seed, store)
+        if reason and not keep:
+            excluded.append(f"model {ref.label}: {reason}")
         model = _ModelKappa.compute(spec, ref, seed, streams, store)
         for d, pool in enumerate(spec.datasets):
             part = _Pool.gather(spec, pool, ref, seed, streams, model).score(spec, streams, pool)
+            part["degenerate"] = reason
             for name, value in part.items():
                 if name not in values:
-                    dtype = str if name in ("level_classes", "dropped_classes") else np.float64
+                    dtype = str if name in _STRINGS else np.float64
                     values[name] = np.empty(shape(name), dtype=object if dtype is str else dtype)
                 cell = (..., i, d) if spec.varies_dataset else (..., i)
                 values[name][cell] = value
     return SeedResult(
-        seed, {n: v.astype(str) if v.dtype == object else v for n, v in values.items()}
+        seed,
+        {n: v.astype(str) if v.dtype == object else v for n, v in values.items()},
+        failure=DEGENERATE + "; ".join(excluded) if excluded else "",
     )
