@@ -16,6 +16,7 @@ import time
 from collections.abc import Iterator, Sequence
 from typing import Any, TextIO
 
+from oodsim.engine.guard import check_main_guard
 from oodsim.errors import OodsimError
 
 CONNECT_TIMEOUT = 10.0
@@ -145,6 +146,7 @@ def cluster_client(address: str | None = None, n_workers: int | None = None) -> 
         with client:
             yield client
         return
+    check_main_guard()  # worker processes re-import the script: fail here, in one message
     cluster = None if n_workers else _cuda_cluster()
     if cluster is None:
         cluster = LocalCluster(

@@ -25,6 +25,7 @@ import numpy as np
 import xarray as xr
 
 from oodsim.engine.cluster import LOCAL_WORKER_TIMEOUT, Progress, as_landed, cluster_client
+from oodsim.engine.guard import check_main_guard
 from oodsim.engine.load import as_spec
 from oodsim.engine.work import Shipped, run_task, score_seed
 from oodsim.errors import OodsimError, SpecError
@@ -181,6 +182,8 @@ def run(
     protocol = protocol_of(spec)
     if n_workers is not None and (isinstance(n_workers, bool) or n_workers < 1):
         raise SpecError("workers", n_workers, "a number of worker processes >= 1")
+    if address is None:  # a local cluster's workers re-import the calling script
+        check_main_guard()
     if out is not None:
         check_out(out, spec, overwrite)
     store = Store(cache if cache is not None else default_root())

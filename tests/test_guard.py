@@ -1,0 +1,85 @@
+"""A script that forgets ``if __name__ == "__main__":`` gets one clear error before any worker
+process starts, instead of every spawned worker re-running it."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+from oodsim.engine.guard import guarded_lines
+from tests.conftest import ROOT
+
+
+def _run_script(tmp_path: Path, source: str) -> subprocess.CompletedProcess:
+    script = tmp_path / "script.py"
+    script.write_text(textwrap.dedent(source), encoding="utf-8")
+    return subprocess.run(
+        [sys.executable, str(script)],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+
+
+def test_guarded_lines_finds_main_blocks() -> None:
+    source = textwrap.dedent(
+        """\
+        import x
+        if __name__ == "__main__":
+            a = 1
+            b = 2
+        if "__main__" == __name__ and True:
+            c = 3
+        else:
+            d = 4
+        if __name__ != "__main__":
+            e = 5
+        """
+    )
+    assert guarded_lines(source) == [(3, 4), (6, 6)]
+
+
+def test_unguarded_script_fails_with_one_clear_message(tmp_path: Path) -> None:
+    done = _run_script(
+        tmp_path,
+        f"""\
+        import oodsim
+
+        spec = oodsim.load({str(ROOT / "specs" / "digits.toml")!r})
+        oodsim.run(spec, n_workers=1, cache="cache")
+        """,
+    )
+    assert done.returncode == 1
+    assert "UnguardedScript" in done.stderr and "script.py, line 4" in done.stderr
+    assert 'if __name__ == "__main__":' in done.stderr
+    assert "bootstrapping" not in done.stderr and done.stderr.count("Traceback") == 1
+    assert not (tmp_path / "cache").exists()  # stopped before anything was written
+
+
+def test_where_the_call_comes_from(tmp_path: Path) -> None:
+    """Top level and functions called from it are flagged; code under the guard is not."""
+    done = _run_script(
+        tmp_path,
+        """\
+        from oodsim.engine.guard import unguarded_call
+
+        def main():
+            return unguarded_call()
+
+        print("top", unguarded_call() is not None)
+        print("function", main() is not None)
+        if __name__ == "__main__":
+            print("guarded", unguarded_call() is not None)
+            print("guarded function", main() is not None)
+        """,
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split("\n")[:4] == [
+        "top True",
+        "function True",
+        "guarded False",
+        "guarded function False",
+    ]
