@@ -13,6 +13,7 @@ from pathlib import Path
 import attrs
 import pytest
 
+from oodsim.cli import main as cli_main
 from oodsim.specs import ExperimentSpec, load_spec
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -30,6 +31,30 @@ def small_digits(n_seeds: int = 4, **changes) -> ExperimentSpec:
         metrics=("auroc", "accuracy"),
     )
     return attrs.evolve(spec, **changes)
+
+
+def digits_toml(
+    path: Path, n: int, *, start: int = 0, detectors: str = '"msp"', **fields: str
+) -> Path:
+    """Write the TOML form of ``small_digits(n)`` for ``oodsim run``; ``fields`` replace the
+    values of other ``key = value`` lines (e.g. ``lr="1e6"``)."""
+    values = {"width": "8", "max_epochs": "6", "patience": "2", "n": f"{n}\nstart = {start}"}
+    values |= {"metrics": '["auroc", "accuracy"]', "detectors": f"[{detectors}]", **fields}
+    lines = []
+    for line in (ROOT / "specs" / "digits.toml").read_text().splitlines():
+        if line.startswith('  "') or line == "]":  # the rest of the multi-line detector list
+            continue
+        key = line.split(" = ", 1)[0]
+        lines.append(f"{key} = {values[key]}" if " = " in line and key in values else line)
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def cli_run_on(address: str, spec_path: Path, folder: Path) -> int:
+    """``oodsim run SPEC`` in this process on the cluster at ``address``, cache and results
+    under ``folder``; its exit code."""
+    out = ["--cache", str(folder / "c"), "--out", str(folder / "r.zarr")]
+    return cli_main(["run", str(spec_path), "--address", address, "--quiet", *out])
 
 
 @contextlib.contextmanager

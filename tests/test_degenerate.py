@@ -18,7 +18,7 @@ from oodsim.outputs import Outputs
 from oodsim.protocols.degenerate import chance_accuracy, degenerate_reason, is_degenerate_failure
 from oodsim.specs import DegenerateSpec
 from oodsim.stats import estimate
-from tests.conftest import small_digits
+from tests.conftest import cli_run_on, digits_toml, small_digits
 
 
 @pytest.mark.parametrize("n_hits", [0, 40, 55, 60, 90, 240])
@@ -92,3 +92,16 @@ def test_untrained_classifiers_are_excluded_unless_kept(
 def test_trained_classifiers_are_not_degenerate(cluster_address: str, cache: Path) -> None:
     results = oodsim.run(small_digits(2), address=cluster_address, cache=cache, progress=False)
     assert (results["failure"] == "").all() and (results["degenerate"] == "").all()
+
+
+def test_run_summary_names_degenerate_seeds(
+    cluster_address: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    spec_path = digits_toml(tmp_path / "s.toml", 2, lr="1e-7", max_epochs="1")
+    assert cli_run_on(cluster_address, spec_path, tmp_path) == 0
+    out = capsys.readouterr().out
+    assert "2 of 2 simulations excluded from the estimates above:" in out
+    assert "2 x degenerate: classifier not above chance" in out
+    for seed in (0, 1):
+        assert f"    seed {seed}: test accuracy 0." in out
+    assert "2 simulations (2 excluded)" in out

@@ -29,29 +29,12 @@ from oodsim.protocols.open_set import CHECKPOINT, OUTPUTS, entries
 from oodsim.results import store_counts
 from oodsim.specs import ExperimentSpec, load_spec
 from oodsim.store import CorruptEntryWarning, Store, _start_time
-from tests.conftest import ROOT, dask_cli_cluster, small_digits
+from tests.conftest import cli_run_on, dask_cli_cluster, digits_toml, small_digits
 
 T = TypeVar("T")
 
 
 # --------------------------------------------------------------------------- helpers
-
-
-def digits_toml(
-    path: Path, n: int, *, start: int = 0, detectors: str = '"msp"', **fields: str
-) -> Path:
-    """Write the TOML form of ``small_digits(n)`` for ``oodsim run``; ``fields`` replace the
-    values of other ``key = value`` lines (e.g. ``lr="1e6"``)."""
-    values = {"width": "8", "max_epochs": "6", "patience": "2", "n": f"{n}\nstart = {start}"}
-    values |= {"metrics": '["auroc", "accuracy"]', "detectors": f"[{detectors}]", **fields}
-    lines = []
-    for line in (ROOT / "specs" / "digits.toml").read_text().splitlines():
-        if line.startswith('  "') or line == "]":  # the rest of the multi-line detector list
-            continue
-        key = line.split(" = ", 1)[0]
-        lines.append(f"{key} = {values[key]}" if " = " in line and key in values else line)
-    path.write_text("\n".join(lines) + "\n")
-    return path
 
 
 def wait_for(probe: Callable[[], T | None], timeout: float, what: str) -> T:
@@ -101,13 +84,6 @@ def run_quietly(
         *args,
     ]
     return subprocess.run(command, capture_output=True, text=True, **{"timeout": 300, **kwargs})
-
-
-def cli_run_on(address: str, spec_path: Path, folder: Path) -> int:
-    """``oodsim run SPEC`` in this process on the cluster at ``address``, cache and results
-    under ``folder``; its exit code."""
-    out = ["--cache", str(folder / "c"), "--out", str(folder / "r.zarr")]
-    return cli_main(["run", str(spec_path), "--address", address, "--quiet", *out])
 
 
 def session_pids(sid: int) -> list[int]:
@@ -517,9 +493,9 @@ def test_run_summary_shows_failed_seeds_and_why(
     code = cli_run_on(cluster_address, spec_path, tmp_path)
     out = capsys.readouterr().out
     assert code == 0
-    assert "2 of 2 simulations failed (excluded from the estimates above):" in out
-    assert "2 x training diverged: training loss became nan in epoch 0 (seed 0, 1)" in out
-    assert "2 simulations (2 failed)" in out
+    assert "2 of 2 simulations excluded from the estimates above:" in out
+    assert "2 x failed: training diverged: training loss became nan in epoch 0 (seed 0, 1)" in out
+    assert "2 simulations (2 excluded)" in out
     saved = oodsim.open_results(tmp_path / "r.zarr")
     assert (
         list(saved.failure.values) == ["training diverged: training loss became nan in epoch 0"] * 2

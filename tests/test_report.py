@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import matplotlib.image as mpimg
@@ -9,14 +10,20 @@ import numpy as np
 import pytest
 import xarray as xr
 
+from oodsim.cli.main import main as cli_main
+from oodsim.errors import OodsimError
 from oodsim.report import (
+    REPORT_MARKER,
+    ReportFolderError,
     format_summary_table,
     plot_distributions,
     plot_required_simulations,
     plot_running_mean,
     plot_win_probability,
+    report_folder,
     write_report,
 )
+from oodsim.results import save_results
 from oodsim.stats import StopDecision, estimate
 from tests.factories import METRICS, synthetic_results
 
@@ -72,9 +79,12 @@ def test_write_report_writes_plots_and_tables(tmp_path: Path) -> None:
     for name in ("distributions", "win_probability", "required_simulations", "running_mean"):
         assert_png(tmp_path / "report" / f"{name}.png")
         assert f"({name}.png)" in text
-    assert "| method | auroc | aupr_in | aupr_out | fpr95 | accuracy | n |" in text
+    # accuracy is the classifier's: stated once, not as a column of every detector
+    assert "| method | auroc | aupr_in | aupr_out | fpr95 | n |" in text
+    assert text.count("- classifier accuracy: ") == 1
     assert "energy is best" in text and "| ranking | True | 30 |" in text
-    assert "seeds: 30 (1 failed)" in text
+    assert "- seeds: 30 (100-129); 29 in the estimates, 1 excluded" in text
+    assert "  - 1 seed, training diverged: 103\n" in text
     # Win probabilities: OOD metrics only, and the sampling is stated.
     assert "independent draws per method" in text
     assert "| method | auroc | aupr_in | aupr_out | fpr95 |\n" in text
@@ -134,3 +144,114 @@ def test_win_probability_pairing_in_report_plot_and_cli(
     _print_win_probabilities(results, "accuracy")
     printed = capsys.readouterr().out
     assert "P(best mean auroc in a 5-seed comparison; independent draws per method):" in printed
+
+
+def test_summary_names_the_spec_the_data_and_every_excluded_seed(tmp_path: Path) -> None:
+    results = make_results(n_seeds=12)
+    failure = results["failure"].values.astype(object)
+    failure[[5, 6, 9]] = "degenerate: accuracy 0.17 is not above chance (0.17)"
+    results["failure"] = ("seed", failure.astype(str))
+    text = write_report(results, tmp_path, n_draws=200).read_text()
+    key = results.attrs["spec_key"]
+    assert f"- spec: `experiment` (protocol `open_set`, key `{key}`)" in text
+    assert "- datasets: digits; OOD sets: held_out" in text
+    assert "- seeds: 12 (100-111); 8 in the estimates, 4 excluded" in text
+    lines = text.splitlines()
+    degenerate = lines.index(
+        "  - 3 seeds, degenerate (the classifier is not above chance): 105, 106, 109"
+    )
+    assert lines[degenerate + 1] == "    - seed 105: accuracy 0.17 is not above chance (0.17)"
+    assert "  - 1 seed, training diverged: 103" in lines
+    # a degenerate training the spec keeps ([degenerate] keep = true) is named, not excluded
+    flagged = np.full(12, "", dtype=object)
+    flagged[[5, 7]] = "test accuracy 0.17 is not above chance"
+    results["degenerate"] = ("seed", flagged.astype(str))
+    text = write_report(results, tmp_path, n_draws=200).read_text()
+    kept = "  - kept although degenerate (the classifier is not above chance): 107"
+    assert kept in text.splitlines()
+    clean = write_report(make_results(n_seeds=4, failed=()), tmp_path / "clean").read_text()
+    assert "- seeds: 4 (100-103); none excluded" in clean
+
+
+def test_report_folder_is_named_after_the_results() -> None:
+    assert report_folder("results/foo.zarr") == Path("results/foo.report")
+    assert report_folder(Path("out/bar")) == Path("out/bar.report")
+
+
+def _saved(tmp_path: Path, name: str, **options) -> Path:
+    return save_results(make_results(**options), tmp_path / f"{name}.zarr")
+
+
+def test_cli_report_writes_each_results_into_its_own_folder(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    first = _saved(tmp_path, "first", n_seeds=4, failed=())
+    second = _saved(tmp_path, "second", n_seeds=4, failed=(), methods=("msp", "energy"))
+    assert cli_main(["report", str(first)]) == 0
+    assert cli_main(["report", str(second)]) == 0
+    for path in (first, second):
+        summary = (tmp_path / f"{path.stem}.report" / "summary.md").read_text()
+        assert f"- results: `{path}`" in summary
+    assert "energy" in (tmp_path / "second.report" / "summary.md").read_text()
+    assert "odin" in (tmp_path / "first.report" / "summary.md").read_text()
+    assert "report written to" in capsys.readouterr().out
+
+    # another results' report is never replaced without --overwrite
+    before = (tmp_path / "first.report" / "summary.md").read_text()
+    assert cli_main(["report", str(second), "--out", str(tmp_path / "first.report")]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("oodsim: error: ") and err.count("\n") == 1
+    assert "holds the report of other results" in err and "--overwrite" in err
+    assert (tmp_path / "first.report" / "summary.md").read_text() == before
+    args = ["report", str(second), "--out", str(tmp_path / "first.report"), "--overwrite"]
+    assert cli_main(args) == 0
+    assert "energy" in (tmp_path / "first.report" / "summary.md").read_text()
+
+
+def test_write_report_refuses_a_folder_of_other_files_and_never_deletes_them(
+    tmp_path: Path,
+) -> None:
+    folder = tmp_path / "mine"
+    folder.mkdir()
+    (folder / "notes.txt").write_text("mine")
+    results = make_results(n_seeds=6)
+    with pytest.raises(ReportFolderError, match="is not an oodsim report") as error:
+        write_report(results, folder, n_draws=100)
+    assert isinstance(error.value, OodsimError)
+    assert sorted(p.name for p in folder.iterdir()) == ["notes.txt"]
+    write_report(results, folder, n_draws=100, overwrite=True)
+    assert (folder / "notes.txt").read_text() == "mine"
+    assert (folder / "summary.md").is_file() and (folder / REPORT_MARKER).is_file()
+    with pytest.raises(ReportFolderError, match="not a report folder"):
+        write_report(results, folder / "notes.txt")
+
+
+def test_a_report_of_the_same_results_is_refreshed(tmp_path: Path) -> None:
+    results = make_results(n_seeds=8)
+    write_report(results, tmp_path, n_draws=100)
+    assert_png(tmp_path / "win_probability.png")
+    (tmp_path / "notes.txt").write_text("kept")
+    # the same spec with fewer seeds than k: no win probability any more, its old plot goes
+    text = write_report(results.isel(seed=slice(0, 3)), tmp_path, n_draws=100).read_text()
+    assert "- seeds: 3 (100-102)" in text
+    assert not (tmp_path / "win_probability.png").exists()
+    assert (tmp_path / "notes.txt").read_text() == "kept"
+    marker = json.loads((tmp_path / REPORT_MARKER).read_text())
+    assert marker["results_key"] == results.attrs["spec_key"]
+    assert "win_probability.png" not in marker["files"] and "summary.md" in marker["files"]
+
+
+def test_severity_report_lists_its_files_and_thins_the_levels_of_its_figures(
+    tmp_path: Path,
+) -> None:
+    levels = tuple(str(i) for i in range(11))
+    results = make_results(n_seeds=3, failed=(), levels=levels, models=("a", "b"))
+    text = write_report(results, tmp_path, n_draws=100).read_text()
+    assert "The figures show severity levels 0, 2, 4, 6, 8, 10 of 11" in text
+    assert "- datasets: fashion_mnist, digits;" in text
+    marker = json.loads((tmp_path / REPORT_MARKER).read_text())
+    assert "severity/severity_summary.md" in marker["files"]
+    for name in marker["files"]:
+        assert (tmp_path / name).is_file()
+        if name.endswith(".png"):
+            assert_png(tmp_path / name)

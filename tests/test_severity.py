@@ -227,6 +227,7 @@ def _results(n_models: int = 6, n_seeds: int = 3, datasets: tuple[str, ...] = ("
             "n_pool_classes": np.full(n_models, 12.0),
             "group_size": np.full(n_models, 3.0),
             "dropped_classes": np.full(n_models, "{}"),
+            "degenerate": np.full(n_models, ""),
         }
         if spec.varies_dataset:
             variables = {k: np.stack([v] * len(datasets), axis=-1) for k, v in variables.items()}

@@ -7,7 +7,6 @@ from __future__ import annotations
 import argparse
 import sys
 import time
-from collections import Counter
 from pathlib import Path
 
 from oodsim.cli.imagenet_o import add_command as add_imagenet_o
@@ -67,9 +66,10 @@ def _cmd_run(args: argparse.Namespace) -> int:
     _print_failures(results)
     _print_win_probabilities(results, args.metric)
     if args.report:
-        print(f"report written to {write_report(results, Path(args.report))}")
+        report = write_report(results, Path(args.report), overwrite=args.overwrite, source=out)
+        print(f"report written to {report}")
     n_failed = int(results.attrs.get("n_failed", 0))
-    failed = f" ({n_failed} failed)" if n_failed else ""
+    failed = f" ({n_failed} excluded)" if n_failed else ""
     print(
         f"\n{results.sizes['seed']} {_unit(results)}{failed} in {seconds:.1f} s "
         f"(store {cache.resolve()}{new_cache}: {results.attrs['store']}); "
@@ -86,21 +86,29 @@ def _unit(results) -> str:
 
 
 def _print_failures(results) -> None:
-    """How many seeds failed and why (grouped by reason): failed seeds are NaN rows that every
-    estimate skips, so the summary must say they exist."""
-    reasons = [str(r) for r in results["failure"].values if str(r)]
-    if not reasons:
+    """Which seeds the estimates leave out and why: failed seeds (grouped by message) and
+    degenerate ones (a classifier not above chance, each with its accuracy). They are NaN or
+    masked rows that every estimate skips, so the summary must say they exist."""
+    from oodsim.results import exclusions  # (fast --help)
+
+    groups = exclusions(results)
+    if not groups:
         return
-    print(
-        f"\n{len(reasons)} of {results.sizes['seed']} {_unit(results)} failed (excluded from the "
-        "estimates above):"
-    )
-    for reason, count in Counter(reasons).most_common():
-        seeds = [
-            int(s) for s, r in zip(results.seed.values, results["failure"].values) if r == reason
-        ]
-        shown = ", ".join(map(str, seeds[:10])) + (", ..." if len(seeds) > 10 else "")
-        print(f"  {count} x {reason} (seed {shown})")
+    n = sum(len(seeds) for seeds in groups.values())
+    print(f"\n{n} of {results.sizes['seed']} {_unit(results)} excluded from the estimates above:")
+    for reason, seeds in groups.items():
+        if reason == "degenerate":
+            print(
+                f"  {len(seeds)} x degenerate: classifier not above chance (kept with "
+                "[degenerate] keep = true)"
+            )
+            for seed, detail in seeds[:10]:
+                print(f"    seed {seed}: {detail}")
+            if len(seeds) > 10:
+                print(f"    ... and {len(seeds) - 10} more")
+            continue
+        shown = ", ".join(str(s) for s, _ in seeds[:10]) + (", ..." if len(seeds) > 10 else "")
+        print(f"  {len(seeds)} x failed: {reason} (seed {shown})")
 
 
 def _print_win_probabilities(results, metric: str, k: int = 5) -> None:
@@ -143,10 +151,12 @@ def _rows(probability):
 
 def _cmd_report(args: argparse.Namespace) -> int:
     # loaded by the command that needs it, so `oodsim --help` stays fast
-    from oodsim.report import write_report
+    from oodsim.report import report_folder, write_report
     from oodsim.results import open_results
 
-    path = write_report(open_results(args.results), Path(args.out or Path(args.results).parent))
+    results = open_results(args.results)
+    out = Path(args.out) if args.out else report_folder(args.results)
+    path = write_report(results, out, overwrite=args.overwrite, source=args.results)
     print(f"report written to {path}")
     return 0
 
@@ -203,7 +213,15 @@ def parser() -> argparse.ArgumentParser:
 
     report = commands.add_parser("report", help="plots and a summary of saved results")
     report.add_argument("results", help="results written by `oodsim run`")
-    report.add_argument("--out", help="output folder (default: beside the results)")
+    report.add_argument(
+        "--out", help="report folder (default: the results' name with .report: results/x.report)"
+    )
+    report.add_argument(
+        "--overwrite",
+        action="store_true",
+        help="write into a folder that holds other files or the report of other results "
+        "(oodsim's files are replaced; nothing else is deleted)",
+    )
     report.set_defaults(func=_cmd_report)
 
     cache = commands.add_parser("cache", help="inspect and maintain the store")

@@ -13,31 +13,15 @@ deviation across seeds, and results with a ``dataset`` dimension get one section
 
 from __future__ import annotations
 
-import math
 from pathlib import Path
 
 import numpy as np
 import xarray as xr
-from matplotlib.figure import Figure
+from matplotlib.axes import Axes
 
 from oodsim.protocols.severity import analysis
 from oodsim.protocols.severity.analysis import per_dataset, seed_mean
-
-_NCOLS = 3
-
-
-def _figure(n_panels: int, width: float = 4.8, height: float = 3.4) -> tuple[Figure, list]:
-    ncols = min(_NCOLS, max(n_panels, 1))
-    nrows = math.ceil(max(n_panels, 1) / ncols)
-    fig = Figure(figsize=(width * ncols, height * nrows), layout="constrained")
-    return fig, [fig.add_subplot(nrows, ncols, i + 1) for i in range(max(n_panels, 1))]
-
-
-def _save(fig: Figure, path: str | Path) -> Path:
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, format="png", dpi=100)
-    return path
+from oodsim.report.figures import figure, legend, method_styles, panels, require_ood, save, suptitle
 
 
 def _levels(results: xr.Dataset) -> list[str]:
@@ -90,31 +74,36 @@ def format_level_table(results: xr.Dataset, metric: str = "auroc", digits: int =
 
 def plot_levels(results: xr.Dataset, path: str | Path, metric: str = "auroc") -> Path:
     """Metric vs. severity level (mean over seeds, ± one standard deviation): one panel per
-    model (and dataset), one line per κ."""
+    model (and dataset), one line per κ in the report's shared styles; the classifier's ID
+    accuracy is named in each panel's title."""
     score = results["score"].sel(metric=metric)
-    panels = [
-        (label, model) for label, _ in per_dataset(results) for model in score["model"].values
-    ]
-    fig, axes = _figure(len(panels))
+    require_ood(score, [metric], "a severity plot")
+    styles = method_styles(score["method"].values)
     x = np.arange(score.sizes["severity"])
-    for ax, (label, model) in zip(axes, panels):
-        cell = {"model": model, **({"dataset": label} if label else {})}
-        for method in score["method"].values:
-            values = score.sel(cell).sel({"method": method})
+
+    def draw(ax: Axes, labels: dict[str, object], cell: xr.DataArray) -> None:
+        for method in styles:
+            values = cell.sel({"method": method})
             mean = seed_mean(values).transpose("severity").values
-            ax.plot(x, mean, marker="o", ms=3, label=str(method))
+            ax.plot(x, mean, markersize=4, **styles[method])
             if "seed" in values.dims and _n_seeds(results) > 1:
                 std = values.std("seed", skipna=True).transpose("severity").values
-                ax.fill_between(x, mean - std, mean + std, alpha=0.2)
-        accuracy = float(seed_mean(results["id_accuracy"].sel(cell)))
-        title = f"{label}: {model}" if label else str(model)
-        ax.set_title(f"{title} (ID acc {accuracy:.3f})", fontsize=9)
+                ax.fill_between(
+                    x, mean - std, mean + std, color=styles[method]["color"], alpha=0.12, lw=0
+                )
+        accuracy = float(seed_mean(results["id_accuracy"].sel(labels)))
+        name = f"{labels['dataset']}: {labels['model']}" if "dataset" in labels else labels["model"]
+        ax.set_title(f"{name} (ID accuracy {accuracy:.3f})", fontsize=9)
         ax.set_xticks(x, _levels(results))
         ax.set_xlabel("severity level")
         ax.set_ylabel(f"{metric} ({_over_seeds(results)})")
         ax.grid(alpha=0.3)
-        ax.legend(fontsize=7)
-    return _save(fig, path)
+
+    fig, _ = panels(score, ("seed", "method", "severity"), draw)
+    legend(fig, styles)
+    band = ", band: ± one standard deviation" if _n_seeds(results) > 1 else ""
+    suptitle(fig, f"{metric} by severity level ({_over_seeds(results)}{band})")
+    return save(fig, path)
 
 
 def _one_dataset(results: xr.Dataset) -> None:
@@ -129,19 +118,38 @@ def plot_improvement(
     mean over seeds) at each level. Results of one dataset."""
     _one_dataset(results)
     delta = seed_mean(analysis.improvement(results, baseline, metric))
-    delta = delta.transpose("method", "severity", "model")
-    fig, axes = _figure(delta.sizes["method"])
+    styles = method_styles(results["method"].values)
     levels = _levels(results)
-    for ax, method, values in zip(axes, delta["method"].values, delta.values):
-        data = [row[np.isfinite(row)] for row in values]
-        ax.boxplot(data, tick_labels=levels, showmeans=True)
+
+    def draw(ax: Axes, labels: dict[str, object], cell: xr.DataArray) -> None:
+        values = cell.transpose("severity", "model").values
+        style = styles[str(labels["method"])]
+        mean = {
+            "marker": style["marker"],
+            "markerfacecolor": style["color"],
+            "markeredgecolor": "k",
+        }
+        boxes = ax.boxplot(
+            [row[np.isfinite(row)] for row in values],
+            tick_labels=levels,
+            showmeans=True,
+            patch_artist=True,
+            meanprops=mean,
+            medianprops={"color": "k"},
+        )
+        for box in boxes["boxes"]:
+            box.set(facecolor=style["color"], alpha=0.4)
         ax.axhline(0.0, color="grey", lw=0.8)
-        n = delta.sizes["model"]
-        ax.set_title(f"{method} vs. {baseline} ({n} model{'s' if n != 1 else ''})", fontsize=9)
+        n = cell.sizes["model"]
+        title = f"{labels['method']} vs. {baseline} ({n} model{'s' if n != 1 else ''})"
+        ax.set_title(title, fontsize=9)
         ax.set_xlabel("severity level")
         ax.set_ylabel(f"{metric} improvement")
         ax.grid(alpha=0.3)
-    return _save(fig, path)
+
+    fig, _ = panels(delta, ("severity", "model"), draw)
+    suptitle(fig, f"Improvement in {metric} over {baseline} per level, across models")
+    return save(fig, path)
 
 
 def plot_correlation(
@@ -150,7 +158,7 @@ def plot_correlation(
     """Spearman ρ across models of ID accuracy and of ID AUROC with ``metric``, per level.
     Results of one dataset."""
     _one_dataset(results)
-    fig, (ax,) = _figure(1, width=6.0)
+    fig, (ax,) = figure(1, width=6.0)
     method = method or str(results["method"].values[0])
     x = np.arange(results.sizes["severity"])
     for predictor in analysis.PREDICTORS:
@@ -164,7 +172,7 @@ def plot_correlation(
     ax.set_title(f"{method}, {results.sizes['model']} models", fontsize=9)
     ax.legend(fontsize=7)
     ax.grid(alpha=0.3)
-    return _save(fig, path)
+    return save(fig, path)
 
 
 def _markdown(table: xr.DataArray, name: str, digits: int = 3) -> str:
@@ -178,25 +186,47 @@ def _markdown(table: xr.DataArray, name: str, digits: int = 3) -> str:
 
 def _section(
     results: xr.Dataset, folder: Path, prefix: str, metric: str, baseline: str
-) -> list[str]:
-    """The plots of one dataset in ``folder / prefix`` and their Markdown lines."""
+) -> tuple[list[str], list[Path]]:
+    """The plots of one dataset in ``folder / prefix``: their Markdown lines and paths."""
     parts = [f"![{metric} by level]({prefix}{metric}_by_level.png)"]
-    plot_levels(results, folder / f"{prefix}{metric}_by_level.png", metric)
+    written = [plot_levels(results, folder / f"{prefix}{metric}_by_level.png", metric)]
     methods = [str(m) for m in results["method"].values]
     if baseline in methods and len(methods) > 1:
-        plot_improvement(results, folder / f"{prefix}{metric}_improvement.png", baseline, metric)
+        path = folder / f"{prefix}{metric}_improvement.png"
+        written.append(plot_improvement(results, path, baseline, metric))
         summary = analysis.improvement_summary(results, baseline, metric)
         parts += ["", f"### Improvement over {baseline} (median across models)", ""]
         parts += [_markdown(summary["median"], "method"), ""]
         parts.append(f"![improvement]({prefix}{metric}_improvement.png)")
     if results.sizes["model"] >= 3:
-        plot_correlation(results, folder / f"{prefix}{metric}_correlation.png", metric)
+        path = folder / f"{prefix}{metric}_correlation.png"
+        written.append(plot_correlation(results, path, metric))
         for predictor in analysis.PREDICTORS:
             rho = analysis.correlation(results, predictor, metric)["rho"]
             parts += ["", f"### Spearman ρ across models: {predictor} vs. {metric}", ""]
             parts.append(_markdown(rho, "method"))
         parts += ["", f"![correlation]({prefix}{metric}_correlation.png)"]
-    return parts
+    return parts, written
+
+
+def write_severity_files(
+    results: xr.Dataset, folder: str | Path, *, metric: str = "auroc", baseline: str = "msp"
+) -> list[Path]:
+    """:func:`write_severity_report`, returning every path it wrote (the summary last)."""
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    parts = [f"# Severity benchmark: {results.attrs.get('experiment', '')}", ""]
+    parts += ["```", format_level_table(results, metric), "```", ""]
+    written = []
+    for label, part in per_dataset(results):
+        if label:
+            parts += [f"## {label}", ""]
+        lines, paths = _section(part, folder, f"{label}/" if label else "", metric, baseline)
+        parts += [*lines, ""]
+        written += paths
+    path = folder / "severity_summary.md"
+    path.write_text("\n".join(parts) + "\n", encoding="utf-8")
+    return [*written, path]
 
 
 def write_severity_report(
@@ -204,15 +234,4 @@ def write_severity_report(
 ) -> Path:
     """PNG plots and ``severity_summary.md`` in ``folder`` (plots of each dataset in a
     sub-folder named by its label); returns the summary's path."""
-    folder = Path(folder)
-    folder.mkdir(parents=True, exist_ok=True)
-    parts = [f"# Severity benchmark: {results.attrs.get('experiment', '')}", ""]
-    parts += ["```", format_level_table(results, metric), "```", ""]
-    for label, part in per_dataset(results):
-        if label:
-            parts += [f"## {label}", ""]
-        parts += _section(part, folder, f"{label}/" if label else "", metric, baseline)
-        parts.append("")
-    path = folder / "severity_summary.md"
-    path.write_text("\n".join(parts) + "\n", encoding="utf-8")
-    return path
+    return write_severity_files(results, folder, metric=metric, baseline=baseline)[-1]
