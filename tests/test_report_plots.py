@@ -50,7 +50,7 @@ def figures(monkeypatch: pytest.MonkeyPatch) -> list[Figure]:
         saved.append(fig)
         return save(fig, path)
 
-    monkeypatch.setattr("oodsim.report.summary.save", keep)
+    monkeypatch.setattr("oodsim.report.plots.save", keep)
     monkeypatch.setattr("oodsim.report.severity.save", keep)
     return saved
 

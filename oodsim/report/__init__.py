@@ -1,25 +1,25 @@
 """Reports of results: tables and PNG plots.
 
-:mod:`oodsim.report.summary` serves every protocol (estimates, win probabilities, required
-simulations over seed × method × metric × severity) and writes a report into a folder of its own
-(:func:`write_report`, :func:`report_folder`); :mod:`oodsim.report.severity` adds the per-level
-views of severity results. :mod:`oodsim.report.figures` holds what every plot shares: one style
-per method (:func:`method_styles`), panel grids with one legend outside the axes, titles that
-fit.
+Every protocol's results (seed × method × metric × severity) get the same report:
+:mod:`oodsim.report.summary` writes it (:func:`write_report`) into a folder of its own
+(:mod:`oodsim.report.folder`, :func:`report_folder`) from the figures of
+:mod:`oodsim.report.plots`, the tables of :mod:`oodsim.report.tables` (:func:`format_summary_table`)
+and what was run (:mod:`oodsim.report.provenance`). :mod:`oodsim.report.severity` adds the
+per-level views of severity results. :mod:`oodsim.report.figures` holds what every plot shares:
+one style per method (:func:`method_styles`), panel grids with one legend outside the axes,
+titles that fit.
 """
 
 from oodsim.report.figures import method_styles
-from oodsim.report.summary import (
-    REPORT_MARKER,
-    ReportFolderError,
-    format_summary_table,
+from oodsim.report.folder import REPORT_MARKER, ReportFolderError, report_folder
+from oodsim.report.plots import (
     plot_distributions,
     plot_required_simulations,
     plot_running_mean,
     plot_win_probability,
-    report_folder,
-    write_report,
 )
+from oodsim.report.summary import write_report
+from oodsim.report.tables import format_summary_table
 
 __all__ = [
     "REPORT_MARKER",

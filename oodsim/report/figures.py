@@ -1,4 +1,4 @@
-"""Figure helpers shared by every report plot (:mod:`oodsim.report.summary`,
+"""Figure helpers shared by every report plot (:mod:`oodsim.report.plots`,
 :mod:`oodsim.report.severity`): the method → style mapping, grids of panels with one legend
 outside the axes, titles that fit, axis limits inside a metric's range.
 """

@@ -21,6 +21,7 @@ from matplotlib.axes import Axes
 
 from oodsim.protocols.severity import analysis
 from oodsim.protocols.severity.analysis import per_dataset, seed_mean
+from oodsim.report._common import method_names
 from oodsim.report.figures import figure, legend, method_styles, panels, require_ood, save, suptitle
 
 
@@ -190,7 +191,7 @@ def _section(
     """The plots of one dataset in ``folder / prefix``: their Markdown lines and paths."""
     parts = [f"![{metric} by level]({prefix}{metric}_by_level.png)"]
     written = [plot_levels(results, folder / f"{prefix}{metric}_by_level.png", metric)]
-    methods = [str(m) for m in results["method"].values]
+    methods = method_names(results)
     if baseline in methods and len(methods) > 1:
         path = folder / f"{prefix}{metric}_improvement.png"
         written.append(plot_improvement(results, path, baseline, metric))

@@ -1,0 +1,131 @@
+"""The folder a report owns: ``results/foo.zarr`` → ``results/foo.report`` (:func:`report_folder`),
+marked by :data:`REPORT_MARKER`, which names the results reported and the files written.
+
+:func:`claim` takes a folder before anything is written: a report of the same results is
+refreshed, any other folder refused (:class:`ReportFolderError`) unless ``overwrite``;
+:func:`finish` removes what an earlier report wrote and this one did not, and records the files.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import xarray as xr
+
+from oodsim.errors import OodsimError
+from oodsim.stats import as_score
+
+#: The file that marks a folder as an oodsim report, and names the results it reports.
+REPORT_MARKER = ".oodsim-report.json"
+
+
+class ReportFolderError(OodsimError, FileExistsError):
+    """A report folder that holds something other than a report of the same results."""
+
+
+def report_folder(results_path: str | Path) -> Path:
+    """Where ``oodsim report`` writes the report of the results at ``results_path`` by default:
+    ``results/foo.zarr`` → ``results/foo.report`` (another name gets ``.report`` appended)."""
+    path = Path(results_path)
+    name = path.stem if path.suffix == ".zarr" else path.name
+    return path.with_name(f"{name}.report")
+
+
+def _results_key(results: xr.Dataset | xr.DataArray) -> str:
+    """What identifies the results a report shows: the spec key, else a hash of the scores."""
+    if results.attrs.get("spec_key"):
+        return str(results.attrs["spec_key"])
+    score = as_score(results)
+    digest = hashlib.sha256(np.ascontiguousarray(score.values, dtype=float).tobytes())
+    labels = {str(d): [str(v) for v in score[d].values] for d in score.dims}
+    digest.update(json.dumps(labels, sort_keys=True).encode())
+    return "scores-" + digest.hexdigest()
+
+
+def marker_for(results: xr.Dataset | xr.DataArray, source: str | Path | None) -> dict[str, Any]:
+    """The content of :data:`REPORT_MARKER` (less the list of files written)."""
+    return {
+        "oodsim_report": 1,
+        "results_key": _results_key(results),
+        "experiment": results.attrs.get("experiment"),
+        "protocol": results.attrs.get("protocol"),
+        "results": None if source is None else str(source),
+    }
+
+
+def _read_marker(folder: Path) -> dict[str, Any] | None:
+    """The marker of a report folder; None when there is none, ``{}`` when it is unreadable."""
+    path = folder / REPORT_MARKER
+    if not path.is_file():
+        return None
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def _write_marker(folder: Path, marker: dict[str, Any]) -> None:
+    """Write the marker atomically (a reader never sees half of it)."""
+    tmp = folder / f"{REPORT_MARKER}.tmp"
+    tmp.write_text(json.dumps(marker, indent=1, sort_keys=True) + "\n", encoding="utf-8")
+    os.replace(tmp, folder / REPORT_MARKER)
+
+
+def _describe(marker: dict[str, Any]) -> str:
+    key = str(marker.get("results_key") or "?")
+    return f"{marker.get('experiment') or 'unnamed'}, key {key[:12]}"
+
+
+def claim(folder: Path, marker: dict[str, Any], overwrite: bool) -> list[str]:
+    """Make ``folder`` this report's (before anything is written); return the files the
+    report there before wrote. Refuses a file, a folder of other things and a report of other
+    results unless ``overwrite``."""
+    if folder.exists() and not folder.is_dir():
+        raise ReportFolderError(f"{folder} is a file, not a report folder; choose another folder")
+    folder.mkdir(parents=True, exist_ok=True)
+    old = _read_marker(folder)
+    how = "use --overwrite (overwrite=True) to write into it anyway, or choose another folder"
+    if old is None and any(folder.iterdir()) and not overwrite:
+        raise ReportFolderError(
+            f"{folder} exists and is not an oodsim report (no {REPORT_MARKER}); {how} "
+            "(no file oodsim did not write is deleted)"
+        )
+    old = old or {}
+    if old and old.get("results_key") != marker["results_key"] and not overwrite:
+        raise ReportFolderError(
+            f"{folder} holds the report of other results ({_describe(old)}), not of "
+            f"{_describe(marker)}; {how}"
+        )
+    previous = [f for f in old.get("files", ()) if isinstance(f, str)]
+    _write_marker(folder, {**marker, "files": previous})
+    return previous
+
+
+def _owned(folder: Path, name: str) -> Path | None:
+    """``folder / name`` if ``name`` is a plain relative path inside ``folder``."""
+    relative = Path(name)
+    if relative.is_absolute() or ".." in relative.parts or not relative.parts:
+        return None
+    return folder / relative
+
+
+def finish(folder: Path, marker: dict[str, Any], written: list[Path], previous: list[str]):
+    """Remove files an earlier report wrote and this one did not (only those), then record
+    what this report wrote in the marker."""
+    names = sorted(p.relative_to(folder).as_posix() for p in written)
+    for name in set(previous) - set(names):
+        path = _owned(folder, name)
+        if path is None or not path.is_file():
+            continue
+        path.unlink()
+        parent = path.parent
+        while parent != folder and not any(parent.iterdir()):
+            parent.rmdir()
+            parent = parent.parent
+    _write_marker(folder, {**marker, "files": names})
