@@ -15,6 +15,7 @@ import xarray as xr
 
 from oodsim.report._common import method_names
 from oodsim.report.provenance import seed_exclusions
+from oodsim.results import NO_SEVERITY
 from oodsim.stats import (
     as_score,
     estimate,
@@ -49,9 +50,18 @@ def varying(da: xr.DataArray, skip: Sequence[str]) -> list[str]:
 
 
 def fixed_note(da: xr.DataArray, skip: Sequence[str]) -> str:
-    """``"severity=all"``-style note for dims of size one, which tables leave out."""
-    fixed = {d: da[d].values[0].item() for d in da.dims if d not in skip and da.sizes[d] == 1}
+    """``"model=resnet50"``-style note for dims of size one, which tables leave out; the
+    ``severity`` label of protocols without levels ("all") says nothing and is left out too."""
+    fixed = {
+        d: da[d].values[0].item()
+        for d in da.dims
+        if d not in skip and da.sizes[d] == 1 and not (d == "severity" and _no_levels(da))
+    }
     return cell_label(fixed)
+
+
+def _no_levels(da: xr.DataArray) -> bool:
+    return [str(v) for v in da["severity"].values] == [NO_SEVERITY]
 
 
 _INTERVALS = {
