@@ -25,6 +25,7 @@ from oodsim.report import (
 )
 from oodsim.results import save_results
 from oodsim.stats import StopDecision, estimate
+from tests.conftest import digits_toml
 from tests.factories import METRICS, synthetic_results
 
 
@@ -255,3 +256,17 @@ def test_severity_report_lists_its_files_and_thins_the_levels_of_its_figures(
         assert (tmp_path / name).is_file()
         if name.endswith(".png"):
             assert_png(tmp_path / name)
+
+
+def test_run_refuses_a_foreign_report_folder_before_computing(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    folder = tmp_path / "notes"
+    folder.mkdir()
+    (folder / "mine.txt").write_text("not oodsim's")
+    spec_path = digits_toml(tmp_path / "s.toml", 2)
+    cache = tmp_path / "cache"
+    args = ["run", str(spec_path), "--cache", str(cache), "--report", str(folder), "--quiet"]
+    assert cli_main(args) == 2
+    assert "is not an oodsim report" in capsys.readouterr().err
+    assert not cache.exists() and (folder / "mine.txt").read_text() == "not oodsim's"

@@ -30,20 +30,23 @@ def add_run_options(command: argparse.ArgumentParser) -> None:
     command.add_argument(
         "--overwrite",
         action="store_true",
-        help="replace results of another spec at --out (refused otherwise)",
+        help="replace results of another spec at --out, and write --report into a folder "
+        "that holds other files or another report (refused otherwise)",
     )
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
     # loaded by the command that needs it, so `oodsim --help` stays fast
     from oodsim.engine import load, run
-    from oodsim.report import format_summary_table, write_report
+    from oodsim.report import check_report_folder, format_summary_table, write_report
     from oodsim.store import default_root
 
     spec = load(args.spec)
     cache = Path(args.cache) if args.cache else default_root()
     new_cache = " (a new cache: it was empty)" if not cache.exists() else ""
     out = Path(args.out) if args.out else Path("results") / f"{spec.name}.zarr"
+    if args.report:  # refused before any compute, not after it
+        check_report_folder(args.report, spec, overwrite=args.overwrite)
     started = time.perf_counter()
     results = run(
         spec,

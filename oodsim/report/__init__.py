@@ -11,7 +11,12 @@ titles that fit.
 """
 
 from oodsim.report.figures import method_styles
-from oodsim.report.folder import REPORT_MARKER, ReportFolderError, report_folder
+from oodsim.report.folder import (
+    REPORT_MARKER,
+    ReportFolderError,
+    check_report_folder,
+    report_folder,
+)
 from oodsim.report.plots import (
     plot_distributions,
     plot_required_simulations,
@@ -24,6 +29,7 @@ from oodsim.report.tables import format_summary_table
 __all__ = [
     "REPORT_MARKER",
     "ReportFolderError",
+    "check_report_folder",
     "format_summary_table",
     "method_styles",
     "plot_distributions",

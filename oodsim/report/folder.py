@@ -82,13 +82,13 @@ def _describe(marker: dict[str, Any]) -> str:
     return f"{marker.get('experiment') or 'unnamed'}, key {key[:12]}"
 
 
-def claim(folder: Path, marker: dict[str, Any], overwrite: bool) -> list[str]:
-    """Make ``folder`` this report's (before anything is written); return the files the
-    report there before wrote. Refuses a file, a folder of other things and a report of other
-    results unless ``overwrite``."""
+def _check(folder: Path, marker: dict[str, Any], overwrite: bool) -> dict[str, Any]:
+    """Refuse a file, a folder of other things and a report of other results unless
+    ``overwrite`` (reading only); return the marker of the report already there ({} if none)."""
     if folder.exists() and not folder.is_dir():
         raise ReportFolderError(f"{folder} is a file, not a report folder; choose another folder")
-    folder.mkdir(parents=True, exist_ok=True)
+    if not folder.exists():
+        return {}
     old = _read_marker(folder)
     how = "use --overwrite (overwrite=True) to write into it anyway, or choose another folder"
     if old is None and any(folder.iterdir()) and not overwrite:
@@ -102,6 +102,20 @@ def claim(folder: Path, marker: dict[str, Any], overwrite: bool) -> list[str]:
             f"{folder} holds the report of other results ({_describe(old)}), not of "
             f"{_describe(marker)}; {how}"
         )
+    return old
+
+
+def check_report_folder(folder: str | Path, spec: Any, overwrite: bool = False) -> None:
+    """Before a run computes anything: raise :class:`ReportFolderError` if the report of
+    ``spec``'s results could not be written into ``folder`` (see :func:`claim`)."""
+    _check(Path(folder), {"results_key": spec.key, "experiment": spec.name}, overwrite)
+
+
+def claim(folder: Path, marker: dict[str, Any], overwrite: bool) -> list[str]:
+    """Make ``folder`` this report's (before anything is written); return the files the
+    report there before wrote. Refuses what :func:`check_report_folder` refuses."""
+    old = _check(folder, marker, overwrite)
+    folder.mkdir(parents=True, exist_ok=True)
     previous = [f for f in old.get("files", ()) if isinstance(f, str)]
     _write_marker(folder, {**marker, "files": previous})
     return previous
