@@ -83,3 +83,19 @@ def test_where_the_call_comes_from(tmp_path: Path) -> None:
         "guarded False",
         "guarded function False",
     ]
+
+
+def test_a_package_main_run_with_dash_m_is_not_flagged(tmp_path: Path) -> None:
+    """``python -m package`` runs ``package/__main__.py``, which spawned workers never re-run
+    (as ``python -m oodsim.cli`` does)."""
+    package = tmp_path / "tool"
+    package.mkdir()
+    (package / "__init__.py").write_text("")
+    (package / "__main__.py").write_text(
+        "from oodsim.engine.guard import unguarded_call\nprint(unguarded_call())\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-m", "tool"], cwd=tmp_path, capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "None"

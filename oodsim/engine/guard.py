@@ -62,6 +62,9 @@ def unguarded_call() -> tuple[str, int] | None:
     path = getattr(main, "__file__", None)
     if main is None or not path or not str(path).endswith(".py"):
         return None
+    spec = getattr(main, "__spec__", None)
+    if spec is not None and (spec.name == "__main__" or spec.name.endswith(".__main__")):
+        return None  # `python -m package`: spawned workers do not re-run a package's __main__
     frame = _module_frame(vars(main))
     if frame is None:
         return None
