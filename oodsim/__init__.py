@@ -16,13 +16,22 @@ _LAZY = {
     "run": "oodsim.engine",
     "load": "oodsim.engine",
     "load_spec": "oodsim.specs",
-    "open_results": "oodsim.results",
+    "open_results": "oodsim.results_io",
     "Outputs": "oodsim.outputs",
     "Store": "oodsim.store",
 }
 
 #: subpackages reachable as attributes (``oodsim.detectors.register``) without an import
-_SUBPACKAGES = ("detectors", "stats", "results", "report", "specs", "engine", "protocols")
+_SUBPACKAGES = (
+    "detectors",
+    "stats",
+    "results",
+    "results_io",
+    "report",
+    "specs",
+    "engine",
+    "protocols",
+)
 
 __all__ = ["__version__", *_LAZY, *_SUBPACKAGES]
 

@@ -6,33 +6,25 @@ label ``"all"`` for protocols without severity levels), ``failure`` (seed,) hold
 seed failed ("" when it did not), and whatever per-seed variables and coordinates the protocol's
 :class:`Layout` declares (``class_split``, ``level_severity``, ...). Provenance (protocol, spec
 JSON, key, versions, what the store computed vs loaded, the stopping decision) lives in
-``attrs`` as JSON strings. Save with :func:`save_results`, reopen with :func:`open_results`.
+``attrs`` as JSON strings. Save and reopen with :mod:`oodsim.results_io`
+(:func:`~oodsim.results_io.save_results`, :func:`~oodsim.results_io.open_results`).
 """
 
 from __future__ import annotations
 
 import json
-import os
 import platform
-import shutil
-import uuid
 from collections.abc import Mapping, Sequence
 from importlib.metadata import PackageNotFoundError, version
-from pathlib import Path
 from typing import Any
 
 import attrs
 import numpy as np
 import xarray as xr
 
-from oodsim.errors import OodsimError
 from oodsim.store import summarize_events
 
 SCORE_DIMS = ("method", "metric", "severity")
-
-
-class ResultsNotFound(OodsimError, FileNotFoundError):
-    """A path that holds no results written by oodsim."""
 
 
 NO_SEVERITY = "all"
@@ -195,57 +187,3 @@ def build(
 def store_counts(results: xr.Dataset) -> dict[str, dict[str, int]]:
     """What the run computed vs loaded, by artifact kind (from the result's provenance)."""
     return json.loads(results.attrs["store"])
-
-
-def save_results(results: xr.Dataset, path: str | Path) -> Path:
-    """Write results as a zarr store, replacing an older one at ``path`` only once the new one
-    is complete (written beside it, then renamed), so a crash never leaves half of either."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp-{uuid.uuid4().hex[:8]}")
-    # Variable-length strings have a zarr v3 data type; fixed-width numpy unicode does not.
-    strings = {
-        name: results[name].astype(object)
-        for name in results.variables
-        if results[name].dtype.kind == "U"
-    }
-    try:
-        results.assign(strings).assign_coords(
-            {n: v for n, v in strings.items() if n in results.coords}
-        ).to_zarr(tmp, mode="w", consolidated=False)
-        if path.exists():
-            old = path.with_name(f".{path.name}.old-{uuid.uuid4().hex[:8]}")
-            os.rename(path, old)
-            os.rename(tmp, path)
-            shutil.rmtree(old, ignore_errors=True)
-        else:
-            os.rename(tmp, path)
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
-    return path
-
-
-def open_results(path: str | Path) -> xr.Dataset:
-    """Reopen results written by :func:`save_results` (or ``oodsim run --out``), in memory."""
-    path = Path(path)
-    if not path.exists():
-        raise ResultsNotFound(f"no results at {path}")
-    try:
-        with xr.open_zarr(path, consolidated=False) as opened:
-            results = opened.load()
-    except Exception as error:  # a spec file, a folder of other things: say what it is not
-        raise ResultsNotFound(
-            f"{path} is not a results store written by oodsim (`oodsim run --out`, "
-            f"save_results): {type(error).__name__}"
-        ) from None
-    if "score" not in results.data_vars:
-        raise ResultsNotFound(f"{path} is a zarr store but holds no oodsim results (no 'score')")
-    for name in list(results.variables):
-        variable = results[name]
-        if variable.dtype.kind in "OT":  # object or numpy StringDType: back to numpy unicode
-            values = np.array(variable.values.tolist(), dtype=str)
-            if name in results.coords:
-                results = results.assign_coords({name: (variable.dims, values)})
-            else:
-                results[name] = (variable.dims, values)
-    return results

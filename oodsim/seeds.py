@@ -9,7 +9,8 @@ pinned; its identity inside :class:`numpy.random.SeedSequence` is the stream's p
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping, Sequence
+from typing import Any
 
 import attrs
 import numpy as np
@@ -59,3 +60,65 @@ class SeedStreams:
     def entropies(self, streams: tuple[str, ...]) -> dict[str, int]:
         """Entropy per stream: what enters the key of an artifact drawn from these streams."""
         return {name: self.entropy(name) for name in streams}
+
+
+class SeedRange(Sequence[int]):
+    """Seeds ``start .. stop - 1`` generated on demand: a ``range`` (constant memory, slices
+    are ranges too) that compares equal to the tuple or list of the same seeds."""
+
+    __slots__ = ("_range",)
+    __hash__ = None  # type: ignore[assignment]  # equal to tuples, so no hash of its own
+
+    def __init__(self, start: int, stop: int) -> None:
+        self._range = range(start, stop)
+
+    def __len__(self) -> int:
+        return len(self._range)
+
+    def __iter__(self) -> Iterator[int]:
+        return iter(self._range)
+
+    def __contains__(self, value: object) -> bool:
+        return value in self._range
+
+    def __getitem__(self, index: Any) -> Any:
+        if isinstance(index, slice):
+            part = self._range[index]
+            if part.step != 1:
+                return tuple(part)
+            return SeedRange(part.start, part.stop)
+        return self._range[index]
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, SeedRange | range):
+            return self._range == (other._range if isinstance(other, SeedRange) else other)
+        if isinstance(other, tuple | list):
+            return len(other) == len(self) and all(a == b for a, b in zip(self, other))
+        return NotImplemented
+
+    def __repr__(self) -> str:
+        return f"SeedRange({self._range.start}, {self._range.stop})"
+
+
+class SeedBatches(Sequence[Sequence[int]]):
+    """``seeds`` cut into consecutive batches of ``size``, each made when it is asked for: a
+    run of a billion seeds with a stopping rule holds two batches, not a list of all of them."""
+
+    __slots__ = ("seeds", "size")
+
+    def __init__(self, seeds: Sequence[int], size: int) -> None:
+        if size < 1:
+            raise ValueError(f"batch size must be >= 1, got {size}")
+        self.seeds, self.size = seeds, size
+
+    def __len__(self) -> int:
+        return -(-len(self.seeds) // self.size)
+
+    def __getitem__(self, index: Any) -> Any:
+        if isinstance(index, slice):
+            return [self[i] for i in range(*index.indices(len(self)))]
+        if index < 0:
+            index += len(self)
+        if not 0 <= index < len(self):
+            raise IndexError(f"batch {index} of {len(self)}")
+        return self.seeds[index * self.size : (index + 1) * self.size]

@@ -84,14 +84,16 @@ def _sha256(path: Path) -> str:
     return digest.hexdigest()
 
 
-def _files(folder: Path) -> Iterator[Path]:
+def _files(folder: Path, skip: str = META) -> Iterator[Path]:
+    """Every file under ``folder`` except the record named ``skip`` that lists them."""
     for path in sorted(folder.rglob("*")):
-        if path.is_file() and path.name != META:
+        if path.is_file() and path.name != skip:
             yield path
 
 
-def _checksums(folder: Path) -> dict[str, str]:
-    return {str(p.relative_to(folder)): _sha256(p) for p in _files(folder)}
+def _checksums(folder: Path, skip: str = META) -> dict[str, str]:
+    """sha256 by relative path of every file under ``folder`` (store entries and results)."""
+    return {str(p.relative_to(folder)): _sha256(p) for p in _files(folder, skip)}
 
 
 def _sizes(folder: Path) -> dict[str, int]:

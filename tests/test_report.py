@@ -23,7 +23,7 @@ from oodsim.report import (
     report_folder,
     write_report,
 )
-from oodsim.results import save_results
+from oodsim.results_io import save_results
 from oodsim.stats import StopDecision, estimate
 from tests.conftest import digits_toml
 from tests.factories import METRICS, synthetic_results

@@ -102,7 +102,8 @@ def test_cood_spec_loads_without_data_and_fails_before_compute(tmp_path) -> None
         ({"ood": [{"kind": "dataset", "name": "digitz"}]}, UnknownNameError, "digits"),
         ({"ood": [{"kind": "uniform_noise", "root_dir": "x"}]}, UnknownNameError, "root"),
         ({"ood": [{"kind": "uniform_noise", "low": 9, "high": 3}]}, SpecError, "low"),
-        ({"ood": [{"kind": "uniform_noise", "low": 0.5}]}, SpecError, "integer pixel"),
+        ({"ood": [{"kind": "uniform_noise", "low": 0.5}]}, SpecError, r"ood\[0\]\.low.*integer"),
+        ({"ood": [{"kind": "uniform_noise", "high": 300}]}, SpecError, "integer pixel"),
         ({"ood": [{"kind": "uniform_noise", "n_samples": 20}]}, SpecError, "n_est"),
         ({"ood": []}, SpecError, "ood"),
         ({"models": ["timm:resnt18"]}, SpecError, "resnet18"),
@@ -206,8 +207,10 @@ def test_pretrained_outputs_on_fixed_sources_are_shared_by_seeds() -> None:
 
 def test_stopping_watches_a_level() -> None:
     spec = oodsim.load(SPEC)
-    rule = StoppingSpec(rule="ranking", metric="auroc", severity=5, min_seeds=2)
+    rule = StoppingSpec(rule="ranking", metric="auroc", severity="5", min_seeds=2)
     assert attrs.evolve(spec, stopping=rule).stopping.severity == "5"
+    with pytest.raises(SpecError, match=r"stopping\.severity: 5 .*a string"):
+        StoppingSpec(severity=5)  # a level is a label: no silent int → str
     with pytest.raises(SpecError, match="stopping.metric"):
         attrs.evolve(spec, stopping=attrs.evolve(rule, metric="accuracy"))
 

@@ -155,7 +155,7 @@ def _rows(probability):
 def _cmd_report(args: argparse.Namespace) -> int:
     # loaded by the command that needs it, so `oodsim --help` stays fast
     from oodsim.report import report_folder, write_report
-    from oodsim.results import open_results
+    from oodsim.results_io import open_results
 
     results = open_results(args.results)
     out = Path(args.out) if args.out else report_folder(args.results)

@@ -16,7 +16,7 @@ import json
 import sys
 import time
 import uuid
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -32,14 +32,9 @@ from oodsim.errors import OodsimError, SpecError
 from oodsim.protocols import protocol_of
 from oodsim.protocols.base import Protocol, Task
 from oodsim.protocols.degenerate import is_degenerate_failure
-from oodsim.results import (
-    Layout,
-    ResultsNotFound,
-    SeedResult,
-    build,
-    open_results,
-    save_results,
-)
+from oodsim.results import Layout, SeedResult, build
+from oodsim.results_io import ForeignOutput, check_output, save_results
+from oodsim.seeds import SeedBatches
 from oodsim.store import Store, default_root
 
 
@@ -47,13 +42,8 @@ class RunAborted(OodsimError):
     """A seed failed and the spec says ``on_failure = "abort"``."""
 
 
-class OutputExists(OodsimError):
-    """The results path holds results of another spec (or something else)."""
-
-
-def _batches(seeds: Sequence[int], size: int) -> Iterator[Sequence[int]]:
-    for start in range(0, len(seeds), size):
-        yield seeds[start : start + size]
+class OutputExists(ForeignOutput):
+    """The results path holds results of another spec (or something oodsim did not write)."""
 
 
 class _Submitter:
@@ -185,14 +175,14 @@ def run(
     if address is None:  # a local cluster's workers re-import the calling script
         check_main_guard()
     if out is not None:
-        check_out(out, spec, overwrite)
+        check_out(out, spec, overwrite, cache if cache is not None else default_root())
     store = Store(cache if cache is not None else default_root())
     protocol.preflight(spec, store)
     layout = protocol.layout(spec)
     stream = (sys.stderr if progress is True else progress) or None
-    seeds = list(spec.seeds.all())[: spec.max_seeds]
+    seeds = spec.seeds.all()[: spec.max_seeds]
     sequential = spec.stopping.rule != "fixed"
-    batches = list(_batches(seeds, spec.stopping.batch_size if sequential else len(seeds)))
+    batches = SeedBatches(seeds, spec.stopping.batch_size if sequential else max(len(seeds), 1))
     tracker = Progress(len(seeds), stream, unit=protocol.unit)
     if worker_timeout is None and address is None:
         worker_timeout = LOCAL_WORKER_TIMEOUT
@@ -202,10 +192,12 @@ def run(
     with contextlib.ExitStack() as stack:
         submitter = _Submitter(protocol, spec, store, stack, address, n_workers)
         futures: dict[int, Any] = {}
+        submitted: dict[int, None] = {}  # every seed handed to the cluster, in order
         try:
             for index, batch in enumerate(batches):
                 for ahead in batches[index : index + 2]:  # this batch and the next one
-                    if ahead[0] not in futures:
+                    if ahead[0] not in submitted:
+                        submitted.update(dict.fromkeys(ahead))
                         futures.update(dict.fromkeys(ahead))
                         futures.update(submitter.submit(ahead))
                 results += _collect(spec, submitter, batch, futures, tracker, worker_timeout)
@@ -215,9 +207,10 @@ def run(
                     if decision.stop:
                         break
         except KeyboardInterrupt:
-            stored = sum(submitter.complete(seed) for seed in seeds)
+            # the seeds this run submitted (all of a fixed run; the batches a rule reached)
+            stored = sum(submitter.complete(seed) for seed in submitted)
             tracker.stopped(
-                f"interrupted; {stored} of {len(seeds)} {protocol.unit} have everything in the "
+                f"interrupted; {stored} of {len(submitted)} {protocol.unit} have everything in the "
                 "store; run the same spec again to resume."
             )
             raise
@@ -235,25 +228,22 @@ def run(
     return result
 
 
-def check_out(out: str | Path, spec: Any, overwrite: bool) -> None:
-    """Refuse to replace ``out`` unless it holds results of this spec or ``overwrite``."""
+def check_out(out: str | Path, spec: Any, overwrite: bool, cache: str | Path) -> None:
+    """Before any compute: ``out`` must be absent (in a folder that takes new files), an empty
+    folder, or results oodsim wrote, of this spec or, with ``overwrite``, of another one.
+    Anything else (see :func:`~oodsim.results_io.check_output`, which also keeps ``out`` apart
+    from the ``cache`` root) raises :class:`OutputExists` whatever ``overwrite`` says, and an
+    output path that cannot be written raises :class:`~oodsim.results_io.OutputError`."""
     path = Path(out)
-    if overwrite or not path.exists():
-        return
     try:
-        key = open_results(path).attrs.get("spec_key")
-    except ResultsNotFound:  # anything that is not oodsim results: never replaced silently
-        key = None
-    if key == spec.key:
+        key = check_output(path, cache=cache)
+    except ForeignOutput as error:  # oodsim replaces only what it wrote
+        raise OutputExists(str(error)) from None
+    if key is None or key == spec.key or overwrite:
         return
-    what = (
-        f"results of another spec (key {key[:12]})"
-        if key
-        else "something that is not oodsim results"
-    )
     raise OutputExists(
-        f"{path} holds {what}; choose another output path, or pass overwrite=True "
-        "(`oodsim run --overwrite`) to replace it"
+        f"{path} holds results of another spec (key {key[:12]}); choose another output path, "
+        "or pass overwrite=True (`oodsim run --overwrite`) to replace it"
     )
 
 

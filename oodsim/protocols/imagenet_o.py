@@ -53,10 +53,16 @@ from oodsim.specs import (
     SeedsSpec,
     StoppingSpec,
     _Keyed,
-    detector_from_data,
+    check_fields,
     detector_specs,
     detector_to_data,
-    spec_errors,
+    one_of,
+    path_string,
+    positive,
+    register_table,
+    safe_name,
+    spec_class,
+    structure,
 )
 from oodsim.store import Store
 
@@ -299,28 +305,16 @@ def evaluate_logit_files(
 # --------------------------------------------------------------------------- spec
 
 
-def _models(value: Any) -> tuple[ModelRef, ...]:
+def _models(value: Any) -> Any:
+    if not isinstance(value, list | tuple):
+        return value
     return tuple(ModelRef(name=v) if isinstance(v, str) else v for v in value)
 
 
-def _instance_of(kind: type, allowed: str) -> Any:
-    def check(instance: Any, attribute: attrs.Attribute, value: Any) -> None:
-        if not isinstance(value, kind):
-            raise SpecError(attribute.name, value, allowed)
-
-    return check
+register_table(ModelRef, shorthand="name", nouns=("a model (a name or a table)", "models"))
 
 
-def _path_string(value: Any) -> Any:
-    return os.fspath(value) if isinstance(value, os.PathLike) else value
-
-
-def _positive_int(instance: Any, attribute: attrs.Attribute, value: Any) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise SpecError(attribute.name, value, "an integer >= 1")
-
-
-@attrs.frozen(kw_only=True)
+@spec_class
 class ImageNetOSpec(Seeded, _Keyed):
     """Zoo models × κ on ImageNet-O (``specs/imagenet_o.toml``), run with ``oodsim.run``.
 
@@ -338,27 +332,21 @@ class ImageNetOSpec(Seeded, _Keyed):
     TAG = "imagenet_o"
     VERSION = "1"
 
-    name: str = attrs.field(
-        default="imagenet_o", validator=_instance_of(str, "a string"), metadata=no_key()
-    )
-    id_root: str = attrs.field(
-        converter=_path_string, validator=_instance_of(str, "a folder path"), metadata=no_key()
-    )
-    ood_root: str = attrs.field(
-        converter=_path_string, validator=_instance_of(str, "a folder path"), metadata=no_key()
-    )
+    name: str = attrs.field(default="imagenet_o", validator=safe_name, metadata=no_key())
+    id_root: str = attrs.field(converter=path_string, metadata=no_key())
+    ood_root: str = attrs.field(converter=path_string, metadata=no_key())
     models: tuple[ModelRef, ...] = attrs.field(converter=_models)
     detectors: tuple[DetectorSpec, ...] = attrs.field(default=("msp",), converter=detector_specs)
-    metrics: tuple[str, ...] = attrs.field(default=DEFAULT_METRICS, converter=tuple)
-    batch_size: int = attrs.field(default=64, validator=_positive_int, metadata=no_key())
-    bootstrap: bool = attrs.field(default=False, validator=_instance_of(bool, "true or false"))
+    metrics: tuple[str, ...] = DEFAULT_METRICS
+    batch_size: int = attrs.field(default=64, validator=positive, metadata=no_key())
+    bootstrap: bool = False
     seeds: SeedsSpec = attrs.field(factory=lambda: SeedsSpec(n=1))
     stopping: StoppingSpec = attrs.field(factory=StoppingSpec)
-    on_failure: str = attrs.field(default="record")
+    on_failure: str = attrs.field(default="record", validator=one_of("record", "abort"))
 
     def __attrs_post_init__(self) -> None:
-        if self.on_failure not in ("record", "abort"):
-            raise UnknownNameError("on_failure", self.on_failure, ("record", "abort"))
+        for i, ref in enumerate(self.models):
+            check_fields(ref, f"models[{i}]")
         for field, labels in (
             ("models", [m.label for m in self.models]),
             ("detectors", [d.label for d in self.detectors]),
@@ -415,57 +403,31 @@ def _model_to_data(ref: ModelRef) -> dict[str, Any]:
     return {name: getattr(ref, name) for name in _MODEL_FIELDS}
 
 
-def _table(value: Any, allowed: Sequence[str], field: str) -> dict[str, Any]:
-    """A TOML table whose keys must be among ``allowed`` (unknown keys name the allowed ones)."""
-    if not isinstance(value, Mapping):
-        raise SpecError(field, value, "a table with keys " + ", ".join(allowed))
-    for key in value:
-        if key not in allowed:
-            raise UnknownNameError(f"{field} field", key, allowed)
-    return dict(value)
-
-
 def spec_from_data(data: Mapping[str, Any], base: str | Path | None = None) -> ImageNetOSpec:
     """An :class:`ImageNetOSpec` from plain (TOML) data; relative roots resolve against ``base``.
 
-    Every unknown key is a :class:`SpecError` naming the allowed ones. A ``[seeds]`` table
-    without ``n`` or ``values`` means one seed, as without the table.
+    Types and unknown keys are checked by the one strict converter
+    (:func:`oodsim.specs.structure`). A ``[seeds]`` table without ``n`` or ``values`` means one
+    seed, as without the table.
     """
-    data = _table(data, [f.name for f in attrs.fields(ImageNetOSpec)], "imagenet_o spec")
+    if not isinstance(data, Mapping):
+        raise SpecError("imagenet_o spec", data, "a table of ImageNet-O spec fields")
+    data = dict(data)
     for key in ("id_root", "ood_root"):
         if key not in data:
             raise SpecError(key, None, "a folder (the spec says where the images are)")
-        if not isinstance(data[key], str):
-            raise SpecError(key, data[key], "a folder path (a string)")
-        root = Path(data[key]).expanduser()
-        data[key] = str(root if root.is_absolute() or base is None else Path(base) / root)
-    with spec_errors("imagenet_o spec"):
-        models = data.pop("models", None)
-        if not isinstance(models, list | tuple):
-            raise SpecError("models", models, "a list of model names or tables")
-        tables = [
-            _table({"name": m} if isinstance(m, str) else m, _MODEL_FIELDS, "models")
-            for m in models
-        ]
-        for table in tables:
-            if str(table.get("name", "")).partition(":")[0] == "trained":
-                raise SpecError(
-                    "models", table["name"], "timm: or torchvision: ImageNet-1k classifiers"
-                )
-        data["models"] = tuple(ModelRef(**table) for table in tables)
-        for key in ("detectors", "metrics"):
-            if key in data and not isinstance(data[key], list | tuple):
-                raise SpecError(key, data[key], "a list")
-        if "detectors" in data:
-            data["detectors"] = tuple(detector_from_data(d) for d in data["detectors"])
-        seeds = _table(data.pop("seeds", {}), [f.name for f in attrs.fields(SeedsSpec)], "seeds")
-        if "n" not in seeds and "values" not in seeds:
-            seeds["n"] = 1
-        data["seeds"] = SeedsSpec(**seeds)
-        if "stopping" in data:
-            fields = [f.name for f in attrs.fields(StoppingSpec)]
-            data["stopping"] = StoppingSpec(**_table(data["stopping"], fields, "stopping"))
-        return ImageNetOSpec(**data)
+        if isinstance(data[key], str):
+            root = Path(data[key]).expanduser()
+            data[key] = str(root if root.is_absolute() or base is None else Path(base) / root)
+    models = data.get("models")
+    for model in models if isinstance(models, list | tuple) else ():
+        name = model.get("name") if isinstance(model, Mapping) else model
+        if isinstance(name, str) and name.partition(":")[0] == "trained":
+            raise SpecError("models", name, "timm: or torchvision: ImageNet-1k classifiers")
+    seeds = data.get("seeds")
+    if isinstance(seeds, Mapping) and "n" not in seeds and "values" not in seeds:
+        data["seeds"] = {**seeds, "n": 1}
+    return structure(data, ImageNetOSpec, "imagenet_o spec")
 
 
 # --------------------------------------------------------------------------- plan

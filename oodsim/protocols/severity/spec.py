@@ -15,7 +15,6 @@ from pathlib import Path
 from typing import Any
 
 import attrs
-import cattrs
 
 from oodsim.data.ood_sets import NOISE_KINDS
 from oodsim.data.registry import DATASETS
@@ -31,12 +30,19 @@ from oodsim.specs import (
     SeedsSpec,
     StoppingSpec,
     _Keyed,
-    detector_from_data,
+    check_fields,
     detector_specs,
-    detector_to_data,
     load_spec,
-    spec_errors,
-    spec_from_dict,
+    located,
+    one_of,
+    path_string,
+    positive,
+    register_table,
+    safe_name,
+    spec_class,
+    spec_error,
+    structure,
+    unstructure,
 )
 
 SOURCE_KINDS = ("split", "dataset", "image_folder", *NOISE_KINDS)
@@ -50,34 +56,12 @@ def detector_info(detector: DetectorSpec) -> Detector:
     return get_detector(detector.name)
 
 
-def _class_names(value: Any) -> tuple[str | int, ...]:
-    if isinstance(value, str | int):
-        value = [value]
-    return tuple(v if isinstance(v, int) and not isinstance(v, bool) else str(v) for v in value)
+def _shape(instance: Any, attribute: attrs.Attribute, value: tuple[int, ...] | None) -> None:
+    if value is not None and (min(value) < 1 or value[2] not in (1, 3)):
+        raise spec_error(instance, "shape", value, "[height, width, channels] with 1 or 3 channels")
 
 
-def _positive(_: Any, attribute: attrs.Attribute, value: Any) -> None:
-    if value is not None and (isinstance(value, bool) or not value > 0):
-        raise SpecError(attribute.name, value, "a number > 0")
-
-
-def _pixel(value: Any) -> int:
-    """A pixel value 0..255 (uniform noise bounds are integers: the noise is integer-valued)."""
-    if isinstance(value, bool) or not isinstance(value, int | float) or value != int(value):
-        raise SpecError("low/high", value, "an integer pixel value in 0..255")
-    return int(value)
-
-
-def _shape(value: Any) -> tuple[int, int, int] | None:
-    if value is None:
-        return None
-    shape = tuple(int(v) for v in value)
-    if len(shape) != 3 or min(shape) < 1 or shape[2] not in (1, 3):
-        raise SpecError("shape", value, "[height, width, channels] with 1 or 3 channels")
-    return shape  # type: ignore[return-value]
-
-
-@attrs.frozen(kw_only=True)
+@spec_class
 class SourceSpec(_Keyed):
     """Labelled images: the ID test set, the ID fit set, or one part of the OOD class pool.
 
@@ -103,24 +87,25 @@ class SourceSpec(_Keyed):
     """
 
     TAG = "severity_source"
+    TABLE = ""  # written as [id], [[ood]] or [fit]: building from data names which
     VERSION = "2"
 
     kind: str = attrs.field()
     name: str = ""
-    root: str | None = attrs.field(default=None, metadata=no_key())
-    classes: tuple[str | int, ...] = attrs.field(default=(), converter=_class_names)
-    max_per_class: int | None = attrs.field(default=None, validator=_positive)
-    image_size: int | None = attrs.field(default=None, validator=_positive)
+    root: str | None = attrs.field(default=None, converter=path_string, metadata=no_key())
+    classes: tuple[str | int, ...] = ()
+    max_per_class: int | None = attrs.field(default=None, validator=positive)
+    image_size: int | None = attrs.field(default=None, validator=positive)
     subset: str = "in_test"
-    n_samples: int = attrs.field(default=200, validator=_positive)
-    low: int = attrs.field(default=0, converter=_pixel)
-    high: int = attrs.field(default=255, converter=_pixel)
+    n_samples: int = attrs.field(default=200, validator=positive)
+    low: int = 0
+    high: int = 255
     mean: float = 128.0
-    std: float = attrs.field(default=128.0, validator=_positive)
-    shape: tuple[int, int, int] | None = attrs.field(default=None, converter=_shape)
+    std: float = attrs.field(default=128.0, validator=positive)
+    shape: tuple[int, int, int] | None = attrs.field(default=None, validator=_shape)
     labels: str = "auto"
     wordnet_filter: bool = False
-    shard_size: int | None = attrs.field(default=None, validator=_positive)
+    shard_size: int | None = attrs.field(default=None, validator=positive)
     label: str = attrs.field(metadata=no_key())
 
     @label.default
@@ -136,40 +121,44 @@ class SourceSpec(_Keyed):
     @kind.validator
     def _check_kind(self, attribute: attrs.Attribute, value: str) -> None:
         if value not in SOURCE_KINDS:
-            raise UnknownNameError("kind", value, SOURCE_KINDS)
+            raise located(UnknownNameError("kind", value, SOURCE_KINDS), "kind")
 
     def __attrs_post_init__(self) -> None:
         if self.labels not in LABEL_MODES:
-            raise UnknownNameError(f"{self.label}.labels", self.labels, LABEL_MODES)
+            raise located(UnknownNameError("labels", self.labels, LABEL_MODES), "labels")
         if self.kind == "split" and self.subset not in SPLIT_SUBSETS:
-            raise UnknownNameError("subset", self.subset, SPLIT_SUBSETS)
+            raise located(UnknownNameError("subset", self.subset, SPLIT_SUBSETS), "subset")
         if self.kind == "dataset" and self.name not in DATASETS:
-            raise UnknownNameError("dataset", self.name, DATASETS)
+            raise located(UnknownNameError("dataset", self.name, DATASETS), "name")
         if self.kind == "image_folder" and not self.name:
-            raise SpecError("name", "", "a name for the image folder (its identity in keys)")
-        if self.kind == "uniform_noise" and not 0 <= self.low < self.high <= 255:
-            raise SpecError("low/high", (self.low, self.high), "0 <= low < high <= 255")
+            raise spec_error(self, "name", "", "a name for the image folder (its identity in keys)")
+        pixels = (self.low, self.high)
+        if not (0 <= self.low <= 255 and 0 <= self.high <= 255):
+            raise spec_error(self, "low/high", pixels, "integer pixel values in 0..255")
+        if self.kind == "uniform_noise" and not self.low < self.high:
+            raise spec_error(self, "low/high", pixels, "0 <= low < high <= 255")
         if self.kind != "image_folder" and (self.wordnet_filter or self.shard_size):
-            raise SpecError("wordnet_filter/shard_size", self.kind, "kind = 'image_folder'")
+            raise spec_error(self, "wordnet_filter/shard_size", self.kind, "kind = 'image_folder'")
         if self.kind in ("split", *NOISE_KINDS) and self.classes:
-            raise SpecError("classes", self.classes, f"none for kind = {self.kind!r}")
+            raise spec_error(self, "classes", self.classes, f"none for kind = {self.kind!r}")
 
     @property
     def is_noise(self) -> bool:
         return self.kind in NOISE_KINDS
 
 
-def _sources(value: Any) -> tuple[SourceSpec, ...]:
-    return (value,) if isinstance(value, SourceSpec) else tuple(value)
+def _sources(value: Any) -> Any:
+    return (value,) if isinstance(value, SourceSpec) else value
 
 
-@attrs.frozen(kw_only=True)
+@spec_class
 class PoolSpec(_Keyed):
     """One benchmark of a severity spec: an ID test set (``id``) and an OOD class pool
     (``ood``, one or more sources). A spec with several of them (``[[datasets]]`` in TOML)
     gets a ``dataset`` dimension labelled by ``label``."""
 
     TAG = "severity_dataset"
+    TABLE = ""
     VERSION = "1"
 
     label: str = attrs.field(default="", metadata=no_key())
@@ -179,31 +168,34 @@ class PoolSpec(_Keyed):
     def __attrs_post_init__(self) -> None:
         labels = [s.label for s in self.ood]
         if not labels or len(set(labels)) != len(labels):
-            raise SpecError("ood", labels, "a non-empty list of sources with distinct labels")
+            raise spec_error(
+                self, "ood", labels, "a non-empty list of sources with distinct labels"
+            )
         for i, source in enumerate(self.ood):
             if source.kind == "split":
-                raise SpecError(f"ood[{i}].kind", "split", "a dataset, folder or noise source")
+                raise spec_error(
+                    self, f"ood[{i}].kind", "split", "a dataset, folder or noise source"
+                )
         if self.id.is_noise:
-            raise SpecError("id.kind", self.id.kind, "a split, dataset or image folder")
+            raise spec_error(self, "id.kind", self.id.kind, "a split, dataset or image folder")
 
 
-def _models(value: Any) -> tuple[ModelRef, ...]:
+def _models(value: Any) -> Any:
+    if not isinstance(value, list | tuple):
+        return value
     return tuple(ModelRef(name=v) if isinstance(v, str) else v for v in value)
 
 
-def _pools(value: Any) -> tuple[PoolSpec, ...]:
-    return (value,) if isinstance(value, PoolSpec) else tuple(value)
+def _pools(value: Any) -> Any:
+    return (value,) if isinstance(value, PoolSpec) else value
 
 
-def _one_of(*allowed: str) -> Any:
-    def check(_: Any, attribute: attrs.Attribute, value: Any) -> None:
-        if value not in allowed:
-            raise UnknownNameError(attribute.name, value, allowed)
-
-    return check
+register_table(ModelRef, shorthand="name", nouns=("a model (a name or a table)", "models"))
+register_table(SourceSpec, nouns=("a source table", "source tables"))
+register_table(PoolSpec, nouns=("a [[datasets]] table", "[[datasets]] tables"))
 
 
-@attrs.frozen(kw_only=True)
+@spec_class
 class SeveritySpec(Seeded, _Keyed):
     """A severity benchmark: models × κ over one or more datasets (ID test set + OOD pool),
     repeated for ``seeds``.
@@ -219,22 +211,24 @@ class SeveritySpec(Seeded, _Keyed):
     TAG = "severity"
     VERSION = "2"
 
-    name: str = attrs.field(default="severity", metadata=no_key())
+    name: str = attrs.field(default="severity", validator=safe_name, metadata=no_key())
     models: tuple[ModelRef, ...] = attrs.field(converter=_models)
     detectors: tuple[DetectorSpec, ...] = attrs.field(default=("msp",), converter=detector_specs)
     datasets: tuple[PoolSpec, ...] = attrs.field(converter=_pools)
     fit: SourceSpec | None = None
-    n_est: int = attrs.field(default=150, validator=_positive)
-    n_test: int = attrs.field(default=50, validator=_positive)
+    n_est: int = attrs.field(default=150, validator=positive)
+    n_test: int = attrs.field(default=50, validator=positive)
     n_levels: int = 11
-    group_size: int | None = attrs.field(default=None, validator=_positive)
-    metrics: tuple[str, ...] = attrs.field(default=DEFAULT_METRICS, converter=tuple)
+    group_size: int | None = attrs.field(default=None, validator=positive)
+    metrics: tuple[str, ...] = DEFAULT_METRICS
     features: bool = True
     seeds: SeedsSpec = attrs.field(factory=lambda: SeedsSpec(n=1))
     stopping: StoppingSpec = attrs.field(factory=StoppingSpec)
-    on_failure: str = attrs.field(default="record", validator=_one_of("record", "abort"))
+    on_failure: str = attrs.field(default="record", validator=one_of("record", "abort"))
 
     def __attrs_post_init__(self) -> None:
+        for i, model in enumerate(self.models):
+            check_fields(model, f"models[{i}]")
         for field, labels in (
             ("models", [m.label for m in self.models]),
             ("detectors", [d.label for d in self.detectors]),
@@ -247,8 +241,7 @@ class SeveritySpec(Seeded, _Keyed):
                 raise UnknownNameError("metrics", metric, KAPPA_METRICS)
         if not self.metrics or len(set(self.metrics)) != len(self.metrics):
             raise SpecError("metrics", self.metrics, "a non-empty list of distinct metric names")
-        n_levels = self.n_levels
-        if isinstance(n_levels, bool) or not isinstance(n_levels, int) or n_levels < 2:
+        if self.n_levels < 2:
             raise SpecError("n_levels", self.n_levels, "an integer >= 2")
         self._check_pools()
         self._check_detectors()
@@ -343,7 +336,7 @@ class SeveritySpec(Seeded, _Keyed):
 
     def to_dict(self) -> dict[str, Any]:
         """Plain data (round-trips through :func:`severity_spec_from_dict`)."""
-        data = _converter.unstructure(self)
+        data = unstructure(self)
         if not self.varies_dataset:  # written as in TOML: [id] and [[ood]] at the top
             pool = data.pop("datasets")[0]
             data |= {"id": pool["id"], "ood": pool["ood"]}
@@ -355,74 +348,79 @@ class SeveritySpec(Seeded, _Keyed):
 
 # --------------------------------------------------------------------------- TOML / dict I/O
 
-_converter = cattrs.Converter(forbid_extra_keys=True)
-
-
-def _table(value: Any, cls: type, field: str) -> dict[str, Any]:
-    """A TOML table checked against ``cls``'s fields (unknown keys name the allowed ones)."""
-    if not isinstance(value, Mapping):
-        raise SpecError(field, value, f"a table of {cls.__name__} fields")
-    allowed = {f.name for f in attrs.fields(cls)}
-    for key in value:
-        if key not in allowed:
-            raise UnknownNameError(f"{field} field", key, allowed)
-    return dict(value)
-
-
-def _structure_model(value: Any, base: Path | None) -> ModelRef:
-    if isinstance(value, str):
-        value = {"name": value}
-    table = _table(value, ModelRef, "models")
-    name = str(table.get("name", ""))
-    if name.startswith("trained:"):  # "trained:<open set spec file>"
-        table["name"], table["experiment"] = "trained", name.removeprefix("trained:")
-    experiment = table.get("experiment")
-    if isinstance(experiment, str):
-        path = Path(experiment).expanduser()
-        table["experiment"] = load_spec(path if path.is_absolute() or base is None else base / path)
-    elif isinstance(experiment, Mapping):
-        table["experiment"] = spec_from_dict(experiment)
-    return ModelRef(**table)
-
-
-def _structure_source(value: Any, field: str, base: Path | None) -> SourceSpec:
-    table = _table(value, SourceSpec, field)
-    if table.get("root") and base is not None:
-        root = Path(str(table["root"])).expanduser()
-        table["root"] = str(root if root.is_absolute() else base / root)
-    return SourceSpec(**table)
-
-
-def _structure_pool(value: Any, field: str, base: Path | None, label: str) -> PoolSpec:
-    """A :class:`PoolSpec` from a ``[[datasets]]`` table (``field`` = its path, "" at the top)."""
-    table = _table(value, PoolSpec, field or "spec")
-    at = f"{field}." if field else ""
-    if "id" not in table:
-        raise SpecError(f"{at}id", None, "an [id] table: the ID test set")
-    if not isinstance(table.get("ood"), list) or not table["ood"]:
-        raise SpecError(f"{at}ood", None, "one or more [[ood]] tables: the OOD class pool")
-    return PoolSpec(
-        label=str(table.get("label", label)),
-        id=_structure_source(table["id"], f"{at}id", base),
-        ood=tuple(_structure_source(s, f"{at}ood[{i}]", base) for i, s in enumerate(table["ood"])),
-    )
-
-
-def _unstructure_model(ref: ModelRef) -> dict[str, Any]:
-    out = {f.name: getattr(ref, f.name) for f in attrs.fields(ModelRef) if f.name != "experiment"}
-    if ref.experiment is not None:
-        out["experiment"] = ref.experiment.to_dict()
-    return out
-
-
-_converter.register_unstructure_hook(DetectorSpec, detector_to_data)
-_converter.register_unstructure_hook(ModelRef, _unstructure_model)
-
 _OLD_SEED_HINT = (
     "severity specs take a [seeds] table like open set specs (n, start, values, pinned); a seed "
     "redraws the estimation/test split, the noise and the 'trained' models. "
     "For the old behaviour write [seeds] n = 1 (seed 0)"
 )
+
+
+def _model_data(value: Any, base: Path | None) -> Any:
+    """A model entry with ``"trained:<file>"`` and an ``experiment`` file read (relative to
+    ``base``); everything else is checked when the spec is structured."""
+    if isinstance(value, str):
+        value = {"name": value}
+    if not isinstance(value, Mapping):
+        return value
+    table = dict(value)
+    name = table.get("name")
+    if isinstance(name, str) and name.startswith("trained:"):  # "trained:<open set spec file>"
+        table["name"], table["experiment"] = "trained", name.removeprefix("trained:")
+    experiment = table.get("experiment")
+    if isinstance(experiment, str):
+        path = Path(experiment).expanduser()
+        table["experiment"] = load_spec(path if path.is_absolute() or base is None else base / path)
+    return table
+
+
+def _source_data(value: Any, base: Path | None) -> Any:
+    """A source table with a relative ``root`` resolved against ``base``."""
+    root = value.get("root") if isinstance(value, Mapping) else None
+    if not isinstance(root, str) or not root or base is None:
+        return value
+    path = Path(root).expanduser()
+    return {**value, "root": str(path if path.is_absolute() else base / path)}
+
+
+def _pool_data(value: Any, field: str, base: Path | None) -> Any:
+    """A ``[[datasets]]`` table (``field`` = its path, "" at the top) with its roots resolved."""
+    if not isinstance(value, Mapping):
+        return value
+    at = f"{field}." if field else ""
+    if "id" not in value:
+        raise SpecError(f"{at}id", None, "an [id] table: the ID test set")
+    if not isinstance(value.get("ood"), list) or not value["ood"]:
+        raise SpecError(f"{at}ood", value.get("ood"), "one or more [[ood]] tables: the OOD pool")
+    ood = [_source_data(source, base) for source in value["ood"]]
+    return {**value, "id": _source_data(value["id"], base), "ood": ood}
+
+
+def _pools_data(data: dict[str, Any], base: Path | None) -> bool:
+    """Put the benchmarks of a spec under ``datasets``: its ``[[datasets]]`` tables, or the
+    top-level ``id``/``ood`` as one (then returns True: paths are written without
+    ``datasets[0].``)."""
+    entries = data.get("datasets")
+    if entries is None:
+        top = {k: data.pop(k) for k in ("id", "ood") if k in data}
+        name = data.get("name", "severity")
+        top["label"] = name if isinstance(name, str) else "severity"
+        data["datasets"] = [_pool_data(top, "", base)]
+        return True
+    if "id" in data or "ood" in data:
+        raise SpecError(
+            "id/ood", "top-level tables", "[id] and [[ood]] inside each [[datasets]] table"
+        )
+    if not isinstance(entries, list) or not entries:
+        raise SpecError("datasets", entries, "a non-empty list of [[datasets]] tables")
+    for i, entry in enumerate(entries):
+        field = f"datasets[{i}]"
+        if isinstance(entry, Mapping) and "seed" in entry:
+            raise SpecError(f"{field}.seed", entry["seed"], "no seed here", _OLD_SEED_HINT)
+        label = entry.get("label") if isinstance(entry, Mapping) else None
+        if not isinstance(label, str) or not label:
+            raise SpecError(f"{field}.label", label, "a name for this dataset")
+    data["datasets"] = [_pool_data(e, f"datasets[{i}]", base) for i, e in enumerate(entries)]
+    return False
 
 
 def severity_spec_from_dict(
@@ -431,66 +429,25 @@ def severity_spec_from_dict(
     """Build a :class:`SeveritySpec` from plain data; relative paths resolve against ``base``.
 
     One benchmark is written as top-level ``[id]`` and ``[[ood]]``; several as ``[[datasets]]``
-    tables, each with a ``label``, an ``[id]`` and ``[[ood]]`` sources.
+    tables, each with a ``label``, an ``[id]`` and ``[[ood]]`` sources. Types are checked by
+    the one strict converter of :func:`oodsim.specs.structure`.
     """
     base = Path(base) if base is not None else None
+    if not isinstance(data, Mapping):
+        raise SpecError("severity spec", data, "a table of severity spec fields")
     data = dict(data)
     if "seed" in data:
         raise SpecError("seed", data["seed"], "no top-level seed", _OLD_SEED_HINT)
-    nested: dict[str, Any] = {}
-    with spec_errors("severity spec"):
-        nested["models"] = tuple(_structure_model(m, base) for m in data.pop("models", ()))
-        nested["detectors"] = tuple(detector_from_data(d) for d in data.pop("detectors", ["msp"]))
-        nested["datasets"] = _structure_pools(data, base)
-        fit = data.pop("fit", None)
-        if fit is not None:
-            nested["fit"] = _structure_source(fit, "fit", base)
-        if "seeds" in data:
-            nested["seeds"] = SeedsSpec(**_table(data.pop("seeds"), SeedsSpec, "seeds"))
-        if "stopping" in data:
-            nested["stopping"] = StoppingSpec(
-                **_table(data.pop("stopping"), StoppingSpec, "stopping")
-            )
-        plain = _converter.structure(data, _PlainFields)
-        return SeveritySpec(**attrs.asdict(plain, recurse=False), **nested)
+    if isinstance(data.get("models"), list):
+        data["models"] = [_model_data(m, base) for m in data["models"]]
+    if "fit" in data:
+        data["fit"] = _source_data(data["fit"], base)
+    one = _pools_data(data, base)
 
+    def rename(path: str) -> str:  # one benchmark is written at the top, without datasets[0]
+        return path.removeprefix("datasets[0]").removeprefix(".") if one else path
 
-def _structure_pools(data: dict[str, Any], base: Path | None) -> tuple[PoolSpec, ...]:
-    """The benchmarks of a spec: ``[[datasets]]`` tables, or the top-level ``id``/``ood``."""
-    entries = data.pop("datasets", None)
-    if entries is None:
-        top = {k: data.pop(k) for k in ("id", "ood") if k in data}
-        return (_structure_pool(top, "", base, str(data.get("name", "severity"))),)
-    if "id" in data or "ood" in data:
-        raise SpecError(
-            "id/ood", "top-level tables", "[id] and [[ood]] inside each [[datasets]] table"
-        )
-    if not isinstance(entries, list) or not entries:
-        raise SpecError("datasets", entries, "a non-empty list of [[datasets]] tables")
-    pools = []
-    for i, entry in enumerate(entries):
-        field = f"datasets[{i}]"
-        if isinstance(entry, Mapping) and "seed" in entry:
-            raise SpecError(f"{field}.seed", entry["seed"], "no seed here", _OLD_SEED_HINT)
-        label = entry.get("label") if isinstance(entry, Mapping) else None
-        if not isinstance(label, str) or not label:
-            raise SpecError(f"{field}.label", label, "a name for this dataset")
-        pools.append(_structure_pool(entry, field, base, label))
-    return tuple(pools)
-
-
-@attrs.frozen(kw_only=True)
-class _PlainFields:
-    """The scalar fields of a severity spec, structured (and type-checked) by cattrs."""
-
-    name: str = "severity"
-    n_est: int = 150
-    n_test: int = 50
-    n_levels: int = 11
-    group_size: int | None = None
-    metrics: tuple[str, ...] = DEFAULT_METRICS
-    features: bool = True
-    on_failure: str = "record"
+    return structure(data, SeveritySpec, "severity spec", rename)
 
 
 def check_data(spec: SeveritySpec) -> None:

@@ -1,0 +1,542 @@
+"""Strict specs (issue 11, part 2): no type coercion, finite floats, detector parameters checked
+at construction, distinct int64 seeds generated lazily, spec names that are safe file names.
+
+Every refusal is a :class:`SpecError` whose message names the field path, the value (its
+``repr``) and the expected type, for all three protocols (one strict converter) and for specs
+built in Python. Spec construction only: nothing here trains or starts a cluster.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+import tomllib
+import tracemalloc
+from pathlib import Path
+from typing import Any
+
+import attrs
+import pytest
+
+import oodsim
+from oodsim.cli import main as cli_main
+from oodsim.errors import SpecError, UnknownNameError
+from oodsim.protocols.imagenet_o import PROTOCOL as IMAGENET_O_PROTOCOL
+from oodsim.protocols.severity.spec import severity_spec_from_dict
+from oodsim.seeds import SeedBatches, SeedRange
+from oodsim.specs import (
+    DatasetSpec,
+    DetectorSpec,
+    ExperimentSpec,
+    SeedsSpec,
+    StoppingSpec,
+    TrainingSpec,
+    spec_from_dict,
+)
+from tests.conftest import ROOT
+
+BASE = (ROOT / "specs" / "digits.toml").read_text()
+SEVERITY = (ROOT / "specs" / "severity_fashion_mnist.toml").read_text()
+METRICS_LINE = 'metrics = ["auroc", "aupr_in", "aupr_out", "fpr95", "accuracy"]'
+IMAGENET_O = """protocol = "imagenet_o"
+id_root = "val"
+ood_root = "o"
+models = ["timm:test_resnet"]
+"""
+
+
+def assert_names(error: SpecError, field: str, value: Any, expected: str) -> None:
+    """The message is ``<field>: <repr(value)> is not allowed; expected <expected>...``."""
+    assert error.field == field, str(error)
+    assert str(error).startswith(f"{field}: {value!r} is not allowed; expected {expected}"), str(
+        error
+    )
+
+
+def load_text(tmp_path: Path, text: str) -> Any:
+    """A spec file of any protocol through the front door, ``oodsim.load``."""
+    path = tmp_path / "spec.toml"
+    path.write_text(text)
+    return oodsim.load(path)
+
+
+def replaced(text: str, old: str, new: str) -> str:
+    assert old in text, old
+    return text.replace(old, new, 1)
+
+
+def top(text: str, line: str) -> str:
+    """``line`` as a top-level key (before the first table)."""
+    return line + "\n" + text
+
+
+# --------------------------------------------------------------------------- the issue's rows
+
+ISSUE_ROWS = [
+    # (id, spec text, field, value, expected)
+    ("n-string", replaced(BASE, "n = 50", 'n = "5"'), "seeds.n", "5", "an integer"),
+    ("n-float", replaced(BASE, "n = 50", "n = 2.7"), "seeds.n", 2.7, "an integer"),
+    ("n-bool", replaced(BASE, "n = 50", "n = true"), "seeds.n", True, "an integer"),
+    (
+        "augment-enabled-string",
+        replaced(BASE, "[training.augment]", '[training.augment]\nenabled = "false"'),
+        "training.augment.enabled",
+        "false",
+        "true or false",
+    ),
+    (
+        "download-string",
+        replaced(BASE, 'name = "digits"\n\n[split]', 'name = "digits"\ndownload = "no"\n[split]'),
+        "dataset.download",
+        "no",
+        "true or false",
+    ),
+    ("lr-inf", replaced(BASE, "lr = 0.05", "lr = inf"), "training.lr", math.inf, "a finite number"),
+    (
+        "temperature-nan",
+        replaced(
+            BASE, '"msp", "temperature"', '"msp", { name = "temperature", temperature = nan }'
+        ),
+        "detectors[1].temperature",
+        math.nan,
+        "a finite number",
+    ),
+    (
+        "detector-parameter-type",
+        replaced(BASE, '"msp", "temperature"', '"msp", { name = "knn", k = 2.5 }'),
+        "detectors[1].k",
+        2.5,
+        "an integer",
+    ),
+    (
+        "name-outside-results",
+        replaced(BASE, 'name = "digits"', 'name = "../../x"'),
+        "name",
+        "../../x",
+        "a file name",
+    ),
+    (
+        "duplicate-seeds",
+        replaced(BASE, "n = 50", "values = [3, 1, 3]"),
+        "seeds.values",
+        [3],
+        "distinct seeds",
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("text", "field", "value", "expected"),
+    [row[1:] for row in ISSUE_ROWS],
+    ids=[row[0] for row in ISSUE_ROWS],
+)
+def test_the_issue_scenarios_are_refused_naming_path_value_and_type(
+    tmp_path: Path, text: str, field: str, value: Any, expected: str
+) -> None:
+    with pytest.raises(SpecError) as caught:
+        load_text(tmp_path, text)
+    assert_names(caught.value, field, value, expected)
+
+
+def test_unknown_detector_parameter_is_refused_at_construction(tmp_path: Path) -> None:
+    text = replaced(BASE, '"msp", "temperature"', '"msp", { name = "energy", temprature = 2.0 }')
+    with pytest.raises(UnknownNameError) as caught:
+        load_text(tmp_path, text)
+    assert_names(caught.value, "detector 'energy' parameter", "temprature", "one of 'temperature'")
+    assert "Did you mean 'temperature'?" in str(caught.value)
+
+
+def test_a_bad_spec_name_writes_nothing_anywhere(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``oodsim run`` without ``--out`` writes ``results/<name>.zarr``: a name that climbs out
+    is refused before any compute, and nothing is written (neither results nor cache)."""
+    work = tmp_path / "a" / "b"
+    work.mkdir(parents=True)
+    (work / "spec.toml").write_text(replaced(BASE, 'name = "digits"', 'name = "../../x"'))
+    monkeypatch.chdir(work)
+    code = cli_main(["run", "spec.toml", "--cache", "cache", "--workers", "1", "--quiet"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and len(err) == 1 and "name: '../../x' is not allowed" in err[0]
+    assert sorted(p.name for p in tmp_path.rglob("*")) == ["a", "b", "spec.toml"]
+
+
+def test_a_billion_seeds_with_a_stopping_rule_start_in_constant_memory() -> None:
+    data = {
+        "dataset": {"name": "digits"},
+        "seeds": {"n": 10**9},
+        "stopping": {"rule": "ci_width"},
+    }
+    spec_from_dict(data)  # imports and registries load outside the measurement
+    tracemalloc.start()
+    try:
+        spec = spec_from_dict(data)
+        seeds = spec.seeds.all()[: spec.max_seeds]
+        first = list(itertools.islice(seeds, 5))
+        batch = seeds[10:20]
+        batches = SeedBatches(seeds, spec.stopping.batch_size)
+        ahead = batches[0:2]  # what the engine submits: this batch and the next one
+        key = spec.key
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert first == [0, 1, 2, 3, 4] and batch == tuple(range(10, 20))
+    assert isinstance(seeds, SeedRange) and len(seeds) == spec.max_seeds == 10**9
+    assert seeds[-1] == 10**9 - 1 and len(key) == 64
+    assert len(batches) == 10**8 and ahead == [tuple(range(10)), tuple(range(10, 20))]
+    assert peak < 20 * 2**20  # a list of 10**9 seeds takes more than 8 GB
+
+
+# --------------------------------------------------------------------------- adversarial cases
+
+ADVERSARIAL = [
+    # (id, build, error type, field, value, expected)
+    (
+        "nested-list-item",
+        lambda p: load_text(
+            p,
+            replaced(
+                BASE, "n_known = 6\n", 'n_known = 6\nknown_classes = [[0, 1, "2", 3, 4, 5]]\n'
+            ),
+        ),
+        SpecError,
+        "split.known_classes[0][2]",
+        "2",
+        "an integer",
+    ),
+    (
+        "string-for-a-list",
+        lambda p: load_text(p, replaced(BASE, METRICS_LINE, 'metrics = "auroc"')),
+        SpecError,
+        "metrics",
+        "auroc",
+        "a list of strings",
+    ),
+    (
+        "float-for-an-int",
+        lambda p: load_text(p, replaced(BASE, "max_epochs = 30", "max_epochs = 30.0")),
+        SpecError,
+        "training.max_epochs",
+        30.0,
+        "an integer",
+    ),
+    (
+        "bool-for-a-float",
+        lambda p: load_text(p, replaced(BASE, "lr = 0.05", "lr = true")),
+        SpecError,
+        "training.lr",
+        True,
+        "a finite number",
+    ),
+    (
+        "int-for-a-bool",
+        lambda p: load_text(
+            p, replaced(BASE, "[training.augment]", "[training.augment]\nenabled = 1")
+        ),
+        SpecError,
+        "training.augment.enabled",
+        1,
+        "true or false",
+    ),
+    (
+        "string-in-a-float-pair",
+        lambda p: load_text(p, replaced(BASE, "scale = [0.9, 1.1]", 'scale = [0.9, "1.1"]')),
+        SpecError,
+        "training.augment.scale[1]",
+        "1.1",
+        "a finite number",
+    ),
+    (
+        "huge-int",
+        lambda p: spec_from_dict({"dataset": {"name": "digits"}, "seeds": {"n": 2**64}}),
+        SpecError,
+        "seeds.n",
+        2**64,
+        "an integer that fits in 64 bits",
+    ),
+    (
+        "seeds-past-int64",
+        lambda p: load_text(p, replaced(BASE, "n = 50", "n = 9223372036854775807\nstart = 2")),
+        SpecError,
+        "seeds.n",
+        2**63 - 1,
+        "at most 9223372036854775806 seeds from start = 2",
+    ),
+    (
+        "negative-seed",
+        lambda p: load_text(p, replaced(BASE, "n = 50", "values = [1, -2]")),
+        SpecError,
+        "seeds.values[1]",
+        -2,
+        "a seed >= 0",
+    ),
+    (
+        "negative-start",
+        lambda p: load_text(p, replaced(BASE, "n = 50", "n = 5\nstart = -1")),
+        SpecError,
+        "seeds.start",
+        -1,
+        "a number >= 0",
+    ),
+    (
+        "bool-pinned-stream",
+        lambda p: load_text(p, replaced(BASE, "n = 50", "n = 5\npinned = { class_split = true }")),
+        SpecError,
+        "seeds.pinned.class_split",
+        True,
+        "an integer in 0 .. 2**63 - 1",
+    ),
+    (
+        "nan-in-a-parameter-grid",
+        lambda p: load_text(
+            p,
+            replaced(
+                BASE, '"msp", "temperature"', '"msp", { name = "odin", temperature = [1.0, nan] }'
+            ),
+        ),
+        SpecError,
+        "detectors[1].temperature[1]",
+        math.nan,
+        "a finite number",
+    ),
+    (
+        "nested-parameter-grid",
+        lambda p: load_text(
+            p,
+            replaced(
+                BASE, '"msp", "temperature"', '"msp", { name = "odin", epsilon = [0.0, [0.1]] }'
+            ),
+        ),
+        SpecError,
+        "detectors[1].epsilon[1]",
+        [0.1],
+        "one value (a grid is a flat list)",
+    ),
+    (
+        "string-parameter-for-a-number",
+        lambda p: spec_from_dict(
+            {"dataset": {"name": "digits"}, "detectors": [{"name": "energy", "temperature": "1"}]}
+        ),
+        SpecError,
+        "detectors[0].temperature",
+        "1",
+        "a finite number",
+    ),
+    (
+        "int-for-a-level-label",
+        lambda p: load_text(p, BASE + "\n[stopping]\nseverity = 5\n"),
+        SpecError,
+        "stopping.severity",
+        5,
+        "a string",
+    ),
+    (
+        "nested-ood-dataset",
+        lambda p: load_text(
+            p,
+            top(
+                BASE,
+                'ood = ["held_out", { kind = "dataset", '
+                'dataset = { name = "fashion_mnist", max_per_class = "50" } }]',
+            ),
+        ),
+        SpecError,
+        "ood[1].dataset.max_per_class",
+        "50",
+        "an integer",
+    ),
+    (
+        "number-for-a-table",
+        lambda p: spec_from_dict({"dataset": {"name": "digits"}, "seeds": 5}),
+        SpecError,
+        "seeds",
+        5,
+        "a seeds table",
+    ),
+    (
+        "severity-string-for-an-int",
+        lambda p: load_text(p, replaced(SEVERITY, "\nn_est = 60", '\nn_est = "60"')),
+        SpecError,
+        "n_est",
+        "60",
+        "an integer",
+    ),
+    (
+        "severity-ood-source",
+        lambda p: load_text(p, replaced(SEVERITY, "n_samples = 100", 'n_samples = "100"')),
+        SpecError,
+        "ood[2].n_samples",
+        "100",
+        "an integer",
+    ),
+    (
+        "severity-nested-experiment",
+        lambda p: load_text(p, replaced(SEVERITY, "lr = 0.05", "lr = nan")),
+        SpecError,
+        "models[0].experiment.training.lr",
+        math.nan,
+        "a finite number",
+    ),
+    (
+        "severity-zoo-model-bool",
+        lambda p: severity_spec_from_dict(
+            {
+                "models": [{"name": "timm:test_resnet", "pretrained": "no"}],
+                "id": {"kind": "dataset", "name": "digits"},
+                "ood": [{"kind": "uniform_noise"}],
+            }
+        ),
+        SpecError,
+        "models[0].pretrained",
+        "no",
+        "true or false",
+    ),
+    (
+        "severity-suite-source",
+        lambda p: severity_spec_from_dict(
+            {
+                "models": ["timm:test_resnet"],
+                "datasets": [
+                    {
+                        "label": "a",
+                        "id": {"kind": "dataset", "name": "digits"},
+                        "ood": [{"kind": "gaussian_noise", "std": math.inf}],
+                    }
+                ],
+            }
+        ),
+        SpecError,
+        "datasets[0].ood[0].std",
+        math.inf,
+        "a finite number",
+    ),
+    (
+        "severity-bad-name",
+        lambda p: load_text(
+            p, replaced(SEVERITY, 'name = "severity_fashion_mnist"', 'name = "a/b"')
+        ),
+        SpecError,
+        "name",
+        "a/b",
+        "a file name",
+    ),
+    (
+        "imagenet-o-string-for-a-bool",
+        lambda p: load_text(p, IMAGENET_O + 'bootstrap = "yes"\n'),
+        SpecError,
+        "bootstrap",
+        "yes",
+        "true or false",
+    ),
+    (
+        "imagenet-o-float-for-an-int",
+        lambda p: load_text(p, IMAGENET_O + "batch_size = 2.0\n"),
+        SpecError,
+        "batch_size",
+        2.0,
+        "an integer",
+    ),
+    (
+        "imagenet-o-seeds",
+        lambda p: imagenet_o_data(seeds={"n": True}),
+        SpecError,
+        "seeds.n",
+        True,
+        "an integer",
+    ),
+    (
+        "python-bool-for-an-int",
+        lambda p: SeedsSpec(n=True),
+        SpecError,
+        "seeds.n",
+        True,
+        "an integer",
+    ),
+    (
+        "python-evolve-nan",
+        lambda p: attrs.evolve(TrainingSpec(), lr=math.nan),
+        SpecError,
+        "training.lr",
+        math.nan,
+        "a finite number",
+    ),
+    (
+        "python-detector-parameter",
+        lambda p: DetectorSpec(name="temperature", params={"temperature": math.inf}),
+        SpecError,
+        "detector 'temperature' parameter temperature",
+        math.inf,
+        "a finite number",
+    ),
+    (
+        "python-string-for-a-list",
+        lambda p: ExperimentSpec(dataset=DatasetSpec(name="digits"), detectors="msp"),
+        SpecError,
+        "detectors",
+        "msp",
+        "a list of detectors",
+    ),
+    (
+        "python-duplicate-values",
+        lambda p: SeedsSpec(values=(5, 6, 5, 6)),
+        SpecError,
+        "seeds.values",
+        [5, 6],
+        "distinct seeds",
+    ),
+]
+
+
+def imagenet_o_data(**changes: Any) -> Any:
+    """The small ImageNet-O spec with ``changes``, built from data by its protocol."""
+    data = tomllib.loads(IMAGENET_O)
+    data.pop("protocol")
+    return IMAGENET_O_PROTOCOL.from_data({**data, **changes}, None)
+
+
+@pytest.mark.parametrize(
+    ("build", "error", "field", "value", "expected"),
+    [row[1:] for row in ADVERSARIAL],
+    ids=[row[0] for row in ADVERSARIAL],
+)
+def test_adversarial_specs_are_refused_naming_path_value_and_type(
+    tmp_path: Path, build: Any, error: type, field: str, value: Any, expected: str
+) -> None:
+    with pytest.raises(error) as caught:
+        build(tmp_path)
+    assert_names(caught.value, field, value, expected)
+
+
+@pytest.mark.parametrize(
+    "name", ["", ".hidden", "a/b", "..", "a\\b", "x" * 101, "tab\tname", "/abs", "é"]
+)
+def test_names_that_are_not_safe_file_names_are_refused(name: str) -> None:
+    with pytest.raises(SpecError) as caught:
+        ExperimentSpec(name=name, dataset=DatasetSpec(name="digits"))
+    assert_names(caught.value, "name", name, "a file name of 1 to 100 letters")
+
+
+@pytest.mark.parametrize("name", ["digits", "run-1.v2", "A_b", "x" * 100, "_x"])
+def test_safe_names_are_kept(name: str) -> None:
+    assert ExperimentSpec(name=name, dataset=DatasetSpec(name="digits")).name == name
+
+
+def test_an_int_where_a_float_is_expected_is_that_float_with_the_same_key() -> None:
+    by_int = TrainingSpec(lr=1, augment=attrs.evolve(TrainingSpec().augment, scale=[1, 2]))
+    by_float = TrainingSpec(lr=1.0, augment=attrs.evolve(TrainingSpec().augment, scale=(1.0, 2.0)))
+    assert type(by_int.lr) is float and by_int.augment.scale == (1.0, 2.0)
+    assert by_int == by_float and by_int.key == by_float.key
+    from_toml = spec_from_dict({"dataset": {"name": "digits"}, "training": {"lr": 1}})
+    assert from_toml.training.key == TrainingSpec(lr=1.0).key
+
+
+def test_seed_values_keep_their_order_and_a_range_compares_like_its_tuple() -> None:
+    assert SeedsSpec(values=[7, 2, 9]).all() == (7, 2, 9)
+    assert SeedsSpec(n=3, start=4).all() == (4, 5, 6) and SeedsSpec(n=3).count == 3
+    assert SeedsSpec(n=2**63 - 1).all()[-1] == 2**63 - 2  # the largest int64 range is fine
+    with pytest.raises(SpecError, match=r"stopping\.max_seeds: 4 .*at most the 3 seeds"):
+        ExperimentSpec(
+            dataset=DatasetSpec(name="digits"),
+            seeds=SeedsSpec(n=3),
+            stopping=StoppingSpec(rule="ci_width", max_seeds=4),
+        )
