@@ -507,10 +507,16 @@ def test_ci_width_stops_when_half_width_drops_below_epsilon() -> None:
         halves.append((hi - lo) / 2)
     expected = 2 + int(np.argmax(np.array(halves) < eps))
     assert 30 < expected < 300
-    first = next(n for n in range(2, 301) if decide_ci_width(values[:n], eps).stop)
+    symmetric = {"value_range": None}  # scipy's interval is the unbounded one
+    first = next(n for n in range(2, 301) if decide_ci_width(values[:n], eps, **symmetric).stop)
     assert first == expected
-    d = decide_ci_width(values[:expected], eps)
+    d = decide_ci_width(values[:expected], eps, **symmetric)
     assert d.rule == "ci_width" and d.statistic == pytest.approx(halves[expected - 2])
+    # by default the half-width is that of the bounded interval estimate() reports
+    bounded = decide_ci_width(values[:expected], eps)
+    score = xr.DataArray(values[:expected], dims=("seed", "method"), coords={"metric": "auroc"})
+    est = estimate(score)
+    assert bounded.statistic == pytest.approx(float(((est.upper - est.lower) / 2).max()))
     # min_seeds wins over a met criterion; max_seeds forces a stop.
     assert not decide_ci_width(values[:expected], eps, min_seeds=expected + 1).stop
     forced = decide_ci_width(values[:10], eps, max_seeds=10)

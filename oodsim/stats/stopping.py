@@ -15,10 +15,10 @@ from typing import Any, Literal
 
 import attrs
 import numpy as np
-from scipy import stats as sps
 
 from oodsim.errors import UnknownNameError
 from oodsim.stats._common import check_alpha, complete_rows
+from oodsim.stats.estimates import t_interval
 
 Boundary = Literal["bernstein", "normal_mixture"]
 BOUNDARIES: tuple[str, ...] = ("bernstein", "normal_mixture")
@@ -123,13 +123,17 @@ def decide_ci_width(
     confidence: float = 0.95,
     min_seeds: int = 2,
     max_seeds: int | None = None,
+    value_range: tuple[float, float] | None = (0.0, 1.0),
 ) -> StopDecision:
     """Stop when every method's Student-t interval half-width is below ``epsilon``.
 
-    Answers "is each expected score known to ± epsilon?". NaN (failed) seeds are skipped per
-    method; ``min_seeds`` counts the seeds usable for every method (at least 2 are needed).
-    Stopping on a small observed spread slightly lowers the coverage of the final interval;
-    a ``min_seeds`` of 10 or more keeps that effect small.
+    Answers "is each expected score known to ± epsilon?". The interval is the one
+    :func:`~oodsim.stats.estimate` reports (:func:`~oodsim.stats.t_interval`: on the logit scale
+    for values in ``value_range``, default [0, 1] like every oodsim metric; symmetric for
+    None), and its half-width is half its length. NaN (failed) seeds are skipped per method;
+    ``min_seeds`` counts the seeds usable for every method (at least 2 are needed). Stopping on
+    a small observed spread slightly lowers the coverage of the final interval; a ``min_seeds``
+    of 10 or more keeps that effect small.
     """
     check_alpha(confidence, "confidence")
     if epsilon <= 0:
@@ -145,8 +149,9 @@ def decide_ci_width(
         filled = np.where(finite, v, 0.0)
         mean = filled.sum(axis=0) / n
         var = (np.where(finite, v - mean, 0.0) ** 2).sum(axis=0) / (n - 1)
-        half = sps.t.ppf(0.5 + confidence / 2, n - 1) * np.sqrt(var / n)
-        statistic = float(half.max())
+        low, high = value_range if value_range is not None else (np.nan, np.nan)
+        lower, upper = t_interval(mean, np.sqrt(var / n), n, confidence, low, high)
+        statistic = float(((upper - lower) / 2).max())
     else:
         statistic = float("nan")
     met = usable >= 2 and statistic < epsilon
