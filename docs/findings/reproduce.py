@@ -130,7 +130,7 @@ def main() -> None:
     for path in args.results:
         results = oodsim.open_results(path)
         name = Path(path).stem
-        write_report(results, Path(args.out) / name)
+        write_report(results, Path(args.out) / name, overwrite=True, source=path)
         print(
             f"## {name}: {results.sizes['seed']} seeds, {int(results.attrs['n_failed'])} failed\n"
         )
@@ -141,7 +141,8 @@ def main() -> None:
         print("Welch, the study's five:", required_summary(results, PAPER_METHODS), "\n")
     if args.splits:
         results = oodsim.open_results(args.splits)
-        write_report(results, Path(args.out) / Path(args.splits).stem)
+        folder = Path(args.out) / Path(args.splits).stem
+        write_report(results, folder, overwrite=True, source=args.splits)
         print(
             f"## class splits: {results.sizes['seed']} seeds over "
             f"{len(set(results.class_split.values))} splits\n"
