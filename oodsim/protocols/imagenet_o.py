@@ -47,15 +47,8 @@ from oodsim.protocols.base import Protocol, SeedFailed, Task, stored
 from oodsim.protocols.tuning import is_grid
 from oodsim.results import NO_SEVERITY, Layout, SeedResult
 from oodsim.seeds import SeedStreams
-from oodsim.specs import (
-    DetectorSpec,
-    Seeded,
-    SeedsSpec,
-    StoppingSpec,
-    _Keyed,
+from oodsim.spec_types import (
     check_fields,
-    detector_specs,
-    detector_to_data,
     one_of,
     path_string,
     positive,
@@ -63,6 +56,15 @@ from oodsim.specs import (
     safe_name,
     spec_class,
     structure,
+)
+from oodsim.specs import (
+    DetectorSpec,
+    Seeded,
+    SeedsSpec,
+    StoppingSpec,
+    _Keyed,
+    detector_specs,
+    detector_to_data,
 )
 from oodsim.store import Store
 
@@ -407,7 +409,7 @@ def spec_from_data(data: Mapping[str, Any], base: str | Path | None = None) -> I
     """An :class:`ImageNetOSpec` from plain (TOML) data; relative roots resolve against ``base``.
 
     Types and unknown keys are checked by the one strict converter
-    (:func:`oodsim.specs.structure`). A ``[seeds]`` table without ``n`` or ``values`` means one
+    (:func:`oodsim.spec_types.structure`). A ``[seeds]`` table without ``n`` or ``values`` means one
     seed, as without the table.
     """
     if not isinstance(data, Mapping):

@@ -24,15 +24,8 @@ from oodsim.keys import no_key
 from oodsim.metrics import KAPPA_METRICS
 from oodsim.models.zoo import ModelRef
 from oodsim.protocols.tuning import is_grid
-from oodsim.specs import (
-    DetectorSpec,
-    Seeded,
-    SeedsSpec,
-    StoppingSpec,
-    _Keyed,
+from oodsim.spec_types import (
     check_fields,
-    detector_specs,
-    load_spec,
     located,
     one_of,
     path_string,
@@ -43,6 +36,15 @@ from oodsim.specs import (
     spec_error,
     structure,
     unstructure,
+)
+from oodsim.specs import (
+    DetectorSpec,
+    Seeded,
+    SeedsSpec,
+    StoppingSpec,
+    _Keyed,
+    detector_specs,
+    load_spec,
 )
 
 SOURCE_KINDS = ("split", "dataset", "image_folder", *NOISE_KINDS)
@@ -430,7 +432,7 @@ def severity_spec_from_dict(
 
     One benchmark is written as top-level ``[id]`` and ``[[ood]]``; several as ``[[datasets]]``
     tables, each with a ``label``, an ``[id]`` and ``[[ood]]`` sources. Types are checked by
-    the one strict converter of :func:`oodsim.specs.structure`.
+    the one strict converter of :func:`oodsim.spec_types.structure`.
     """
     base = Path(base) if base is not None else None
     if not isinstance(data, Mapping):
