@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import attrs
 import numpy as np
 import xarray as xr
 
@@ -88,17 +89,21 @@ def _win_text(
     )
 
 
-def _figures(
-    results: xr.Dataset | xr.DataArray,
-    out: Path,
-    metric: str | None,
-    k: int,
-    alpha: float,
-    n_draws: int,
-    rng: np.random.Generator,
-    pairing: str,
-) -> list[Path]:
+@attrs.frozen
+class _Options:
+    """What :func:`write_report` was asked for, as every part of the report uses it."""
+
+    metric: str | None  # None: the results have no OOD metric
+    k: int
+    alpha: float
+    n_draws: int
+    rng: np.random.Generator
+    pairing: str
+
+
+def _figures(results: xr.Dataset | xr.DataArray, out: Path, opts: _Options) -> list[Path]:
     """The report's PNGs (none without an OOD metric; no win probability with < k seeds)."""
+    metric, k, alpha = opts.metric, opts.k, opts.alpha
     score = as_score(results)
     ood = ood_metrics(score)
     if metric is None:
@@ -112,7 +117,13 @@ def _figures(
     if score.sizes["seed"] >= k:  # a k-seed experiment needs k seeds to draw from
         figures.append(
             plot_win_probability(
-                results, out / "win_probability.png", metric, k, n_draws, rng, pairing
+                results,
+                out / "win_probability.png",
+                metric,
+                k,
+                opts.n_draws,
+                opts.rng,
+                opts.pairing,
             )
         )
     return figures
@@ -155,16 +166,10 @@ def _stopping_lines(results: xr.Dataset | xr.DataArray) -> list[str]:
 
 
 def _summary(
-    results: xr.Dataset | xr.DataArray,
-    metric: str | None,
-    k: int,
-    alpha: float,
-    n_draws: int,
-    rng: np.random.Generator,
-    pairing: str,
-    source: str | Path | None,
+    results: xr.Dataset | xr.DataArray, opts: _Options, source: str | Path | None
 ) -> list[str]:
     """The lines of ``summary.md`` up to its figures."""
+    metric, alpha = opts.metric, opts.alpha
     score = as_score(results)
     ood = ood_metrics(score)
     est = estimate(results, confidence=0.95)
@@ -186,7 +191,7 @@ def _summary(
         "",
         "## Win probability",
         "",
-        _win_text(results, k, n_draws, rng, pairing, ood),
+        _win_text(results, opts.k, opts.n_draws, opts.rng, opts.pairing, ood),
         "",
         "## Required simulations",
         "",
@@ -251,10 +256,10 @@ def write_report(
     out = Path(out_dir)
     marker = marker_for(results, source)
     previous = claim(out, marker, overwrite)
-    rng = np.random.default_rng(rng)
+    opts = _Options(metric, k, alpha, n_draws, np.random.default_rng(rng), pairing)
     shown, note = _shown(results)
-    written = _figures(shown, out, metric, k, alpha, n_draws, rng, pairing)
-    lines = _summary(results, metric, k, alpha, n_draws, rng, pairing, source)
+    written = _figures(shown, out, opts)
+    lines = _summary(results, opts, source)
     lines += ["", "## Figures", ""] + ([note, ""] if note else [])
     lines += [f"![{p.stem}]({p.name})" for p in written]
     if isinstance(results, xr.Dataset) and results.attrs.get("protocol") == "severity":
