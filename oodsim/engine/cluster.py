@@ -3,6 +3,10 @@
 :func:`cluster_client` starts a ``distributed.LocalCluster`` of worker processes (one torch
 thread each), or a ``dask_cuda.LocalCUDACluster`` when CUDA and dask-cuda are present, or
 connects to an existing scheduler at ``address`` (``dask scheduler``, dask-jobqueue on SLURM).
+A local cluster is private: its scheduler, nannies and workers listen on 127.0.0.1 with Dask's
+TLS and temporary credentials that only this process and the workers it spawns hold, and serve
+no dashboard. An ``address`` is reached with the credentials of Dask's configuration
+(``distributed.comm.tls.*``), or with those of a local cluster this process started.
 :func:`as_landed` yields futures as they finish and gives up with :class:`ClusterError` when the
 cluster has had no worker for ``worker_timeout`` seconds.
 """
@@ -21,6 +25,13 @@ from oodsim.errors import OodsimError
 
 CONNECT_TIMEOUT = 10.0
 LOCAL_WORKER_TIMEOUT = 120.0  # seconds without any worker before a local run gives up
+LOCAL_HOST = "127.0.0.1"  # a local cluster never listens on a network interface
+# Dask opens an HTTP port on every scheduler and worker even without a dashboard; on a local
+# cluster it serves nothing (no dashboard, info, JSON or metrics pages)
+NO_HTTP_ROUTES = {"distributed.scheduler.http.routes": [], "distributed.worker.http.routes": []}
+# scheduler address -> credentials, for the local clusters this process runs (a driver that
+# passes such an address, as tests and benchmarks/soak.py do, connects with them)
+_LOCAL_SECURITY: dict[str, Any] = {}
 
 
 class ClusterError(OodsimError):
@@ -83,8 +94,9 @@ def _clock(seconds: float) -> str:
 # --------------------------------------------------------------------------- cluster
 
 
-def _cuda_cluster() -> Any | None:
-    """A LocalCUDACluster (one worker per GPU) when CUDA and dask-cuda are both present."""
+def _cuda_cluster(private: dict[str, Any]) -> Any | None:
+    """A LocalCUDACluster (one worker per GPU) when CUDA and dask-cuda are both present;
+    ``private`` are the LocalCluster options that keep it private."""
     try:
         # only to ask for CUDA when a cluster starts
         import torch
@@ -95,10 +107,10 @@ def _cuda_cluster() -> Any | None:
         from dask_cuda import LocalCUDACluster
     except ImportError:
         return None
-    return LocalCUDACluster(threads_per_worker=1, silence_logs=logging.ERROR)
+    return LocalCUDACluster(threads_per_worker=1, silence_logs=logging.ERROR, **private)
 
 
-def _probe_scheduler(address: str, timeout: float) -> None:
+def _probe_scheduler(address: str, timeout: float, security: Any) -> None:
     """Connect to ``address`` and complete the comm handshake within ``timeout`` seconds.
 
     ``distributed.Client(address, timeout=...)`` bounds the TCP connect but then waits for the
@@ -111,10 +123,9 @@ def _probe_scheduler(address: str, timeout: float) -> None:
     from concurrent.futures import ThreadPoolExecutor
 
     from distributed.comm import connect
-    from distributed.security import Security
 
     async def probe() -> None:
-        args = Security().get_connection_args("client")
+        args = security.get_connection_args("client")
         comm = await asyncio.wait_for(connect(address, timeout=timeout, **args), timeout)
         await comm.close()
 
@@ -122,41 +133,121 @@ def _probe_scheduler(address: str, timeout: float) -> None:
         pool.submit(asyncio.run, probe()).result()
 
 
+def _security_for(address: str) -> Any:
+    """The credentials to reach ``address``: a local cluster's of this process, else what
+    Dask's configuration says (``distributed.client.security-loader``, then
+    ``distributed.comm.tls.*``), as ``distributed.Client(address)`` itself would choose."""
+    # distributed loads only when a cluster is needed (cached runs start none)
+    import dask.config
+    from distributed.security import Security
+    from distributed.utils import import_term
+
+    if address in _LOCAL_SECURITY:
+        return _LOCAL_SECURITY[address]
+    security = None
+    loader = dask.config.get("distributed.client.security-loader", None)
+    if loader:
+        try:
+            security = import_term(loader)({"address": address})
+        except ImportError as error:
+            raise ClusterError(
+                f"distributed.client.security-loader {loader!r} cannot be imported ({error})"
+            ) from None
+    return security if security is not None else Security()
+
+
+def _connect(address: str) -> Any:
+    """A client to the scheduler at ``address``, or :class:`ClusterError` in one line."""
+    # distributed loads only when a cluster is needed (cached runs start none)
+    import ssl
+
+    from distributed import Client
+    from distributed.comm.core import FatalCommClosedError  # distributed's TLS failures
+
+    security = _security_for(address)
+    try:
+        _probe_scheduler(address, CONNECT_TIMEOUT, security)
+        return Client(address, timeout=CONNECT_TIMEOUT, security=security)
+    except ValueError as error:  # not an address at all
+        raise ClusterError(
+            f"{address!r} is not a Dask scheduler address ({error}); expected e.g. tcp://host:8786"
+        ) from None
+    except TypeError as error:  # distributed's words for a tls:// address without credentials
+        if "ssl_context" not in str(error):
+            raise
+        raise ClusterError(
+            f"{address!r} is a TLS address but Dask's configuration holds no TLS credentials: "
+            "set distributed.comm.tls.ca-file, distributed.comm.tls.client.cert and "
+            "distributed.comm.tls.client.key (see docs/cluster.md)"
+        ) from None
+    except RuntimeError as error:  # distributed's words for tcp:// when TLS is required
+        if "encryption required" not in str(error):
+            raise
+        raise ClusterError(
+            f"{error}: use the scheduler's tls:// address (see docs/cluster.md)"
+        ) from None
+    except (ssl.SSLError, FatalCommClosedError) as error:
+        raise ClusterError(
+            f"the TLS handshake with the Dask scheduler at {address!r} failed "
+            f"({str(error) or repr(error.__cause__)}); check the distributed.comm.tls.* "
+            "credentials against the scheduler's (see docs/cluster.md)"
+        ) from None
+    except (OSError, TimeoutError) as error:
+        raise ClusterError(
+            f"no Dask scheduler answered at {address!r} within {CONNECT_TIMEOUT:.0f} s "
+            f"({str(error) or type(error).__name__}). Start one with `dask scheduler` and "
+            "`dask worker ADDRESS`; a scheduler that uses TLS needs a tls:// address."
+        ) from None
+
+
+@contextlib.contextmanager
+def _local_cluster(n_workers: int | None) -> Iterator[Any]:
+    """A private local cluster (see the module docstring), closed on exit."""
+    # distributed loads only when a cluster is needed (cached runs start none)
+    import dask.config
+    from distributed import LocalCluster
+    from distributed.security import Security
+
+    private = {
+        "security": Security.temporary(),  # in memory; spawned workers get it through a pipe
+        "protocol": "tls",
+        "host": LOCAL_HOST,
+        "dashboard_address": None,
+        # the scheduler's HTTP port: any free one (not 8787, with a warning when taken)
+        "scheduler_kwargs": {"dashboard": False, "dashboard_address": f"{LOCAL_HOST}:0"},
+    }
+    # kept for the cluster's lifetime: a worker that the nanny restarts reads it again
+    with dask.config.set(NO_HTTP_ROUTES):
+        cluster = None if n_workers else _cuda_cluster(private)
+        if cluster is None:
+            cluster = LocalCluster(
+                n_workers=n_workers or os.cpu_count() or 1,
+                threads_per_worker=1,
+                processes=True,
+                silence_logs=logging.ERROR,
+                **private,
+            )
+        with cluster:
+            _LOCAL_SECURITY[cluster.scheduler_address] = cluster.security
+            try:
+                yield cluster
+            finally:
+                _LOCAL_SECURITY.pop(cluster.scheduler_address, None)
+
+
 @contextlib.contextmanager
 def cluster_client(address: str | None = None, n_workers: int | None = None) -> Iterator[Any]:
-    """A ``distributed.Client``: to ``address``, else to a new local cluster closed on exit."""
+    """A ``distributed.Client``: to ``address``, else to a new private local cluster closed on
+    exit."""
     # distributed loads only when a cluster is needed (cached runs start none)
-    from distributed import Client, LocalCluster
+    from distributed import Client
 
     if address:
-        try:
-            _probe_scheduler(address, CONNECT_TIMEOUT)
-            client = Client(address, timeout=CONNECT_TIMEOUT)
-        except ValueError as error:  # not an address at all
-            raise ClusterError(
-                f"{address!r} is not a Dask scheduler address ({error}); expected e.g. "
-                "tcp://host:8786"
-            ) from None
-        except (OSError, TimeoutError) as error:
-            raise ClusterError(
-                f"no Dask scheduler answered at {address!r} within {CONNECT_TIMEOUT:.0f} s "
-                f"({str(error) or type(error).__name__}). Start one with `dask scheduler` and "
-                "`dask worker ADDRESS`."
-            ) from None
-        with client:
+        with _connect(address) as client:
             yield client
         return
     check_main_guard()  # worker processes re-import the script: fail here, in one message
-    cluster = None if n_workers else _cuda_cluster()
-    if cluster is None:
-        cluster = LocalCluster(
-            n_workers=n_workers or os.cpu_count() or 1,
-            threads_per_worker=1,
-            processes=True,
-            dashboard_address=None,
-            silence_logs=logging.ERROR,
-        )
-    with cluster, Client(cluster) as client:
+    with _local_cluster(n_workers) as cluster, Client(cluster) as client:
         yield client
 
 
