@@ -1,12 +1,20 @@
 """Content-addressed artifact store on disk: ``<root>/<kind>/<key[:2]>/<key>/``.
 
 An entry holds a zarr group ``arrays.zarr`` and ``meta.json`` (what was computed, from which spec,
-package versions, timings, and a sha256 per file). Entries are written into a temporary sibling
-and renamed into place, so a reader never sees a half-written entry and a crash leaves only a
-``.tmp-*`` folder that :meth:`Store.gc` removes. A corrupt entry (checksum mismatch, a file of the
-wrong size, a missing, unparseable or edited meta file) is reported with a warning, moved aside and
-treated as missing, so the next run recomputes it. ``meta.json`` carries a sha256 of its own
+package versions, timings, and a sha256 and size per file). Entries are written into a temporary
+sibling and renamed into place, so a reader never sees a half-written entry and a crash leaves
+only a ``.tmp-*`` folder that :meth:`Store.gc` removes. ``meta.json`` carries a sha256 of its own
 content (``meta_sha256``), so an edit to any of its fields is caught too.
+
+The store heals itself. Whatever is found malformed on the way to an entry — a file, a link or a
+FIFO where the kind, key-prefix or entry folder belongs; a missing, unreadable, edited or
+wrong-schema ``meta.json``; a missing file, one of the wrong size or type, a checksum mismatch —
+is reported with a :class:`CorruptEntryWarning`, moved aside (to a ``.tmp-corrupt-*`` sibling,
+then deleted) and treated as missing, so the caller recomputes it. When it cannot be moved aside
+(a read-only folder), :class:`StoreError` says where it is and how to fix it. Malformed lock
+files are taken over like locks of dead holders (:mod:`oodsim.store_locks`). Nothing follows a
+symbolic link inside the root: a link where a folder belongs is removed, never its target
+(:mod:`oodsim.store_fs`).
 
 The store records what it computed (``put``) and loaded (``get``) in :attr:`Store.events`; the
 executor gathers these into the result's provenance, which is how tests prove that a re-run
@@ -19,13 +27,12 @@ import contextlib
 import hashlib
 import json
 import os
-import shutil
-import socket
+import re
 import time
 import uuid
 import warnings
 from collections.abc import Callable, Iterator, Mapping
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any
 
 import attrs
@@ -33,12 +40,30 @@ import numpy as np
 import zarr
 
 from oodsim.errors import OodsimError
+from oodsim.store_fs import described, listing, objects, read_json, remove, what_is
+from oodsim.store_locks import (
+    LOCK_LIMIT,
+    STALE_LOCK_SECONDS,  # noqa: F401 - part of this module's interface (documented)
+    STALE_MARK,
+    WRITE_GRACE_SECONDS,
+    _start_time,  # noqa: F401 - re-exported for tests
+    break_lock,
+    lock_problem,
+    owner,
+    why_stale,
+)
 
 META = "meta.json"
 META_DIGEST = "meta_sha256"
 ARRAYS = "arrays.zarr"
 TMP_PREFIX = ".tmp-"
+QUARANTINE_PREFIX = f"{TMP_PREFIX}corrupt-"
+LOCKS = "locks"
 GITIGNORE = "*\n!.gitignore\n"
+#: meta.json lists a sha256 per chunk file: generous, but bounded
+META_LIMIT = 256 << 20
+_KIND = re.compile(r"[a-z][a-z0-9_]*\Z")
+_PREFIX = re.compile(r"[0-9a-f]{2}\Z")
 
 
 class StoreError(OodsimError):
@@ -46,7 +71,8 @@ class StoreError(OodsimError):
 
 
 class CorruptEntryWarning(UserWarning):
-    """A store entry failed its checksum and will be recomputed."""
+    """A store entry (or a folder on the way to it) was malformed; it was moved aside and will
+    be recomputed."""
 
 
 @attrs.frozen
@@ -61,7 +87,7 @@ class Entry:
 
 @attrs.frozen
 class EntryInfo:
-    """One line of ``oodsim cache ls``."""
+    """One line of ``oodsim cache ls`` (and of a problem ``oodsim cache verify`` reports)."""
 
     kind: str
     key: str
@@ -108,14 +134,39 @@ def _meta_digest(meta: Mapping[str, Any]) -> str:
     return hashlib.sha256(text.encode()).hexdigest()
 
 
-def _meta_problem(meta: Mapping[str, Any]) -> str:
-    """Why a meta record cannot be trusted ("" when it can). Entries written before meta files
-    carried their own digest are accepted as they are."""
+def _inside(name: object) -> bool:
+    """Whether ``name`` is a relative path of a file inside an entry (not its meta file)."""
+    if not isinstance(name, str) or not name or "\0" in name or name == META:
+        return False
+    path = PurePosixPath(name)
+    return not path.is_absolute() and all(part not in ("", ".", "..") for part in path.parts)
+
+
+def _meta_problem(meta: Any, kind: str | None = None, key: str | None = None) -> str:
+    """Why a meta record cannot be trusted ("" when it can): not a record of this entry, edited
+    (its own checksum), or without a sha256 (and size) for each of its files. Entries written
+    before meta files carried their own digest, or sizes, are accepted without them."""
     if not isinstance(meta, dict):
         return "meta.json does not hold a record"
     expected = meta.get(META_DIGEST)
     if expected is not None and expected != _meta_digest(meta):
         return "meta.json was altered (its own checksum does not match)"
+    files = meta.get("files")
+    if not isinstance(files, dict) or not all(isinstance(v, str) for v in files.values()):
+        return "meta.json is not an entry record (no checksum per file)"
+    outside = [name for name in files if not _inside(name)]
+    if outside:
+        return f"meta.json lists files outside the entry: {outside[:3]}"
+    sizes = meta.get("sizes", files)
+    if not isinstance(sizes, dict) or set(sizes) != set(files):
+        return "meta.json is not an entry record (its sizes do not match its files)"
+    if sizes is not files and not all(
+        isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in sizes.values()
+    ):
+        return "meta.json is not an entry record (a size is not a byte count)"
+    for field, value in (("kind", kind), ("key", key)):
+        if value is not None and field in meta and meta[field] != value:
+            return f"meta.json belongs to another entry ({field} {str(meta[field])[:12]!r})"
     return ""
 
 
@@ -143,59 +194,99 @@ class Store:
     def path(self, kind: str, key: str) -> Path:
         return self.root / kind / key[:2] / key
 
+    def _locate(self, kind: str, key: str) -> Path | None:
+        """The entry folder of (kind, key), or None when there is none. Anything else where
+        the kind, key-prefix or entry folder belongs (a file, a link, a FIFO) is moved aside on
+        the way: left in place it would block the write of the entry."""
+        folder = self.path(kind, key)
+        for path in (folder.parent.parent, folder.parent, folder):
+            found = what_is(path)
+            if found == "missing":
+                return None
+            if found != "folder":
+                what = (
+                    f"entry {kind}/{key[:12]}"
+                    if path == folder
+                    else f"folder {path.relative_to(self.root)}/"
+                )
+                self._move_aside(path, f"{described(found)} where a folder belongs", what)
+                return None
+        return folder
+
+    def _inspect(
+        self, folder: Path, kind: str | None, key: str | None, *, full: bool
+    ) -> tuple[str | None, dict[str, Any]]:
+        """(what is wrong with an entry folder, its meta record): "" when nothing, None when
+        the folder vanished meanwhile (moved aside by another process). Always checks the meta
+        record and that each file is a regular file of its recorded size; ``full`` also checks
+        that no other object is there and every checksum."""
+        try:
+            meta = read_json(folder / META, META_LIMIT)
+        except FileNotFoundError:
+            return (None if what_is(folder) != "folder" else "missing meta.json"), {}
+        except (OSError, ValueError) as error:
+            return f"unreadable meta.json: {error}", {}
+        problem = _meta_problem(meta, kind, key)
+        if problem:
+            return problem, {}
+        sizes = meta.get("sizes", {})
+        for name in sorted(meta["files"]):
+            found = what_is(folder / name)
+            if found == "missing":
+                return f"missing file: {name}", meta
+            if found != "file":
+                return f"{name} is {described(found)}, not a file", meta
+            if name in sizes and (actual := os.lstat(folder / name).st_size) != sizes[name]:
+                return f"{name} has {actual} bytes, not {sizes[name]}", meta
+        if not full:
+            return "", meta
+        odd = [(p, f) for p, f in objects(folder) if f not in ("file", "folder")]
+        if odd:
+            return f"{odd[0][0].relative_to(folder)} is {odd[0][1]}", meta
+        actual = _checksums(folder)
+        if set(actual) != set(meta["files"]):
+            extra = sorted(set(actual) - set(meta["files"]))
+            return f"files differ from meta: not recorded {extra}", meta
+        bad = [name for name, digest in meta["files"].items() if actual[name] != digest]
+        return (f"checksum mismatch in {bad}" if bad else ""), meta
+
     def has(self, kind: str, key: str) -> bool:
         """Whether a complete entry exists: its meta file (written last, then renamed) intact and
         every file at its recorded size. A cheap check (no hashing of data files) that catches
-        truncation and edited or missing meta files; altered data bytes are caught by the
-        checksums when the entry is read, by :meth:`verify_entry`, or by :meth:`verify`.
-
-        An entry folder that fails the check is quarantined (warning, moved aside): left in
-        place it would also block the rename that writes its replacement.
-        """
-        folder = self.path(kind, key)
-        if not folder.is_dir():
-            return False
-        try:
-            meta = json.loads((folder / META).read_text())
-            problem = _meta_problem(meta)
-            for name, size in meta.get("sizes", {}).items() if not problem else ():
-                actual = (folder / name).stat().st_size
-                if actual != size:
-                    problem = f"{name} has {actual} bytes, not {size}"
-                    break
-        except FileNotFoundError as error:
-            if not folder.is_dir():
-                return False  # removed meanwhile (repaired by another process)
-            problem = f"missing file: {error}"
-        except (OSError, ValueError) as error:
-            problem = f"unreadable meta.json: {error}"
-        if problem:
-            self._quarantine(kind, key, problem)
-            return False
-        return True
+        truncation, missing files and edited, wrong or missing meta files; altered data bytes
+        are caught by the checksums when the entry is read, by :meth:`verify_entry`, or by
+        :meth:`verify`. What fails the check is quarantined (see the module docstring)."""
+        return self._intact(kind, key, full=False)
 
     def verify_entry(self, kind: str, key: str) -> bool:
         """Whether an entry exists and every file matches its checksum, without loading arrays
-        or recording an event; a corrupt entry is quarantined like in :meth:`get`. For artifacts
-        that a run depends on but does not read (a checkpoint whose outputs are cached)."""
-        if not self.has(kind, key):
+        or recording an event; a corrupt entry is quarantined like in :meth:`get`. The engine
+        checks every entry of a seed this way before it counts the seed's tasks as done."""
+        return self._intact(kind, key, full=True)
+
+    def _intact(self, kind: str, key: str, *, full: bool) -> bool:
+        folder = self._locate(kind, key)
+        if folder is None:
             return False
-        folder = self.path(kind, key)
         try:
-            problem = self._check(folder, json.loads((folder / META).read_text()))
-        except (OSError, ValueError) as error:
-            problem = str(error)
+            problem, _ = self._inspect(folder, kind, key, full=full)
+        except OSError as error:  # a file vanished or became unreadable while it was checked
+            problem = f"unreadable file: {error}"
         if problem:
             self._quarantine(kind, key, problem)
-            return False
-        return True
+        return problem == ""
 
     def ensure_writable(self) -> None:
         """Fail early, before any compute, when the cache root cannot take new entries."""
+        if what_is(self.root) not in ("folder", "missing") and not self.root.is_dir():
+            raise StoreError(
+                f"cache directory {self.root} is {described(what_is(self.root))}, not a folder; "
+                "choose another cache path (--cache)"
+            )
         try:
             self.root.mkdir(parents=True, exist_ok=True)
             ignore = self.root / ".gitignore"
-            if not ignore.exists():
+            if not ignore.exists() and not ignore.is_symlink():
                 ignore.write_text(GITIGNORE)
             probe = self.root / f"{TMP_PREFIX}probe-{uuid.uuid4().hex}"
             probe.write_bytes(b"ok")
@@ -206,18 +297,17 @@ class Store:
     # ----------------------------------------------------------------- read
     def get(self, kind: str, key: str) -> Entry | None:
         """Load an entry, or None when it is missing or corrupt (corrupt ones are moved aside)."""
-        folder = self.path(kind, key)
-        if not (folder / META).is_file():
+        folder = self._locate(kind, key)
+        if folder is None:
             return None
         try:
-            meta = json.loads((folder / META).read_text())
-            if self.verify_on_read:
-                problem = self._check(folder, meta)
-                if problem:
-                    raise ValueError(problem)
-            arrays = _read_arrays(folder)
-        except (ValueError, OSError, KeyError) as error:
-            self._quarantine(kind, key, str(error))
+            problem, meta = self._inspect(folder, kind, key, full=self.verify_on_read)
+            arrays = _read_arrays(folder) if problem == "" else {}
+        except Exception as error:  # zarr raises many kinds of errors on damaged data
+            problem = f"unreadable: {type(error).__name__}: {error}"
+        if problem:
+            self._quarantine(kind, key, problem)
+        if problem != "":
             return None
         self.events.append(("loaded", kind, key))
         return Entry(kind, key, arrays, meta)
@@ -225,9 +315,10 @@ class Store:
     def meta(self, kind: str, key: str) -> dict[str, Any] | None:
         """An entry's meta data without loading its arrays."""
         try:
-            return json.loads((self.path(kind, key) / META).read_text())
+            meta = read_json(self.path(kind, key) / META, META_LIMIT)
         except (OSError, ValueError):
             return None
+        return meta if isinstance(meta, dict) else None
 
     # ----------------------------------------------------------------- locks
     def ensure(self, kind: str, key: str, compute: Callable[[], object]) -> bool:
@@ -245,37 +336,77 @@ class Store:
             compute()
             return True
 
+    def _locks(self) -> Path:
+        """The locks folder, created if needed; anything else in its place is moved aside."""
+        folder = self.root / LOCKS
+        found = what_is(folder)
+        if found not in ("folder", "missing"):
+            self._move_aside(
+                folder, f"{described(found)} where a folder belongs", f"folder {LOCKS}/"
+            )
+        try:
+            folder.mkdir(parents=True, exist_ok=True)
+        except OSError as error:
+            raise StoreError(
+                f"cannot create the locks folder {folder}: {error.strerror}; make {self.root} "
+                "writable, then run again"
+            ) from None
+        return folder
+
     @contextlib.contextmanager
     def lock(self, kind: str, key: str, *, poll: float = 0.1) -> Iterator[None]:
         """Exclusive lock on computing (kind, key) across processes and hosts sharing the root.
 
         The lock file records host, pid and the process start time; a lock whose holder is gone
         (same host, process dead, a zombie, or pid reused) is stale and taken over, as is one on
-        another host untouched for :data:`STALE_LOCK_SECONDS`.
+        another host untouched for :data:`STALE_LOCK_SECONDS`, and anything that is not a lock
+        record (see :mod:`oodsim.store_locks`). A lock that cannot be created or taken over
+        raises :class:`StoreError` naming the path and the fix; it never spins.
         """
-        path = self.root / "locks" / f"{kind}-{key}.lock"
-        path.parent.mkdir(parents=True, exist_ok=True)
-        owner = _owner()
+        folder = self._locks()
+        path = folder / f"{kind}-{key}.lock"
+        record = owner()
         while True:
             try:
-                fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+                fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY | os.O_NOFOLLOW, 0o644)
             except FileExistsError:
-                if _is_stale(path):
-                    _break_lock(path)
-                else:
+                reason = why_stale(path)
+                if not reason:
                     time.sleep(poll)
+                    continue
+                try:
+                    break_lock(path)
+                except OSError as error:
+                    raise StoreError(
+                        f"the lock {path} is stale ({reason}) but cannot be removed: "
+                        f"{error.strerror}. Remove it (rm -rf '{path}') or make {folder} "
+                        "writable, then run again"
+                    ) from None
                 continue
-            with os.fdopen(fd, "w") as handle:
-                json.dump(owner, handle)
+            except FileNotFoundError:  # the locks folder was removed meanwhile
+                folder = self._locks()
+                continue
+            except OSError as error:
+                raise StoreError(
+                    f"cannot create the lock file {path}: {error.strerror}; make {folder} "
+                    "writable (or free space there), then run again"
+                ) from None
+            try:
+                with os.fdopen(fd, "w") as handle:
+                    json.dump(record, handle)
+            except OSError as error:
+                path.unlink(missing_ok=True)
+                raise StoreError(
+                    f"cannot write the lock file {path}: {error.strerror}; free space in (or "
+                    f"fix permissions of) {folder}, then run again"
+                ) from None
             break
         try:
             yield
         finally:
-            try:
-                if json.loads(path.read_text()) == owner:
+            with contextlib.suppress(OSError, ValueError):
+                if read_json(path, LOCK_LIMIT) == record:
                     path.unlink()
-            except (OSError, ValueError):
-                pass
 
     # ----------------------------------------------------------------- write
     def put(
@@ -287,19 +418,20 @@ class Store:
     ) -> Path:
         """Write an entry atomically; if another writer got there first, keep theirs."""
         final = self.path(kind, key)
-        final.parent.mkdir(parents=True, exist_ok=True)
         tmp = final.parent / f"{TMP_PREFIX}{key}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
         started = time.time()
         try:
+            self._locate(kind, key)  # moves aside whatever would block the folders below
+            final.parent.mkdir(parents=True, exist_ok=True)
             tmp.mkdir()
             _write_arrays(tmp, arrays)
             record = {
-                "kind": kind,
-                "key": key,
                 "created": started,
                 "write_seconds": round(time.time() - started, 4),
                 "shapes": {name: list(np.shape(v)) for name, v in arrays.items()},
                 **(meta or {}),
+                "kind": kind,  # what the entry's own folder says: checked on every read
+                "key": key,
                 "files": _checksums(tmp),
                 "sizes": _sizes(tmp),
             }
@@ -314,11 +446,12 @@ class Store:
                 # the target exists: a concurrent writer won (keep theirs), or it is a corrupt
                 # leftover, which has() quarantines so that the rename can be tried once more
                 if self.has(kind, key):
-                    shutil.rmtree(tmp, ignore_errors=True)
+                    remove(tmp)
                 else:
                     os.rename(tmp, final)
         except BaseException as error:
-            shutil.rmtree(tmp, ignore_errors=True)
+            with contextlib.suppress(OSError):
+                remove(tmp)
             if isinstance(error, OSError):
                 raise StoreError(
                     f"could not write {kind} entry to {final}: {error}. Nothing of it was kept; "
@@ -329,174 +462,234 @@ class Store:
         self.events.append(("computed", kind, key))
         return final
 
-    # ----------------------------------------------------------------- maintenance
-    def _check(self, folder: Path, meta: Mapping[str, Any]) -> str:
-        """What is wrong with an entry ("" when nothing): its meta record, then every checksum."""
-        problem = _meta_problem(meta)
-        if problem:
-            return problem
-        expected = meta.get("files", {})
-        actual = _checksums(folder)
-        if set(expected) != set(actual):
-            return f"files differ from meta: missing {sorted(set(expected) - set(actual))}"
-        bad = [name for name, digest in expected.items() if actual[name] != digest]
-        return f"checksum mismatch in {bad}" if bad else ""
-
+    # ----------------------------------------------------------------- quarantine
     def _quarantine(self, kind: str, key: str, reason: str) -> None:
-        folder = self.path(kind, key)
-        warnings.warn(
-            f"corrupt cache entry {kind}/{key[:12]} ({reason}); it will be recomputed",
-            CorruptEntryWarning,
-            stacklevel=3,
-        )
-        aside = folder.parent / f"{TMP_PREFIX}corrupt-{key}-{uuid.uuid4().hex[:8]}"
-        try:
-            os.rename(folder, aside)
-            shutil.rmtree(aside, ignore_errors=True)
-        except OSError:
-            pass
+        self._move_aside(self.path(kind, key), reason, f"entry {kind}/{key[:12]}")
 
-    def _folders(self) -> Iterator[Path]:
-        """Every entry folder (``<kind>/<key[:2]>/<key>``), complete or not, temporaries aside."""
+    def _move_aside(self, path: Path, reason: str, what: str) -> None:
+        """Rename a malformed object to a ``.tmp-corrupt-*`` sibling, warn, and delete it (a
+        leftover of a failed delete blocks nothing; ``gc`` removes it). One that is gone already
+        was handled by another process; one that cannot be moved raises :class:`StoreError`."""
+        aside = path.parent / f"{QUARANTINE_PREFIX}{path.name}-{uuid.uuid4().hex[:8]}"
+        try:
+            os.rename(path, aside)
+        except FileNotFoundError:
+            return
+        except OSError as error:
+            raise StoreError(
+                f"corrupt cache {what} at {path} ({reason}) cannot be moved aside: "
+                f"{error.strerror}. Remove it (rm -rf '{path}') or make {path.parent} "
+                "writable, then run again"
+            ) from None
+        warnings.warn(
+            f"corrupt cache {what} ({reason}); moved aside, it will be recomputed",
+            CorruptEntryWarning,
+            stacklevel=5,
+        )
+        with contextlib.suppress(OSError):
+            remove(aside)
+
+    # ----------------------------------------------------------------- maintenance
+    def _ours(self) -> bool:
+        """Whether the root is recognisably a cache oodsim made (its own ``.gitignore``): only
+        then may maintenance remove a misplaced object at the root's top level."""
+        ignore = self.root / ".gitignore"
+        if what_is(ignore) != "file":
+            return False
+        try:
+            with ignore.open("rb") as handle:
+                return handle.read(len(GITIGNORE) + 1) == GITIGNORE.encode()
+        except OSError:
+            return False
+
+    def _walk(self) -> Iterator[tuple[Path, str, str]]:
+        """Every object of the store's layout as (path, what it is, role), never entering a
+        link. Roles: "entry" (an entry folder), "misplaced" (anything but a folder where a
+        kind, key-prefix or entry folder belongs; only in a root that is oodsim's, so that a
+        mistyped ``--cache ~`` loses nothing), "tmp" (a ``.tmp-*`` leftover). Objects that are
+        none of these (a ``README`` in a kind folder) are left alone."""
         if not self.root.is_dir():
             return
-        for folder in sorted(self.root.glob("*/??/*")):
-            if (
-                folder.is_dir()
-                and not folder.name.startswith(TMP_PREFIX)
-                and folder.name[:2] == folder.parent.name
-            ):
-                yield folder
+        ours = self._ours()
+        queue = [(self.root, 0)]  # folders to list, with their depth: root 0, kind 1, prefix 2
+        while queue:
+            folder, depth = queue.pop(0)
+            for path in listing(folder):
+                found = what_is(path)
+                if path.name.startswith(TMP_PREFIX):
+                    yield path, found, "tmp"
+                elif not _belongs(path.name, folder.name, depth):
+                    continue
+                elif found != "folder":
+                    if ours:
+                        yield path, found, "misplaced"
+                elif depth == 2:
+                    yield path, found, "entry"
+                else:
+                    queue.append((path, depth + 1))
+
+    def _info(self, path: Path) -> EntryInfo:
+        """Who an object of the layout is: (kind, key) from its place."""
+        parts = path.relative_to(self.root).parts
+        kind, key = parts[0], parts[-1] if len(parts) > 1 else ""
+        return EntryInfo(kind=kind, key=key, path=path, size=0, created=0.0, describe="")
 
     def entries(self) -> Iterator[EntryInfo]:
         """Every entry folder under the root (one without a readable meta file is listed with an
         empty description, so that :meth:`verify` can report it)."""
-        for folder in self._folders():
+        for path, _, role in self._walk():
+            if role != "entry":
+                continue
             try:
-                meta = json.loads((folder / META).read_text())
+                meta = read_json(path / META, META_LIMIT)
                 meta = meta if isinstance(meta, dict) else {}
             except (OSError, ValueError):
                 meta = {}
-            size = sum(p.stat().st_size for p in folder.rglob("*") if p.is_file())
-            yield EntryInfo(
-                kind=folder.parent.parent.name,
-                key=folder.name,
-                path=folder,
+            size = 0
+            for item, found in objects(path):
+                if found == "file":
+                    with contextlib.suppress(OSError):
+                        size += os.lstat(item).st_size
+            created = meta.get("created", 0.0)
+            yield attrs.evolve(
+                self._info(path),
                 size=size,
-                created=float(meta.get("created", 0.0)),
+                created=float(created) if isinstance(created, (int, float)) else 0.0,
                 describe=str(meta.get("describe", "")),
             )
 
     def verify(self, *, repair: bool = False) -> list[tuple[EntryInfo, str]]:
-        """Check every entry's meta file and checksums; with ``repair``, remove the corrupt ones."""
-        problems = []
-        for info in self.entries():
-            try:
-                meta = json.loads((info.path / META).read_text())
-                problem = self._check(info.path, meta)
-            except (OSError, ValueError) as error:
-                problem = f"unreadable meta: {error}"
+        """Check every entry (meta record, sizes, checksums), every object on the way to one,
+        and every lock file. Returns the problems: corrupt entries, misplaced objects (a file
+        or link where a folder belongs) and malformed locks. With ``repair``, removes them (a
+        link, never its target), and also quarantine leftovers and locks of dead holders."""
+        problems: list[tuple[EntryInfo, str]] = []
+        for path, found, role in self._walk():
+            if role == "misplaced":
+                problem = f"{described(found)} where a folder belongs"
+            elif role == "entry":
+                try:
+                    problem = self._inspect(path, path.parts[-3], path.name, full=True)[0] or ""
+                except OSError as error:
+                    problem = f"unreadable file: {error}"
+            else:
+                if repair and path.name.startswith(QUARANTINE_PREFIX):
+                    with contextlib.suppress(OSError):
+                        remove(path)
+                continue
             if problem:
-                problems.append((info, problem))
-                if repair:
-                    shutil.rmtree(info.path, ignore_errors=True)
+                problems.append((self._info(path), self._repaired(path, problem, repair)))
+        for path, problem in self._lock_problems():
+            problems.append((self._info(path), self._repaired(path, problem, repair)))
+        if repair:
+            for path in listing(self.root / LOCKS):
+                if STALE_MARK in path.name:
+                    if abs(time.time() - _changed(path)) >= WRITE_GRACE_SECONDS:
+                        _removed(path)  # a leftover of a lock broken by a process that died
+                elif why_stale(path):
+                    with contextlib.suppress(OSError):
+                        break_lock(path)
         return problems
 
+    def _repaired(self, path: Path, problem: str, repair: bool) -> str:
+        """``problem``, after removing ``path`` when ``repair`` (via a rename aside, so that a
+        concurrent reader never sees half of it); says so when it cannot be removed."""
+        if not repair:
+            return problem
+        aside = path.parent / f"{QUARANTINE_PREFIX}{path.name}-{uuid.uuid4().hex[:8]}"
+        try:
+            os.rename(path, aside)
+        except FileNotFoundError:
+            return problem
+        except OSError as error:
+            return (
+                f"{problem}; could not remove it: {error.strerror} (rm -rf '{path}', or make "
+                f"{path.parent} writable)"
+            )
+        with contextlib.suppress(OSError):
+            remove(aside)
+        return problem
+
+    def _lock_problems(self) -> list[tuple[Path, str]]:
+        """Malformed lock files (and a locks folder that is not a folder), with the reason."""
+        folder = self.root / LOCKS
+        found = what_is(folder)
+        if found not in ("folder", "missing"):
+            return [(folder, f"{described(found)} where the locks folder belongs")]
+        found_problems = []
+        for path in listing(folder):
+            if STALE_MARK not in path.name:
+                problem = lock_problem(path)
+                if problem:
+                    found_problems.append((path, problem))
+        return found_problems
+
     def gc(self, *, older_than: float = 3600.0) -> list[Path]:
-        """Remove temporary leftovers of interrupted writes older than ``older_than`` seconds."""
-        removed = []
+        """Remove what can block or clutter a run: locks of dead holders and malformed locks,
+        misplaced objects (a file or link where a folder belongs; a link is removed, never its
+        target), quarantine leftovers, and temporary leftovers of interrupted writes that are
+        at least ``older_than`` seconds old. Returns the paths removed."""
+        removed: list[Path] = []
         if not self.root.is_dir():
             return removed
-        for lock in self.stale_locks():
-            _break_lock(lock)
-            removed.append(lock)
         now = time.time()
-        for path in self.root.glob(f"**/{TMP_PREFIX}*"):
-            try:
-                if now - path.stat().st_mtime >= older_than:
-                    shutil.rmtree(path) if path.is_dir() else path.unlink()
+        locks = self.root / LOCKS
+        if what_is(locks) not in ("folder", "missing") and _removed(locks):
+            removed.append(locks)
+        for path in listing(locks):
+            if STALE_MARK in path.name:  # an aside of a broken lock: restored or dropped within
+                age = abs(now - _changed(path))  # microseconds; its ctime is its rename
+                if age >= min(older_than, WRITE_GRACE_SECONDS) and _removed(path):
                     removed.append(path)
-            except OSError:
-                continue
+            elif why_stale(path):
+                with contextlib.suppress(OSError):
+                    break_lock(path)
+                    removed.append(path)
+        for path, _, role in self._walk():
+            if role == "misplaced" or (role == "tmp" and path.name.startswith(QUARANTINE_PREFIX)):
+                if _removed(path):
+                    removed.append(path)
+            elif role == "tmp":
+                with contextlib.suppress(OSError):
+                    if abs(now - os.lstat(path).st_mtime) >= older_than and _removed(path):
+                        removed.append(path)
         return removed
 
     def stale_locks(self) -> list[Path]:
-        """Lock files whose holder is gone."""
-        folder = self.root / "locks"
-        return [p for p in sorted(folder.glob("*.lock")) if _is_stale(p)] if folder.is_dir() else []
+        """Lock files whose holder is gone, and malformed ones (see :mod:`oodsim.store_locks`)."""
+        return [p for p in listing(self.root / LOCKS) if STALE_MARK not in p.name and why_stale(p)]
 
     def counts(self) -> dict[str, dict[str, int]]:
         """``{"computed": {kind: n}, "loaded": {kind: n}}`` from this store's events."""
         return summarize_events(self.events)
 
 
-#: A lock from another host is considered abandoned after this many seconds.
-STALE_LOCK_SECONDS = 6 * 3600.0
+def _belongs(name: str, parent: str, depth: int) -> bool:
+    """Whether the layout puts a folder named ``name`` in ``parent`` at ``depth``: a kind
+    folder in the root (0), a key-prefix folder in a kind folder (1), an entry folder in a
+    key-prefix folder (2)."""
+    if depth == 0:
+        return name != LOCKS and bool(_KIND.match(name))
+    if depth == 1:
+        return bool(_PREFIX.match(name))
+    return name[:2] == parent
 
 
-def _proc_stat(pid: int) -> list[str]:
-    """The fields of ``/proc/<pid>/stat`` after the command name (state first); [] if none."""
+def _changed(path: Path) -> float:
+    """When ``path`` was last changed or renamed (its ctime; now when it is gone)."""
     try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    except (OSError, IndexError):
-        return []
-
-
-def _start_time(pid: int) -> str | None:
-    """A process's start time (Linux /proc), to tell a live holder from a reused pid."""
-    fields = _proc_stat(pid)
-    return fields[19] if len(fields) > 19 else None
-
-
-def _owner() -> dict[str, object]:
-    pid = os.getpid()
-    return {
-        "host": socket.gethostname(),
-        "pid": pid,
-        "start": _start_time(pid),
-        "time": time.time(),
-    }
-
-
-def _is_stale(path: Path) -> bool:
-    """Whether a lock file's holder is gone (see :meth:`Store.lock`)."""
-    try:
-        owner = json.loads(path.read_text())
-        age = time.time() - path.stat().st_mtime
-    except FileNotFoundError:
-        return False  # released meanwhile: just retry
-    except (OSError, ValueError):
-        # unreadable: a holder killed between create and write, unless it is being written now
-        return time.time() - path.stat().st_mtime > 5.0 if path.exists() else False
-    if owner.get("host") != socket.gethostname():
-        return age > STALE_LOCK_SECONDS
-    pid = int(owner.get("pid", -1))
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return True
-    except PermissionError:
-        pass
-    fields = _proc_stat(pid)
-    if fields and fields[0] in ("Z", "X"):
-        return True  # a zombie (dead, not yet reaped by its parent) holds nothing
-    return owner.get("start") != _start_time(pid)
-
-
-def _break_lock(path: Path) -> None:
-    """Remove a stale lock. It is renamed aside first and checked again there: if a live
-    process re-took the lock in between (another breaker was faster), it is put back."""
-    aside = path.with_name(f"{path.name}.stale-{uuid.uuid4().hex[:8]}")
-    try:
-        os.rename(path, aside)
+        return os.lstat(path).st_ctime
     except OSError:
-        return
+        return time.time()
+
+
+def _removed(path: Path) -> bool:
+    """Remove ``path`` (without following links); whether it could be."""
     try:
-        if not _is_stale(aside):
-            os.link(aside, path)  # restore the live holder's lock (fails if a new one exists)
+        remove(path)
     except OSError:
-        pass
-    aside.unlink(missing_ok=True)
+        return False
+    return True
 
 
 def summarize_events(events: list[tuple[str, str, str]]) -> dict[str, dict[str, int]]:

@@ -184,7 +184,10 @@ def _cmd_cache(args: argparse.Namespace) -> int:
         return 1 if problems and not args.repair else 0
     elif args.action == "gc":
         removed = store.gc(older_than=args.older_than)
-        print(f"removed {len(removed)} leftovers of interrupted writes")
+        print(
+            f"removed {len(removed)} leftovers (interrupted writes, stale or malformed locks, "
+            "objects out of place)"
+        )
     return 0
 
 

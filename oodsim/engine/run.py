@@ -57,14 +57,18 @@ class _Submitter:
         stack: contextlib.ExitStack,
         address: str | None,
         n_workers: int | None,
+        worker_timeout: float | None = None,
     ) -> None:
         self.protocol, self.spec, self.store, self.stack = protocol, spec, store, stack
-        self.address, self.n_workers = address, n_workers
+        self.address, self.n_workers, self.worker_timeout = address, n_workers, worker_timeout
         self.root = str(store.root.resolve())
         self.shipped = Shipped.of(protocol, spec)
         self.client: Any = None
         self.tasks: dict[str, Any] = {}  # task key → future
         self.cached: set[str] = set()  # task keys found complete in the store
+        self.healed: set[int] = set()  # seeds computed again after scoring lost an entry
+        self.replaced: list[Any] = []  # task futures of earlier attempts (for their events)
+        self.redone: set[str] = set()  # task keys submitted again by heal()
         # scoring reads data roots, which specs do not key: one run's keys are its own
         self.run_id = uuid.uuid4().hex[:16]
 
@@ -74,7 +78,12 @@ class _Submitter:
         return self.client
 
     def _done(self, task: Task) -> bool:
-        if task.key not in self.cached and task.done(self.store):
+        """Whether a task's entries are all intact, checksums included: a corrupt entry is
+        quarantined here, while planning, and its task submitted, so that scoring never finds
+        it (checksumming costs about a tenth of reading the entries, see docs/caching.md)."""
+        if task.key not in self.cached and all(
+            self.store.verify_entry(*entry) for entry in dict.fromkeys(task.entries + task.verify)
+        ):
             self.cached.add(task.key)
         return task.key in self.cached
 
@@ -91,7 +100,7 @@ class _Submitter:
                 self.root,
                 self.shipped,
                 *after,
-                key=f"oodsim-task-{task.key[:32]}",
+                key=f"oodsim-task-{task.key[:32]}{'-again' * (task.key in self.redone)}",
                 pure=False,
             )
         return self.tasks[task.key]
@@ -114,7 +123,7 @@ class _Submitter:
                 self.root,
                 self.shipped,
                 *upstream,
-                key=f"oodsim-score-{self.run_id}-{seed}",
+                key=f"oodsim-score-{self.run_id}-{seed}{'-again' * (seed in self.healed)}",
                 pure=False,
             )
         return futures
@@ -124,14 +133,43 @@ class _Submitter:
         return all(task.done(self.store) for task in self.protocol.plan(self.spec, seed))
 
     def score_here(self, seed: int) -> SeedResult:
-        return score_seed(
-            self.protocol.name, self.spec, seed, self.root, self.shipped, torch_threads=None
+        return self.heal(
+            score_seed(
+                self.protocol.name, self.spec, seed, self.root, self.shipped, torch_threads=None
+            )
         )
+
+    def heal(self, result: SeedResult) -> SeedResult:
+        """A seed whose scoring failed because an entry it read had vanished or was corrupt
+        (moved aside on read: bytes altered while the run went on) is planned, computed and
+        scored once more, in this run. At most once per seed; a seed that failed for any other
+        reason (a failed task, diverged training, non-finite κ) is returned as it is."""
+        seed = result.seed
+        if not result.failed or seed in self.healed:
+            return result
+        planned = {t.key: t for t in self.protocol.plan(self.spec, seed)}
+        if any(map(self._failed, planned)) or all(t.done(self.store) for t in planned.values()):
+            return result
+        self.healed.add(seed)
+        for key in planned:
+            self.cached.discard(key)
+            if key in self.tasks:  # its entries are gone: run it again, under a new Dask key
+                self.replaced.append(self.tasks.pop(key))
+                self.redone.add(key)
+        future = self.submit([seed])[seed]
+        if future is None:  # complete again (another process computed it meanwhile)
+            return self.score_here(seed)
+        return next(iter(as_landed([future], self.worker_timeout))).result()
+
+    def _failed(self, task_key: str) -> bool:
+        """Whether a task of this run finished with a failure (e.g. diverged training)."""
+        future = self.tasks.get(task_key)
+        return future is not None and future.status == "finished" and bool(future.result()[0])
 
     def task_events(self) -> list[tuple[str, str, str]]:
         """Store events of every task that finished (each shared task counted once)."""
         events: list[tuple[str, str, str]] = []
-        for future in self.tasks.values():
+        for future in [*self.replaced, *self.tasks.values()]:
             if future.status == "finished":
                 events += future.result()[1]
         return events
@@ -190,7 +228,7 @@ def run(
     decision = None
     started = time.perf_counter()
     with contextlib.ExitStack() as stack:
-        submitter = _Submitter(protocol, spec, store, stack, address, n_workers)
+        submitter = _Submitter(protocol, spec, store, stack, address, n_workers, worker_timeout)
         futures: dict[int, Any] = {}
         submitted: dict[int, None] = {}  # every seed handed to the cluster, in order
         try:
@@ -263,7 +301,7 @@ def _collect(
             tracker.update(results[-1].failed, cached=True)
     running = [futures.pop(seed) for seed in batch if futures.get(seed) is not None]
     for future in as_landed(running, worker_timeout):
-        results.append(_check(spec, future.result()))
+        results.append(_check(spec, submitter.heal(future.result())))
         tracker.update(results[-1].failed, cached=False)
     for seed in batch:
         futures.pop(seed, None)

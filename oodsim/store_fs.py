@@ -1,0 +1,124 @@
+"""File system objects of the store, handled without following symbolic links.
+
+A cache is a folder that anyone can tamper with: a file or a link where a folder belongs, a FIFO
+where ``meta.json`` belongs, a read-only folder. These helpers say what an object is (without
+opening it), read small JSON records only from regular files, and remove objects without ever
+following a link out of the cache (a link is unlinked, its target never touched).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import stat
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+
+def what_is(path: Path) -> str:
+    """What ``path`` is, without following a link: "folder", "file", "missing", "a symbolic
+    link (to TARGET)", "a FIFO", ... (the last ones as they read in a message)."""
+    try:
+        mode = os.lstat(path).st_mode
+    except FileNotFoundError:
+        return "missing"
+    except NotADirectoryError:
+        return "missing"  # a parent is not a folder: reported at that parent
+    except PermissionError:
+        return "something that cannot be examined (its folder is not searchable)"
+    if stat.S_ISDIR(mode):
+        return "folder"
+    if stat.S_ISREG(mode):
+        return "file"
+    if stat.S_ISLNK(mode):
+        try:
+            return f"a symbolic link (to {os.readlink(path)})"
+        except OSError:
+            return "a symbolic link"
+    if stat.S_ISFIFO(mode):
+        return "a FIFO"
+    if stat.S_ISSOCK(mode):
+        return "a socket"
+    return "a device file"
+
+
+def described(found: str) -> str:
+    """What :func:`what_is` found, as it reads in a sentence ("a file", "a FIFO", ...)."""
+    return {"file": "a file", "folder": "a folder", "missing": "nothing"}.get(found, found)
+
+
+class NotJSON(ValueError):
+    """A regular file whose content is not JSON (maybe one being written)."""
+
+
+def read_json(path: Path, limit: int) -> Any:
+    """The JSON content of a regular file of at most ``limit`` bytes. Anything else raises
+    ``ValueError`` (saying what is there; :class:`NotJSON` for a file of something else) or
+    ``FileNotFoundError``; a FIFO or a link is never
+    opened, so reading never blocks and never leaves the cache."""
+    found = what_is(path)
+    if found == "missing":
+        raise FileNotFoundError(f"no {path.name}")
+    if found != "file":
+        raise ValueError(f"{path.name} is {described(found)}")
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    with os.fdopen(fd, "rb") as handle:
+        data = handle.read(limit + 1)
+    if len(data) > limit:
+        raise ValueError(f"{path.name} is larger than {limit} bytes")
+    try:
+        return json.loads(data.decode())
+    except (UnicodeDecodeError, ValueError) as error:
+        raise NotJSON(f"{path.name} is not JSON ({error})") from None
+
+
+def remove(path: Path) -> None:
+    """Remove the object at ``path`` (a folder with everything in it, a file, a link, a FIFO)
+    without following links; read-only folders inside are made writable first (the store wrote
+    them, or tampering did). Raises ``OSError`` when it cannot; a missing path is no error."""
+    found = what_is(path)
+    if found == "missing":
+        return
+    if found != "folder":
+        path.unlink(missing_ok=True)
+        return
+
+    try:
+        shutil.rmtree(path)
+    except OSError:  # a read-only folder inside: open everything up (as its owner), retry once
+        _open_up(path)
+        if what_is(path) != "missing":  # (unless a concurrent remover finished it)
+            shutil.rmtree(path)
+
+
+def _open_up(folder: Path) -> None:
+    """Give the owner full access to ``folder`` and every folder below it (links untouched)."""
+    with contextlib.suppress(OSError):
+        os.chmod(folder, 0o700)
+    for parent, dirs, _ in os.walk(folder, followlinks=False):
+        for name in dirs:
+            path = os.path.join(parent, name)
+            if not os.path.islink(path):
+                with contextlib.suppress(OSError):
+                    os.chmod(path, 0o700)
+
+
+def objects(folder: Path) -> Iterator[tuple[Path, str]]:
+    """Every object under ``folder`` as (path, what it is), without entering linked folders."""
+    for parent, dirs, files in os.walk(folder, followlinks=False):
+        for name in dirs + files:
+            path = Path(parent) / name
+            yield path, what_is(path)
+
+
+def listing(folder: Path) -> list[Path]:
+    """The names in ``folder`` (sorted), or [] when it is not a real folder."""
+    if what_is(folder) != "folder":
+        return []
+    try:
+        return sorted(folder / name for name in os.listdir(folder))
+    except OSError:
+        return []

@@ -1,0 +1,152 @@
+"""Lock files of the store: who holds the lock on computing a key, and when a lock is stale.
+
+``<root>/locks/<kind>-<key>.lock`` is a regular file holding one JSON record: the holder's
+``host``, ``pid``, process ``start`` time (from Linux ``/proc``, to tell a live holder from a
+reused pid) and ``time``. A lock is *stale*, and is taken over, when
+
+- its holder is gone: same host and the process is dead, a zombie, or its pid was reused by
+  another process; or it is from another host and untouched for :data:`STALE_LOCK_SECONDS`;
+- it is not a lock at all: a folder, a link or a FIFO where the file belongs, a record of the
+  wrong form (not an object, no host, a pid that is not a positive integer, ...), or a file that
+  is not JSON and untouched for :data:`WRITE_GRACE_SECONDS` (a holder writes its record right
+  after creating the file, so an unreadable young file may be one being written).
+
+Nothing here follows a link or opens anything but a regular file, and nothing raises on a
+malformed lock: :func:`why_stale` returns the reason as text.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import socket
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+from oodsim.store_fs import NotJSON, described, read_json, remove, what_is
+
+#: A lock from another host is considered abandoned after this many seconds.
+STALE_LOCK_SECONDS = 6 * 3600.0
+#: An unreadable lock file younger than this may be one whose holder is writing it.
+WRITE_GRACE_SECONDS = 5.0
+#: A lock record is about 100 bytes; anything much larger is not one.
+LOCK_LIMIT = 1 << 16
+#: Name part of a lock renamed aside while it is broken (``<lock>.stale-<id>``).
+STALE_MARK = ".stale-"
+_MAX_PID = 1 << 22  # Linux's largest pid_max
+
+
+def _proc_stat(pid: int) -> list[str]:
+    """The fields of ``/proc/<pid>/stat`` after the command name (state first); [] if none."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return []
+
+
+def _start_time(pid: int) -> str | None:
+    """A process's start time (Linux /proc), to tell a live holder from a reused pid."""
+    fields = _proc_stat(pid)
+    return fields[19] if len(fields) > 19 else None
+
+
+def owner() -> dict[str, object]:
+    """The lock record of this process."""
+    pid = os.getpid()
+    return {
+        "host": socket.gethostname(),
+        "pid": pid,
+        "start": _start_time(pid),
+        "time": time.time(),
+    }
+
+
+def record_problem(record: Any) -> str:
+    """Why a parsed lock file is not a lock record ("" when it is one)."""
+    if not isinstance(record, dict):
+        return f"it holds {type(record).__name__}, not a lock record"
+    host, pid, start = record.get("host"), record.get("pid"), record.get("start")
+    if not isinstance(host, str) or not host:
+        return f"its host is {host!r}, not a host name"
+    if isinstance(pid, bool) or not isinstance(pid, int) or not 0 < pid <= _MAX_PID:
+        return f"its pid is {pid!r}, not a process id"
+    if start is not None and not isinstance(start, str):
+        return f"its start time is {start!r}, not a /proc start time"
+    if not isinstance(record.get("time", 0.0), (int, float)):
+        return f"its time is {record.get('time')!r}, not a number"
+    return ""
+
+
+def _state(path: Path) -> tuple[str, bool]:
+    """(why the lock at ``path`` may be taken over, whether that is because it is no lock at
+    all); ("", False) when it is live, being written, or already gone."""
+    found = what_is(path)
+    if found == "missing":
+        return "", False  # released meanwhile: just retry
+    if found != "file":
+        return f"{described(found)} where a lock file belongs", True
+    try:
+        age = abs(time.time() - os.lstat(path).st_mtime)  # a future mtime is no younger
+        record = read_json(path, LOCK_LIMIT)
+    except FileNotFoundError:
+        return "", False
+    except (OSError, ValueError) as error:
+        if isinstance(error, NotJSON) and age <= WRITE_GRACE_SECONDS:
+            return "", False  # maybe a holder that has created the file and is writing it
+        return f"unreadable lock file ({error})", True
+    problem = record_problem(record)
+    if problem:
+        return f"not an oodsim lock: {problem}", True
+    if record["host"] != socket.gethostname():
+        if age > STALE_LOCK_SECONDS:
+            return f"held by host {record['host']} and untouched for {age / 3600:.1f} h", False
+        return "", False
+    pid = record["pid"]
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return f"its holder (pid {pid}) is gone", False
+    except PermissionError:
+        pass  # alive, another user's
+    fields = _proc_stat(pid)
+    if fields and fields[0] in ("Z", "X"):
+        return f"its holder (pid {pid}) has exited", False  # a zombie holds nothing
+    if record.get("start") != _start_time(pid):
+        return f"pid {pid} now belongs to another process", False
+    return "", False
+
+
+def why_stale(path: Path) -> str:
+    """Why the lock at ``path`` may be taken over (its holder is gone, or it is no lock at
+    all); "" when it is live (or being written, or already gone)."""
+    return _state(path)[0]
+
+
+def lock_problem(path: Path) -> str:
+    """Why ``path`` is not a lock at all (a folder, a link, a wrong record, unreadable), ""
+    when it is one (live or stale) or is being written."""
+    reason, malformed = _state(path)
+    return reason if malformed else ""
+
+
+def is_stale(path: Path) -> bool:
+    """Whether the lock at ``path`` may be taken over (see :func:`why_stale`)."""
+    return bool(why_stale(path))
+
+
+def break_lock(path: Path) -> None:
+    """Remove a stale lock. It is renamed aside first and checked again there: if a live
+    process re-took the lock in between (another breaker was faster), it is put back.
+    Raises ``OSError`` when the lock cannot be moved (a read-only locks folder)."""
+    aside = path.with_name(f"{path.name}{STALE_MARK}{uuid.uuid4().hex[:8]}")
+    try:
+        os.rename(path, aside)
+    except FileNotFoundError:
+        return  # released or broken meanwhile
+    with contextlib.suppress(OSError):
+        if not why_stale(aside):
+            os.link(aside, path)  # restore the live holder's lock (fails if a new one exists)
+    with contextlib.suppress(OSError):  # a leftover is harmless: `oodsim cache gc` removes it
+        remove(aside)

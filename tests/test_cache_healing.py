@@ -1,0 +1,564 @@
+"""A cache that heals itself: whatever is malformed in an entry or a lock is found, moved aside
+and recomputed in the same run (or reported in one line with the path and the fix), and
+``cache verify --repair`` and ``gc`` remove what could block a run without ever following a
+link out of the cache. See docs/reliability.md, "Cache healing".
+
+Every scenario tampers with a copy of one clean cache between two runs; the second run must give
+results identical to the clean run. No test waits without a bound.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+import xarray as xr
+
+import oodsim
+from oodsim.cli import main as cli_main
+from oodsim.detectors import register
+from oodsim.protocols.open_set import CHECKPOINT, OUTPUTS, entries
+from oodsim.results import store_counts
+from oodsim.store import QUARANTINE_PREFIX, CorruptEntryWarning, Store, _start_time
+from tests.conftest import ROOT, digits_toml, small_digits
+
+N_SEEDS = 2
+HOST = socket.gethostname()
+
+
+# --------------------------------------------------------------------------- helpers
+
+
+@pytest.fixture(scope="module")
+def clean(cluster_address: str, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Any]:
+    """One clean cache of ``small_digits(2)`` and its results, copied by every test."""
+    cache = tmp_path_factory.mktemp("clean") / "cache"
+    spec = small_digits(N_SEEDS)
+    return cache, oodsim.run(spec, address=cluster_address, cache=cache, progress=False)
+
+
+@pytest.fixture
+def copy(clean: tuple[Path, Any], tmp_path: Path) -> Path:
+    """A private copy of the clean cache (links copied as links)."""
+    target = tmp_path / "cache"
+    shutil.copytree(clean[0], target, symlinks=True)
+    return target
+
+
+def entry(cache: Path, kind: str, seed: int = 0) -> Path:
+    """The folder of seed ``seed``'s checkpoint or outputs entry."""
+    found = dict(entries(small_digits(N_SEEDS), seed))
+    return Store(cache).path(kind, found[kind])
+
+
+def largest_chunk(folder: Path) -> Path:
+    return max((p for p in folder.rglob("*") if p.is_file() and "/c/" in str(p)), key=_size)
+
+
+def _size(path: Path) -> int:
+    return path.stat().st_size
+
+
+def flip_a_byte(path: Path) -> None:
+    """Alter one byte in the middle of ``path``; its size stays the same."""
+    data = bytearray(path.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    path.write_bytes(bytes(data))
+
+
+def heals(address: str, cache: Path, clean: tuple[Path, Any], *, warns: bool = True) -> Any:
+    """Run the clean spec again on ``cache``: results identical to the clean run, a
+    ``CorruptEntryWarning`` when ``warns``, and a cache that verifies clean afterwards."""
+    spec = small_digits(N_SEEDS)
+    if warns:
+        with pytest.warns(CorruptEntryWarning):
+            result = oodsim.run(spec, address=address, cache=cache, progress=False)
+    else:
+        result = oodsim.run(spec, address=address, cache=cache, progress=False)
+    xr.testing.assert_identical(clean[1].score, result.score)
+    assert Store(cache).verify() == []
+    return result
+
+
+def in_time(function: Callable[[], Any], timeout: float) -> Any:
+    """``function()`` in a thread, failing the test if it has not returned within ``timeout``
+    seconds (instead of hanging the test session)."""
+    box: dict[str, Any] = {}
+
+    def target() -> None:
+        try:
+            box["result"] = function()
+        except BaseException as error:  # re-raised below
+            box["error"] = error
+
+    thread = threading.Thread(target=target, daemon=True)
+    thread.start()
+    thread.join(timeout)
+    assert not thread.is_alive(), f"still running after {timeout} s (a hang)"
+    if "error" in box:
+        raise box["error"]
+    return box.get("result")
+
+
+# --------------------------------------------------------------------------- corrupt entries
+
+
+def test_a_same_size_flipped_byte_in_an_outputs_chunk_is_recomputed_in_the_same_run(
+    cluster_address: str, copy: Path, clean: tuple[Path, Any]
+) -> None:
+    flip_a_byte(largest_chunk(entry(copy, OUTPUTS)))
+    result = heals(cluster_address, copy, clean)
+    assert store_counts(result)["computed"] == {OUTPUTS: 1}
+    assert not np.any(result.failure.values != "")
+
+
+@pytest.mark.parametrize(
+    "content",
+    [b"{}", b"{not json", b"[1, 2]", b"", b'{"files": {"../../x": "0"}}'],
+    ids=["empty-record", "not-json", "a-list", "empty-file", "files-outside"],
+)
+def test_a_meta_file_of_the_wrong_form_is_recomputed_in_the_same_run(
+    cluster_address: str, copy: Path, clean: tuple[Path, Any], content: bytes
+) -> None:
+    (entry(copy, OUTPUTS) / "meta.json").write_bytes(content)
+    result = heals(cluster_address, copy, clean)
+    assert store_counts(result)["computed"] == {OUTPUTS: 1}
+
+
+def _replace_by_file(path: Path) -> None:
+    shutil.rmtree(path)
+    path.write_text("not a folder")
+
+
+def _replace_by_fifo(path: Path) -> None:
+    shutil.rmtree(path)
+    os.mkfifo(path)
+
+
+@pytest.mark.parametrize(
+    ("level", "replace", "recomputed"),
+    [
+        ("entry", _replace_by_file, {OUTPUTS: 1}),
+        ("prefix", _replace_by_file, {OUTPUTS: 1}),
+        ("kind", _replace_by_file, {OUTPUTS: 2}),
+        ("entry", _replace_by_fifo, {OUTPUTS: 1}),
+    ],
+    ids=["key-folder-file", "prefix-folder-file", "kind-folder-file", "key-folder-fifo"],
+)
+def test_a_file_where_a_folder_belongs_is_moved_aside_and_recomputed(
+    cluster_address: str,
+    copy: Path,
+    clean: tuple[Path, Any],
+    level: str,
+    replace: Callable[[Path], None],
+    recomputed: dict[str, int],
+) -> None:
+    folder = entry(copy, OUTPUTS)
+    target = {"entry": folder, "prefix": folder.parent, "kind": folder.parent.parent}[level]
+    if level == "prefix":  # the other seed's outputs may share the prefix folder
+        recomputed = {OUTPUTS: len(list(target.iterdir()))}
+    replace(target)
+    result = heals(cluster_address, copy, clean)
+    assert store_counts(result)["computed"] == recomputed
+
+
+def test_a_link_where_an_entry_belongs_is_removed_never_its_target(
+    cluster_address: str, copy: Path, clean: tuple[Path, Any], tmp_path: Path
+) -> None:
+    folder = entry(copy, OUTPUTS)
+    outside = tmp_path / "outside"
+    shutil.move(folder, outside)  # a real entry, now outside the cache, linked back in
+    folder.symlink_to(outside, target_is_directory=True)
+    before = sorted(p.relative_to(outside) for p in outside.rglob("*"))
+    with pytest.warns(CorruptEntryWarning, match="a symbolic link"):
+        result = heals(cluster_address, copy, clean, warns=False)
+    assert store_counts(result)["computed"] == {OUTPUTS: 1}
+    assert not folder.is_symlink() and folder.is_dir()
+    assert sorted(p.relative_to(outside) for p in outside.rglob("*")) == before
+
+
+def test_a_missing_chunk_file_is_recomputed_in_the_same_run(
+    cluster_address: str, copy: Path, clean: tuple[Path, Any]
+) -> None:
+    largest_chunk(entry(copy, OUTPUTS)).unlink()
+    result = heals(cluster_address, copy, clean)
+    assert store_counts(result)["computed"] == {OUTPUTS: 1}
+
+
+def test_a_meta_file_replaced_by_a_fifo_is_never_opened(
+    cluster_address: str, copy: Path, clean: tuple[Path, Any]
+) -> None:
+    meta = entry(copy, CHECKPOINT) / "meta.json"
+    meta.unlink()
+    os.mkfifo(meta)  # opening it for reading would block forever
+    result = in_time(lambda: heals(cluster_address, copy, clean), 240)
+    assert store_counts(result)["computed"] == {CHECKPOINT: 1}
+
+
+# tampering while the run goes on: a detector that, in the driver, damages the outputs of seed 1
+# while seed 0 is scored; seed 1 then finds its entry corrupt when it is read
+_TAMPER: dict[str, Any] = {}
+
+
+@register("test_heal_tamper", needs={"logits"}, replace=True)
+def _tamper_then_msp(outputs: Any, *, fit: Any = None) -> np.ndarray:
+    target = _TAMPER.pop("path", None) if _TAMPER.get("pid") == os.getpid() else None
+    if target is not None:
+        flip_a_byte(target)
+    logits = np.asarray(outputs.logits, dtype=np.float64)
+    soft = np.exp(logits - logits.max(axis=1, keepdims=True))
+    return (soft / soft.sum(axis=1, keepdims=True)).max(axis=1)
+
+
+def test_an_entry_corrupted_while_the_run_scores_is_recomputed_once(
+    cluster_address: str, tmp_path: Path
+) -> None:
+    spec = small_digits(N_SEEDS, detectors=("msp", "test_heal_tamper"))
+    cache = tmp_path / "cache"
+    first = oodsim.run(spec, address=cluster_address, cache=cache, progress=False)
+    outputs = Store(cache).path(*entries(spec, 1)[1])
+    _TAMPER.update(pid=os.getpid(), path=largest_chunk(outputs))
+    with pytest.warns(CorruptEntryWarning, match="checksum mismatch"):
+        second = oodsim.run(spec, address=cluster_address, cache=cache, progress=False)
+    assert "path" not in _TAMPER  # the tampering happened, during the run
+    xr.testing.assert_identical(first.score, second.score)
+    assert store_counts(second)["computed"] == {OUTPUTS: 1}
+
+
+# --------------------------------------------------------------------------- locks
+
+
+def _dead_pid() -> tuple[int, str | None]:
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(0.5)"])
+    start = None
+    while start is None and child.poll() is None:
+        start = _start_time(child.pid)
+    child.wait(timeout=30)
+    return child.pid, start
+
+
+def _record(**fields: Any) -> bytes:
+    return json.dumps({"host": HOST, "pid": 1, "start": None, "time": 0.0, **fields}).encode()
+
+
+def _write(content: bytes, mtime: float | None = None) -> Callable[[Path, Path], None]:
+    def make(lock: Path, outside: Path) -> None:
+        lock.write_bytes(content)
+        if mtime is not None:
+            os.utime(lock, (mtime, mtime))
+
+    return make
+
+
+def _folder(lock: Path, outside: Path) -> None:
+    lock.mkdir()
+    (lock / "inside").write_text("x")
+
+
+def _link(lock: Path, outside: Path) -> None:
+    lock.symlink_to(outside)
+
+
+def _fifo(lock: Path, outside: Path) -> None:
+    os.mkfifo(lock)
+
+
+def _dead_holder(lock: Path, outside: Path) -> None:
+    pid, start = _dead_pid()
+    lock.write_bytes(_record(pid=pid, start=start))
+
+
+LOCKS: dict[str, Callable[[Path, Path], None]] = {
+    "garbage": _write(b"\x00\xffgarbage", mtime=time.time() - 60),
+    "empty-future-mtime": _write(b"", mtime=time.time() + 10**8),
+    "a-list": _write(b"[1, 2]"),
+    "empty-record": _write(b"{}"),
+    "pid-text": _write(_record(pid="abc")),
+    "pid-0": _write(_record(pid=0)),
+    "pid-minus-1": _write(_record(pid=-1)),
+    "pid-huge": _write(_record(pid=10**30)),
+    "pid-true": _write(_record(pid=True)),
+    "no-host": _write(b'{"pid": 1}'),
+    "host-number": _write(_record(host=7)),
+    "dead-holder": _dead_holder,
+    "a-folder": _folder,
+    "a-link-out": _link,
+    "a-fifo": _fifo,
+    "huge": _write(b"[" + b"0," * 50_000 + b"0]"),
+}
+
+
+@pytest.mark.parametrize("name", list(LOCKS))
+def test_a_malformed_lock_is_taken_over_without_traceback_or_wait(
+    tmp_path: Path, name: str
+) -> None:
+    """Store level, for every kind of lock: ``ensure`` computes the key, in bounded time."""
+    store = Store(tmp_path / "cache")
+    key = "ab" + "3" * 62
+    (store.root / "locks").mkdir(parents=True)
+    outside = tmp_path / "outside.txt"
+    outside.write_text("keep me")
+    LOCKS[name](store.root / "locks" / f"{OUTPUTS}-{key}.lock", outside)
+
+    def compute() -> None:
+        store.put(OUTPUTS, key, {"x": np.arange(3)})
+
+    assert in_time(lambda: store.ensure(OUTPUTS, key, compute), 60) is True
+    assert store.get(OUTPUTS, key) is not None
+    assert outside.read_text() == "keep me"
+    assert list((store.root / "locks").iterdir()) == []
+
+
+@pytest.mark.parametrize(
+    "names",
+    [
+        ("garbage", "empty-record", "pid-minus-1", "a-folder"),
+        ("pid-text", "dead-holder", "a-link-out", "empty-future-mtime"),
+    ],
+    ids=["garbage-schema-pid-folder", "text-pid-dead-link-future"],
+)
+def test_malformed_locks_on_keys_a_run_must_compute_do_not_stop_it(
+    cluster_address: str, copy: Path, clean: tuple[Path, Any], tmp_path: Path, names: tuple
+) -> None:
+    outside = tmp_path / "outside.txt"
+    outside.write_text("keep me")
+    needed = [e for seed in range(N_SEEDS) for e in entries(small_digits(N_SEEDS), seed)]
+    for (kind, key), name in zip(needed, names, strict=True):
+        shutil.rmtree(Store(copy).path(kind, key))
+        LOCKS[name](copy / "locks" / f"{kind}-{key}.lock", outside)
+    result = in_time(lambda: heals(cluster_address, copy, clean, warns=False), 240)
+    assert store_counts(result)["computed"] == {CHECKPOINT: 2, OUTPUTS: 2}
+    assert outside.read_text() == "keep me"
+    assert list((copy / "locks").iterdir()) == []
+
+
+def test_a_lock_of_a_live_holder_is_waited_for_then_taken_over_when_it_exits(
+    cluster_address: str, copy: Path, clean: tuple[Path, Any]
+) -> None:
+    kind, key = entries(small_digits(N_SEEDS), 0)[1]
+    shutil.rmtree(Store(copy).path(kind, key))
+    holder = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(3)"])
+    try:
+        start = None
+        while start is None and holder.poll() is None:
+            start = _start_time(holder.pid)
+        lock = copy / "locks" / f"{kind}-{key}.lock"
+        lock.write_bytes(_record(pid=holder.pid, start=start))
+        assert Store(copy).stale_locks() == []  # live: not taken over
+        result = in_time(lambda: heals(cluster_address, copy, clean, warns=False), 240)
+    finally:
+        holder.kill()
+        holder.wait()
+    assert store_counts(result)["computed"] == {OUTPUTS: 1}
+
+
+def test_a_file_where_the_locks_folder_belongs_is_moved_aside(
+    cluster_address: str, copy: Path, clean: tuple[Path, Any]
+) -> None:
+    shutil.rmtree(entry(copy, OUTPUTS))
+    shutil.rmtree(copy / "locks")
+    (copy / "locks").write_text("not a folder")
+    result = heals(cluster_address, copy, clean, warns=False)  # moved aside on a worker
+    assert store_counts(result)["computed"] == {OUTPUTS: 1}
+
+
+# --------------------------------------------------------------------------- read-only folders
+
+
+def _drop_file_permission_override() -> None:
+    """As root, drop CAP_DAC_OVERRIDE and CAP_DAC_READ_SEARCH from the bounding set, so the
+    exec'd process is refused writes to read-only folders like any user."""
+    import ctypes
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    for capability in (1, 2):
+        libc.prctl(24, capability, 0, 0, 0)  # PR_CAPBSET_DROP; harmless where not root
+
+
+def _permissions_apply(folder: Path) -> bool:
+    """Whether a process started like the test's is refused writes in a read-only folder."""
+    folder.mkdir()
+    folder.chmod(0o555)
+    try:
+        probe = subprocess.run(
+            [sys.executable, "-c", f"open({str(folder / 'x')!r}, 'w')"],
+            preexec_fn=_drop_file_permission_override,
+            capture_output=True,
+            timeout=60,
+        )
+    finally:
+        folder.chmod(0o755)
+    return probe.returncode != 0
+
+
+def test_a_corrupt_entry_that_cannot_be_moved_aside_is_one_clear_error(
+    cluster_address: str, copy: Path, clean: tuple[Path, Any], tmp_path: Path
+) -> None:
+    if not _permissions_apply(tmp_path / "probe"):
+        pytest.skip("this process ignores permission bits and cannot drop that privilege")
+    checkpoint = entry(copy, CHECKPOINT)
+    flip_a_byte(largest_chunk(checkpoint))
+    checkpoint.parent.chmod(0o555)  # the entry cannot be renamed out of its folder
+    spec_path = digits_toml(tmp_path / "s.toml", N_SEEDS)
+    command = [sys.executable, "-m", "oodsim.cli", "run", str(spec_path), "--quiet"]
+    command += ["--address", cluster_address, "--cache", str(copy), "--out", str(tmp_path / "r")]
+    try:
+        run = subprocess.run(
+            command,
+            capture_output=True,
+            text=True,
+            timeout=180,  # the bug this guards against was a worker spinning forever
+            preexec_fn=_drop_file_permission_override,
+            cwd=ROOT,
+        )
+    finally:
+        checkpoint.parent.chmod(0o755)
+    assert run.returncode == 2, run.stderr
+    lines = run.stderr.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in run.stderr, run.stderr
+    assert lines[0].startswith(f"oodsim: error: corrupt cache entry {CHECKPOINT}/")
+    assert str(checkpoint) in lines[0] and "checksum mismatch" in lines[0]
+    assert "Permission denied" in lines[0]
+    assert f"rm -rf '{checkpoint}'" in lines[0] and f"make {checkpoint.parent} writable" in lines[0]
+    heals(cluster_address, copy, clean)  # the fix applied: the next run heals
+
+
+def test_the_store_reports_rather_than_spins_when_an_entry_or_lock_cannot_move(
+    tmp_path: Path,
+) -> None:
+    """What a worker does with a corrupt checkpoint in a read-only folder: ``get`` and ``ensure``
+    raise ``StoreError`` (the loop that retrains on a corrupt read stops)."""
+    if not _permissions_apply(tmp_path / "probe"):
+        pytest.skip("this process ignores permission bits and cannot drop that privilege")
+    store, key, other = Store(tmp_path / "cache"), "cd" + "4" * 62, "cd" + "6" * 62
+    path = store.put(CHECKPOINT, key, {"w": np.arange(1000.0)})
+    flip_a_byte(largest_chunk(path))
+    (store.put(CHECKPOINT, other, {"w": np.arange(3.0)}) / "meta.json").write_text("{}")
+    locks = store.root / "locks"
+    locks.mkdir()
+    (locks / f"{OUTPUTS}-{key}.lock").write_text("[]")  # not a lock: stale at once
+    for folder in (path.parent, locks):
+        folder.chmod(0o555)
+    code = (
+        "import sys\nfrom oodsim.store import Store, StoreError\n"
+        "store, key, other = Store(sys.argv[1]), sys.argv[2], sys.argv[3]\n"
+        "def worker():  # a worker loading a checkpoint, retraining a corrupt one\n"
+        "    while store.get('checkpoint', key) is None:\n"
+        "        store.ensure('checkpoint', key, lambda: None)\n"
+        "calls = (worker, lambda: store.has('checkpoint', other),\n"
+        "         lambda: store.ensure('outputs', key, lambda: None),\n"
+        "         lambda: store.ensure('outputs', other, lambda: None))\n"
+        "for call in calls:\n"
+        "    try:\n        call()\n    except StoreError as error:\n        print(error)\n"
+    )
+    try:
+        run = subprocess.run(
+            [sys.executable, "-c", code, str(store.root), key, other],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            preexec_fn=_drop_file_permission_override,
+            cwd=ROOT,
+        )
+    finally:
+        for folder in (path.parent, locks):
+            folder.chmod(0o755)
+    lines = run.stdout.strip().splitlines()
+    assert run.returncode == 0 and len(lines) == 4, run.stderr
+    assert "checksum mismatch" in lines[0] and "not an entry record" in lines[1]
+    for line, folder in zip(lines[:2], (path, path.parent / other), strict=True):
+        assert f"at {folder} (" in line and "cannot be moved aside: Permission denied" in line
+        assert f"rm -rf '{folder}'" in line and f"make {path.parent} writable" in line
+    stale = locks / f"{OUTPUTS}-{key}.lock"
+    assert lines[2].startswith(f"the lock {stale} is stale (not an oodsim lock")
+    assert f"cannot be removed: Permission denied. Remove it (rm -rf '{stale}')" in lines[2]
+    assert lines[3].startswith(f"cannot create the lock file {locks / f'{OUTPUTS}-{other}.lock'}")
+    assert f"Permission denied; make {locks} writable" in lines[3]
+
+
+# --------------------------------------------------------------------------- verify --repair, gc
+
+
+def _tamper_layout(cache: Path, outside: Path) -> dict[str, Path]:
+    """A file in place of a key folder, a prefix folder and a kind folder; garbage locks; a
+    quarantine leftover with a read-only folder inside; links to a folder outside the cache
+    in place of an entry and of a kind folder. ``outside`` holds a copy of a real entry."""
+    seed0, seed1 = entry(cache, OUTPUTS, 0), entry(cache, CHECKPOINT, 1)
+    shutil.copytree(seed0, outside / "entry")
+    (outside / "ee" / ("ee" + "5" * 62)).mkdir(parents=True)
+    (outside / "ee" / ("ee" + "5" * 62) / "meta.json").write_text("{}")  # corrupt, outside
+    _replace_by_file(seed0)
+    _replace_by_file(seed1.parent)
+    (cache / "severity_kappa").write_text("not a folder")  # a kind folder that is a file
+    (cache / "locks" / "outputs-garbage.lock").write_bytes(b"\x00garbage")
+    os.utime(cache / "locks" / "outputs-garbage.lock", (0, 0))
+    (cache / "locks" / "outputs-folder.lock").mkdir()
+    leftover = seed0.parent / f"{QUARANTINE_PREFIX}{seed0.name}-deadbeef"
+    (leftover / "arrays.zarr").mkdir(parents=True)
+    (leftover / "arrays.zarr" / "chunk").write_text("x")
+    (leftover / "arrays.zarr").chmod(0o555)
+    link = seed0.parent / (seed0.parent.name + "5" * 62)
+    link.symlink_to(outside / "entry", target_is_directory=True)
+    (cache / "ood_outputs").symlink_to(outside, target_is_directory=True)
+    return {"link": link, "leftover": leftover}
+
+
+def _outside_intact(outside: Path) -> None:
+    assert (outside / "entry" / "meta.json").is_file()
+    assert (outside / "ee" / ("ee" + "5" * 62) / "meta.json").read_text() == "{}"
+
+
+def test_cache_verify_repair_removes_what_blocks_and_never_follows_links(
+    cluster_address: str,
+    copy: Path,
+    clean: tuple[Path, Any],
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    outside = tmp_path / "outside"
+    made = _tamper_layout(copy, outside)
+    assert cli_main(["cache", "verify", "--cache", str(copy)]) == 1
+    listed = capsys.readouterr().out
+    assert "a file where a folder belongs" in listed and "a symbolic link (to " in listed
+    assert "locks/outputs-garbage.lock" in listed and "locks/outputs-folder.lock" in listed
+    _outside_intact(outside)
+    assert cli_main(["cache", "verify", "--cache", str(copy), "--repair"]) == 0
+    assert "corrupt entries removed" in capsys.readouterr().out
+    _outside_intact(outside)
+    assert not made["link"].exists() and not made["link"].is_symlink()
+    assert not made["leftover"].exists()
+    assert not (copy / "ood_outputs").is_symlink() and not (copy / "severity_kappa").exists()
+    assert list((copy / "locks").iterdir()) == []
+    assert cli_main(["cache", "verify", "--cache", str(copy)]) == 0
+    result = heals(cluster_address, copy, clean, warns=False)
+    assert store_counts(result)["computed"] == {CHECKPOINT: 1, OUTPUTS: 1}
+
+
+def test_cache_gc_removes_what_blocks_and_never_follows_links(
+    copy: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    outside = tmp_path / "outside"
+    made = _tamper_layout(copy, outside)
+    tmp_link = copy / "outputs" / ".tmp-link"
+    tmp_link.symlink_to(outside, target_is_directory=True)
+    os.utime(tmp_link, (0, 0), follow_symlinks=False)
+    assert cli_main(["cache", "gc", "--cache", str(copy)]) == 0
+    assert "Traceback" not in capsys.readouterr().err
+    _outside_intact(outside)
+    for path in (made["link"], made["leftover"], tmp_link, copy / "ood_outputs"):
+        assert not path.exists() and not path.is_symlink(), path
+    assert not (copy / "severity_kappa").exists()
+    assert list((copy / "locks").iterdir()) == []
+    assert list(copy.glob("**/.tmp-*")) == []
+    assert Store(copy).verify() == []  # nothing left that verify would flag
