@@ -106,7 +106,10 @@ def test_plain_clients_cannot_reach_the_local_scheduler(private: Client) -> None
         "own certificate, server unchecked": (address, Intruder.temporary()),
     }
     for name, (target, security) in attempts.items():
-        with pytest.raises((OSError, TypeError, RuntimeError)):
+        # any error is a refusal (on a loaded machine a refused Client can also fail while
+        # starting its event loop); a client that connects fails the test (pytest.fail is
+        # not an Exception, so raises() does not swallow it)
+        with pytest.raises(Exception):  # noqa: B017, PT011
             Client(target, timeout=TIMEOUT, security=security)
             pytest.fail(f"{name}: connected")
     gc.collect()  # the failed clients' finalizers run while the cluster is up
