@@ -262,7 +262,7 @@ class DetectorSpec(_Keyed):
 
     Parameters are checked at construction against the detector's signature: names (unless
     it takes ``**kwargs``), and types where its annotation names ``int``, ``float``, ``bool``,
-    ``str`` or ``None``; every number must be finite. A list of values is a grid (open set
+    ``str`` or ``None``; every number must be finite and within the detector's ``limits``. A list of values is a grid (open set
     specs choose among them on OOD validation data).
     """
 
@@ -305,6 +305,9 @@ class DetectorSpec(_Keyed):
                 if isinstance(item, list | tuple):
                     raise self._param_error(at, item, "one value (a grid is a flat list)")
                 expected = _param_mismatch(item, kinds)
+                limit = detector.limits.get(name)
+                if expected is None and limit is not None and not limit.allows(item):
+                    expected = limit.expected
                 if expected is not None:
                     raise self._param_error(at, item, expected)
 

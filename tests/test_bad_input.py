@@ -218,6 +218,30 @@ def test_wrong_type_in_a_toml_field_names_the_field(
     assert_rejected(tmp_path, BASE.replace(old, new, 1), capsys, pattern)
 
 
+@pytest.mark.parametrize(
+    ("detector", "pattern"),
+    [
+        (
+            '{ name = "temperature", temperature = -1.0 }',
+            r"temperature: -1\.0 .*expected a number > 0",
+        ),
+        (
+            '{ name = "odin", epsilon = [0.0, -0.1] }',
+            r"epsilon\[1\]: -0\.1 .*expected a number >= 0",
+        ),
+        ('{ name = "knn", k = 0 }', r"detectors\[1\]\.k: 0 .*expected a number >= 1"),
+        ('{ name = "openmax", distance = "cosine" }', r"distance: 'cosine' .*one of 'euclidean'"),
+    ],
+    ids=["temperature", "odin-grid", "knn", "openmax"],
+)
+def test_detector_parameter_outside_its_limits_fails_in_the_driver(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], detector: str, pattern: str
+) -> None:
+    """Checked where the spec is built, not on a worker after all training."""
+    text = BASE.replace('"msp", "temperature"', f'"msp", {detector}', 1)
+    assert_rejected(tmp_path, text, capsys, pattern)
+
+
 # --------------------------------------------------------------------------- data
 
 

@@ -12,14 +12,17 @@ from oodsim.detectors import (
     Detector,
     DetectorInputError,
     UnknownParameterError,
+    at_least,
     available,
     confidence,
     get_detector,
+    greater_than,
     register,
 )
 from oodsim.detectors import _registry as registry
 from oodsim.errors import SpecError, UnknownNameError
 from oodsim.outputs import Outputs
+from oodsim.specs import DetectorSpec
 
 BUILTINS = {
     "msp",
@@ -144,12 +147,12 @@ def test_missing_inputs_say_what_to_pass() -> None:
 @pytest.mark.parametrize(
     ("name", "params", "match"),
     [
-        ("knn", {"k": 0}, "k must be an integer >= 1"),
+        ("knn", {"k": 0}, "k must be a number >= 1, got 0"),
         ("knn", {"k": 2.5}, "k must be an integer"),
         ("openmax", {"tail_size": 0}, "tail_size"),
         ("openmax", {"alpha": 5}, r"alpha must be an integer in \[1, 4\]"),
         ("openmax", {"distance": "cosine"}, "distance must be one of"),
-        ("temperature", {"temperature": -1.0}, "temperature must be a finite number > 0"),
+        ("temperature", {"temperature": -1.0}, "temperature must be a number > 0, got -1.0"),
         ("energy", {"temperature": 0}, "temperature must be"),
         ("vim", {"dim": 6}, r"dim must be an integer in \[1, 5\]"),
         ("mahalanobis", {"ridge": -1.0}, "ridge must be"),
@@ -159,6 +162,51 @@ def test_bad_parameter_values_are_rejected(name: str, params: dict, match: str) 
     out = outputs()
     with pytest.raises(DetectorInputError, match=match):
         confidence(name, out, fit=out, **params)
+
+
+@pytest.mark.parametrize(
+    ("name", "param", "value", "expected"),
+    [
+        ("knn", "k", 0, "a number >= 1"),
+        ("energy", "temperature", 0.0, "a number > 0"),
+        ("temperature", "temperature", -1.0, "a number > 0"),
+        ("mahalanobis", "ridge", -1e-3, "a number >= 0"),
+        ("odin", "epsilon", -0.1, "a number >= 0"),
+        ("odin", "temperature", 0.0, "a number > 0"),
+        ("mc_dropout", "n_passes", 0, "a number >= 1"),
+        ("mc_dropout_entropy", "seed", -1, "a number >= 0"),
+        ("openmax", "tail_size", 0, "a number >= 1"),
+        ("openmax", "distance", "cosine", "one of 'euclidean', 'eucos'"),
+        ("vim", "dim", 0, "a number >= 1"),
+    ],
+)
+def test_parameter_limits_are_checked_where_the_spec_is_built(
+    name: str, param: str, value: object, expected: str
+) -> None:
+    """A value outside a built-in detector's limits is refused by the spec, in the driver,
+    before any compute; in a grid, the bad item is named by its index."""
+    with pytest.raises(SpecError) as caught:
+        DetectorSpec(name=name, params={param: value})
+    assert str(caught.value) == (
+        f"detector {name!r} parameter {param}: {value!r} is not allowed; expected {expected}"
+    )
+    default = get_detector(name).defaults[param]
+    with pytest.raises(SpecError, match=rf"{param}\[1\]: {value!r} is not allowed"):
+        DetectorSpec(name=name, params={param: [default, value]})
+
+
+def test_a_user_detector_declares_limits_checked_by_specs_and_calls() -> None:
+    @register("test_scaled", needs={"logits"}, limits={"scale": greater_than(0)}, replace=True)
+    def scaled(out: Outputs, *, scale: float = 1.0) -> np.ndarray:
+        return scale * out.logits.max(axis=1)
+
+    assert DetectorSpec(name="test_scaled", params={"scale": 2.0}).kwargs == {"scale": 2.0}
+    with pytest.raises(SpecError, match=r"scale: -2.0 is not allowed; expected a number > 0"):
+        DetectorSpec(name="test_scaled", params={"scale": -2.0})
+    with pytest.raises(DetectorInputError, match="'test_scaled': scale must be a number > 0"):
+        confidence("test_scaled", outputs(), scale=-2.0)
+    with pytest.raises(ValueError, match=r"limits name parameters .* does not take: \['sclae'\]"):
+        register("test_typo", needs={"logits"}, limits={"sclae": at_least(0)})(scaled)
 
 
 def test_feature_width_mismatch_is_reported() -> None:

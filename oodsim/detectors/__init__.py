@@ -22,7 +22,14 @@ from oodsim.detectors import (  # noqa: F401  (imported to register the built-in
     vim,
 )
 from oodsim.detectors._api import NonFiniteKappaError, confidence
-from oodsim.detectors._checks import DetectorInputError, UnknownParameterError
+from oodsim.detectors._checks import (
+    DetectorInputError,
+    Limit,
+    UnknownParameterError,
+    at_least,
+    greater_than,
+    one_of,
+)
 from oodsim.detectors._registry import (
     ENTRY_POINT_GROUP,
     EXECUTION_PARAMS,
@@ -39,12 +46,16 @@ __all__ = [
     "EXECUTION_PARAMS",
     "Detector",
     "DetectorInputError",
+    "Limit",
     "NonFiniteKappaError",
     "UnknownParameterError",
     "adopt",
+    "at_least",
     "available",
     "confidence",
     "get_detector",
+    "greater_than",
+    "one_of",
     "register",
     "user_detectors",
 ]

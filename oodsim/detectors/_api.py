@@ -70,6 +70,7 @@ def confidence(
     """
     det = get_detector(name)
     det.resolve(params)  # rejects unknown names; the function applies its own defaults
+    det.check_limits(params)
     n = _check_inputs(det, outputs, fit, model, inputs)
     call: dict[str, Any] = {"fit": fit, **params} if det.takes_fit else dict(params)
     if "model" in det.needs:

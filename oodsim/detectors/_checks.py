@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import math
+import numbers
 from typing import NamedTuple
 
+import attrs
 import numpy as np
 
 from oodsim.errors import OodsimError
@@ -82,6 +84,66 @@ def label_range(name: str, what: str, logits: np.ndarray, labels: np.ndarray) ->
 def as_float(array: object) -> np.ndarray:
     """A float64 copy-if-needed of ``array``: detectors compute in double precision."""
     return np.asarray(array, dtype=np.float64)
+
+
+@attrs.frozen
+class Limit:
+    """The values a detector parameter allows beyond its type: a range or a set of choices.
+
+    Declared with the detector (``register(..., limits={"k": at_least(1)})``) so that a spec
+    is checked where it is built, before any compute, and ``confidence`` checks a direct call
+    the same way. ``None`` (a parameter's "choose for me") is always allowed here: whether a
+    parameter takes it is its annotation's business.
+    """
+
+    low: float | None = None
+    low_open: bool = False
+    choices: tuple[str, ...] | None = None
+
+    def allows(self, value: object) -> bool:
+        if value is None:
+            return True
+        if self.choices is not None:
+            return value in self.choices
+        if isinstance(value, bool) or not isinstance(value, numbers.Real):
+            return False
+        if not math.isfinite(value):
+            return False
+        if self.low is None:
+            return True
+        return value > self.low if self.low_open else value >= self.low
+
+    @property
+    def expected(self) -> str:
+        """What is allowed, as the end of "expected ..." in an error message."""
+        if self.choices is not None:
+            return "one of " + ", ".join(repr(c) for c in self.choices)
+        if self.low is None:
+            return "a finite number"
+        low = int(self.low) if float(self.low).is_integer() else self.low
+        return f"a number {'>' if self.low_open else '>='} {low}"
+
+    def check(self, name: str, param: str, value: object) -> None:
+        """Raise :class:`DetectorInputError` naming the detector when ``value`` is outside."""
+        if not self.allows(value):
+            raise DetectorInputError(
+                f"detector {name!r}: {param} must be {self.expected}, got {value!r}"
+            )
+
+
+def at_least(low: float) -> Limit:
+    """Numbers ≥ ``low``."""
+    return Limit(low=low)
+
+
+def greater_than(low: float) -> Limit:
+    """Numbers > ``low``."""
+    return Limit(low=low, low_open=True)
+
+
+def one_of(*choices: str) -> Limit:
+    """One of the strings ``choices``."""
+    return Limit(choices=tuple(choices))
 
 
 def positive(name: str, param: str, value: object) -> float:

@@ -14,7 +14,7 @@ from importlib.metadata import EntryPoint, entry_points
 
 import attrs
 
-from oodsim.detectors._checks import UnknownParameterError
+from oodsim.detectors._checks import Limit, UnknownParameterError
 from oodsim.errors import UnknownNameError
 
 ENTRY_POINT_GROUP = "oodsim.detectors"
@@ -91,6 +91,9 @@ class Detector:
     #: ``fit_params(fit, **params) -> dict``: the parameters ``func`` would fit on ``fit``
     #: itself (e.g. temperature scaling's T), so a caller can record them and pass them fixed.
     fit_params: Callable[..., dict[str, object]] | None = None
+    #: The values each parameter allows beyond its type (see :class:`Limit`), checked where a
+    #: spec is built and by ``confidence``.
+    limits: Mapping[str, Limit] = attrs.field(default=(), converter=FrozenParams, hash=False)
     defaults: Mapping[str, object] = attrs.field(
         default=attrs.Factory(_signature_defaults, takes_self=True),
         converter=FrozenParams,
@@ -127,6 +130,12 @@ class Detector:
                     )
         return {**self.defaults, **params}
 
+    def check_limits(self, params: Mapping[str, object]) -> None:
+        """Raise :class:`DetectorInputError` for a parameter value outside its limit."""
+        for key, value in params.items():
+            if key in self.limits:
+                self.limits[key].check(self.name, key, value)
+
     def fitted(self, fit: object, params: Mapping[str, object]) -> dict[str, object]:
         """``params`` with every parameter the detector fits on ``fit`` filled in (unchanged
         without a ``fit_params`` hook or a fit split): κ with the result is the same, and the
@@ -151,6 +160,7 @@ def _decorator(
     stochastic,
     replace,
     fit_params=None,
+    limits=None,
 ) -> Callable[[Callable], Callable]:
     def decorate(func: Callable) -> Callable:
         detector = Detector(
@@ -161,7 +171,11 @@ def _decorator(
             version=version,
             stochastic=stochastic,
             fit_params=fit_params,
+            limits=limits or {},
         )
+        unknown = sorted(set(detector.limits) - set(detector.defaults))
+        if unknown and not detector.takes_any_param:
+            raise ValueError(f"limits name parameters that {name!r} does not take: {unknown}")
         taken = name in BUILTINS or (name in _USER and not replace)
         if taken:
             raise ValueError(f"a detector named {name!r} is already registered")
@@ -181,12 +195,15 @@ def register(
     stochastic: bool = False,
     replace: bool = False,
     fit_params: Callable[..., dict[str, object]] | None = None,
+    limits: Mapping[str, Limit] | None = None,
 ) -> Callable[[Callable], Callable]:
     """Decorator: register ``func(outputs, *, fit=None, **params) -> κ`` under ``name``.
 
     A name already taken raises ``ValueError``; ``replace=True`` lets a script re-register its own
     detector (a notebook cell run twice), never a built-in one. ``fit_params(fit, **params)``,
     optional, returns the parameters ``func`` fits on ``fit`` (recorded per seed in results).
+    ``limits`` maps parameter names to the values they allow (``at_least(1)``,
+    ``greater_than(0)``, ``one_of("a", "b")``), checked where a spec is built.
     """
     return _decorator(
         _USER,
@@ -197,10 +214,20 @@ def register(
         stochastic=stochastic,
         replace=replace,
         fit_params=fit_params,
+        limits=limits,
     )
 
 
-def builtin(name: str, *, needs, fit_on=None, version="1", stochastic=False, fit_params=None):
+def builtin(
+    name: str,
+    *,
+    needs,
+    fit_on=None,
+    version="1",
+    stochastic=False,
+    fit_params=None,
+    limits=None,
+):
     """Decorator used by oodsim's own detector modules."""
     return _decorator(
         BUILTINS,
@@ -211,6 +238,7 @@ def builtin(name: str, *, needs, fit_on=None, version="1", stochastic=False, fit
         stochastic=stochastic,
         replace=False,
         fit_params=fit_params,
+        limits=limits,
     )
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from oodsim.detectors._checks import as_float, fit_arrays, integer, same_width
+from oodsim.detectors._checks import as_float, at_least, fit_arrays, integer, same_width
 from oodsim.detectors._registry import builtin
 from oodsim.outputs import Outputs
 
@@ -35,7 +35,7 @@ def kth_neighbor_distance(queries: np.ndarray, reference: np.ndarray, k: int) ->
     return np.sqrt(np.clip(out, 0.0, None))
 
 
-@builtin("knn", needs={"features"}, fit_on="train")
+@builtin("knn", needs={"features"}, fit_on="train", limits={"k": at_least(1)})
 def knn(outputs: Outputs, *, fit: Outputs, k: int = 50) -> np.ndarray:
     """Negative distance to the k-th nearest L2-normalized train feature (k clipped to N)."""
     train = fit_arrays("knn", fit, "train", features=True)

@@ -18,7 +18,7 @@ from __future__ import annotations
 import numpy as np
 from scipy.special import logsumexp
 
-from oodsim.detectors._checks import DetectorInputError, as_float, positive
+from oodsim.detectors._checks import DetectorInputError, as_float, greater_than, positive
 from oodsim.detectors._registry import builtin
 from oodsim.outputs import Outputs
 
@@ -149,7 +149,7 @@ def max_logit_detector(outputs: Outputs, *, fit: Outputs | None = None) -> np.nd
     return max_logit(outputs.logits)
 
 
-@builtin("energy", needs={"logits"})
+@builtin("energy", needs={"logits"}, limits={"temperature": greater_than(0)})
 def energy(outputs: Outputs, *, fit: Outputs | None = None, temperature: float = 1.0) -> np.ndarray:
     """Negative energy T·logsumexp(z/T) (Liu et al., NeurIPS 2020)."""
     return negative_energy(outputs.logits, positive("energy", "temperature", temperature))

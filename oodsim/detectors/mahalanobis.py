@@ -4,7 +4,13 @@ from __future__ import annotations
 
 import numpy as np
 
-from oodsim.detectors._checks import DetectorInputError, as_float, fit_arrays, same_width
+from oodsim.detectors._checks import (
+    DetectorInputError,
+    as_float,
+    at_least,
+    fit_arrays,
+    same_width,
+)
 from oodsim.detectors._registry import builtin
 from oodsim.outputs import Outputs
 
@@ -38,7 +44,7 @@ def min_mahalanobis(features: np.ndarray, means: np.ndarray, whiten: np.ndarray)
     return np.sqrt(np.clip(squared.min(axis=1), 0.0, None))
 
 
-@builtin("mahalanobis", needs={"features"}, fit_on="train")
+@builtin("mahalanobis", needs={"features"}, fit_on="train", limits={"ridge": at_least(0)})
 def mahalanobis(outputs: Outputs, *, fit: Outputs, ridge: float = 1e-6) -> np.ndarray:
     """Negative minimum Mahalanobis distance to the class means, tied covariance from train.
 

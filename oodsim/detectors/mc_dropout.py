@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from oodsim.detectors._checks import DetectorInputError, integer
+from oodsim.detectors._checks import DetectorInputError, at_least, integer
 from oodsim.detectors._registry import builtin
 from oodsim.detectors._torch import check_model_inputs, device_of, eval_mode, row_batches
 from oodsim.detectors.logits import log_odds_of_top, negative_log_entropy_of_log_probs
@@ -149,7 +149,11 @@ def _mean_log_softmax_checked(name: str, model, inputs, n_passes, seed, batch_si
     return mean_log_softmax(model, inputs, n_passes=n_passes, seed=seed, batch_size=batch_size)
 
 
-@builtin("mc_dropout", needs={"model"}, stochastic=True, version="2")
+#: Shared by both MC dropout detectors (they take the same parameters).
+LIMITS = {"n_passes": at_least(1), "seed": at_least(0), "batch_size": at_least(1)}
+
+
+@builtin("mc_dropout", needs={"model"}, stochastic=True, version="2", limits=LIMITS)
 def mc_dropout(
     outputs: Outputs | None,
     *,
@@ -168,7 +172,7 @@ def mc_dropout(
     return log_odds_of_top(log_p)
 
 
-@builtin("mc_dropout_entropy", needs={"model"}, stochastic=True, version="2")
+@builtin("mc_dropout_entropy", needs={"model"}, stochastic=True, version="2", limits=LIMITS)
 def mc_dropout_entropy(
     outputs: Outputs | None,
     *,

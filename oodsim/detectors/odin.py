@@ -6,7 +6,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from oodsim.detectors._checks import DetectorInputError, positive
+from oodsim.detectors._checks import DetectorInputError, at_least, greater_than, positive
 from oodsim.detectors._registry import builtin
 from oodsim.detectors._torch import check_model_inputs, device_of, eval_mode, row_batches
 from oodsim.detectors.logits import max_softmax_log_odds
@@ -67,7 +67,16 @@ def odin_confidence(
     return np.concatenate(parts) if parts else np.zeros(0)
 
 
-@builtin("odin", needs={"model"}, version="2")
+@builtin(
+    "odin",
+    needs={"model"},
+    version="2",
+    limits={
+        "temperature": greater_than(0),
+        "epsilon": at_least(0),
+        "batch_size": at_least(1),
+    },
+)
 def odin(
     outputs: Outputs | None,
     *,

@@ -14,7 +14,14 @@ import numpy as np
 from scipy.spatial.distance import cdist
 from scipy.special import logsumexp
 
-from oodsim.detectors._checks import DetectorInputError, as_float, fit_arrays, integer
+from oodsim.detectors._checks import (
+    DetectorInputError,
+    as_float,
+    at_least,
+    fit_arrays,
+    integer,
+    one_of,
+)
 from oodsim.detectors._registry import builtin
 from oodsim.detectors.weibull import fit_tail, tail_cdf
 from oodsim.outputs import Outputs
@@ -94,7 +101,12 @@ def _known_block(z: np.ndarray, fit: OpenMaxFit, alpha: int, distance: str) -> n
     return np.exp(known - np.logaddexp(known, unknown))
 
 
-@builtin("openmax", needs={"logits"}, fit_on="train")
+@builtin(
+    "openmax",
+    needs={"logits"},
+    fit_on="train",
+    limits={"tail_size": at_least(1), "alpha": at_least(1), "distance": one_of(*DISTANCES)},
+)
 def openmax(
     outputs: Outputs,
     *,

@@ -8,7 +8,14 @@ import numpy as np
 from scipy.optimize import minimize_scalar
 from scipy.special import logsumexp
 
-from oodsim.detectors._checks import DetectorInputError, as_float, fit_arrays, fit_hint, positive
+from oodsim.detectors._checks import (
+    DetectorInputError,
+    as_float,
+    fit_arrays,
+    fit_hint,
+    greater_than,
+    positive,
+)
 from oodsim.detectors._registry import builtin
 from oodsim.detectors.logits import max_softmax_log_odds
 from oodsim.outputs import Outputs
@@ -73,6 +80,7 @@ def fitted_temperature(fit: Outputs, *, temperature: float | None = None) -> dic
     fit_on="val",
     version="2",
     fit_params=fitted_temperature,
+    limits={"temperature": greater_than(0)},
 )
 def temperature(
     outputs: Outputs, *, fit: Outputs | None = None, temperature: float | None = None

@@ -18,7 +18,14 @@ import warnings
 import numpy as np
 from scipy.special import logsumexp
 
-from oodsim.detectors._checks import DetectorInputError, as_float, fit_arrays, integer, same_width
+from oodsim.detectors._checks import (
+    DetectorInputError,
+    as_float,
+    at_least,
+    fit_arrays,
+    integer,
+    same_width,
+)
 from oodsim.detectors._registry import builtin
 from oodsim.outputs import Outputs
 
@@ -84,7 +91,7 @@ def _head(train, head_weight, head_bias) -> tuple[np.ndarray, np.ndarray]:
     return weight, bias
 
 
-@builtin("vim", needs={"logits", "features"}, fit_on="train")
+@builtin("vim", needs={"logits", "features"}, fit_on="train", limits={"dim": at_least(1)})
 def vim(
     outputs: Outputs,
     *,
