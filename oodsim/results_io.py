@@ -266,7 +266,7 @@ def check_output(path: str | Path, *, cache: str | Path | None = None) -> str | 
             "cache: choose another output path"
         )
     key = _existing_output(path)
-    _probe(path)
+    check_writable(path)
     return key
 
 
@@ -315,15 +315,17 @@ def _some(names: Sequence[str], shown: int = 3) -> str:
     return ", ".join(names[:shown]) + more
 
 
-def _probe(path: Path) -> None:
+def check_writable(path: str | Path, what: str = "results") -> None:
     """Create and remove a file in the nearest existing folder on the way to ``path``'s
-    parent, where the new store will be written; :class:`OutputError` if that fails."""
+    parent, where ``what`` will be written; :class:`OutputError` if that fails, so a run or a
+    long command fails before its compute rather than after it."""
+    path = Path(path)
     folder = path.parent
     while not os.path.lexists(folder) and folder != folder.parent:
         folder = folder.parent
     if not folder.is_dir():
         raise OutputError(
-            f"cannot write results to {path}: {folder} is a file, not a folder; "
+            f"cannot write {what} to {path}: {folder} is a file, not a folder; "
             "choose another output path"
         )
     probe = folder / f".oodsim-probe-{uuid.uuid4().hex}"
@@ -332,7 +334,7 @@ def _probe(path: Path) -> None:
         probe.unlink()
     except OSError as error:
         raise OutputError(
-            f"cannot write results to {path}: cannot create files in {folder} "
+            f"cannot write {what} to {path}: cannot create files in {folder} "
             f"({error.strerror or error}); choose a writable output path"
         ) from None
 

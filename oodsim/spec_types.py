@@ -484,6 +484,16 @@ def read_toml(path: str | Path) -> dict[str, Any]:
         return tomllib.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
         raise SpecError("spec file", str(path), "an existing TOML file") from None
+    except IsADirectoryError:
+        raise SpecError("spec file", str(path), "a TOML file, not a folder") from None
+    except UnicodeDecodeError as error:
+        raise SpecError(
+            "spec file", str(path), f"a UTF-8 text file (byte {error.start} is not UTF-8)"
+        ) from None
+    except OSError as error:
+        raise SpecError(
+            "spec file", str(path), f"a readable TOML file ({error.strerror or error})"
+        ) from None
     except tomllib.TOMLDecodeError as error:
         raise SpecError(f"spec file {path}", "TOML syntax", f"valid TOML ({error})") from None
 

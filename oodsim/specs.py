@@ -262,8 +262,8 @@ class DetectorSpec(_Keyed):
 
     Parameters are checked at construction against the detector's signature: names (unless
     it takes ``**kwargs``), and types where its annotation names ``int``, ``float``, ``bool``,
-    ``str`` or ``None``; every number must be finite and within the detector's ``limits``. A list of values is a grid (open set
-    specs choose among them on OOD validation data).
+    ``str`` or ``None``; every number must be finite and within the detector's ``limits``.
+    A list of values is a grid (open set specs choose among them on OOD validation data).
     """
 
     TAG = "detector"

@@ -276,6 +276,21 @@ class Store:
             self._quarantine(kind, key, problem)
         return problem == ""
 
+    def ensure_present(self) -> None:
+        """Fail in one line when the root is not an existing folder: for ``cache ls``, ``verify``
+        and ``gc``, a mistyped path must not read as an empty, healthy cache."""
+        kind = what_is(self.root)
+        if kind == "missing":
+            raise StoreError(
+                f"no cache at {self.root}: the folder does not exist; pass the cache's path "
+                "with --cache (or set $OODSIM_CACHE)"
+            )
+        if not self.root.is_dir():
+            raise StoreError(
+                f"cache directory {self.root} is {described(kind)}, not a folder; pass the "
+                "cache's path with --cache (or set $OODSIM_CACHE)"
+            )
+
     def ensure_writable(self) -> None:
         """Fail early, before any compute, when the cache root cannot take new entries."""
         if what_is(self.root) not in ("folder", "missing") and not self.root.is_dir():

@@ -16,6 +16,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -477,3 +478,97 @@ def test_report_of_anything_but_results_is_one_error_line(tmp_path, capsys, targ
 def test_debug_shows_the_traceback_instead(tmp_path) -> None:
     with pytest.raises(FileNotFoundError, match="no results at"):
         cli_main(["--debug", "report", str(tmp_path / "missing.zarr")])
+
+
+# --------------------------------------------------------------------------- the command line
+
+
+def one_error_line(capsys: pytest.CaptureFixture[str], argv: list[str]) -> str:
+    """``oodsim ARGV`` exits with code 2 and prints exactly one ``oodsim: error:`` line."""
+    code = cli_main(argv)
+    err = capsys.readouterr().err
+    lines = err.strip().splitlines()
+    assert code == 2 and len(lines) == 1 and lines[0].startswith("oodsim: error: "), err
+    return lines[0]
+
+
+@pytest.mark.parametrize(
+    ("make", "pattern"),
+    [
+        (lambda p: p.mkdir(), r"spec file: '.*spec\.toml' .*expected a TOML file, not a folder"),
+        (
+            lambda p: p.write_bytes(b'name = "x"\n\xff\xfe'),
+            r"expected a UTF-8 text file \(byte 11 is not UTF-8\)",
+        ),
+    ],
+    ids=["folder", "not-utf8"],
+)
+def test_a_spec_path_that_is_not_a_toml_text_file(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], make: Any, pattern: str
+) -> None:
+    make(tmp_path / "spec.toml")
+    line = one_error_line(capsys, ["run", str(tmp_path / "spec.toml"), "--cache", "c"])
+    assert re.search(pattern, line), line
+
+
+@pytest.mark.parametrize(
+    ("args", "pattern"),
+    [
+        (["--worker-timeout", "-1"], r"worker_timeout: -1\.0 .*finite number of seconds > 0"),
+        (["--worker-timeout", "nan"], r"worker_timeout: nan .*finite number of seconds > 0"),
+        (["--metric", "aurco"], r"--metric: 'aurco' .*Did you mean 'auroc'\?"),
+        (["--metric", "aupr"], r"--metric: 'aupr' .*expected one of 'accuracy', 'aupr_in'"),
+    ],
+    ids=["timeout-negative", "timeout-nan", "metric-typo", "metric-not-in-spec"],
+)
+def test_bad_run_options_fail_before_compute(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], args: list[str], pattern: str
+) -> None:
+    code, err, cache = run_cli(tmp_path, BASE, capsys, *args)
+    lines = err.strip().splitlines()
+    assert code == 2 and len(lines) == 1 and re.search(pattern, lines[0]), err
+    assert not cache.exists() and not (tmp_path / "r.zarr").exists()
+
+
+@pytest.mark.parametrize("action", ["ls", "verify", "gc"])
+@pytest.mark.parametrize("where", ["missing", "file"])
+def test_cache_commands_refuse_a_path_that_is_not_a_cache(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], action: str, where: str
+) -> None:
+    """A mistyped ``--cache`` must not read as an empty, healthy cache (``0 corrupt``)."""
+    root = tmp_path / "cahce"
+    if where == "file":
+        root.write_text("notes")
+    line = one_error_line(capsys, ["cache", action, "--cache", str(root)])
+    expected = "no cache at" if where == "missing" else "is a file, not a folder"
+    assert expected in line and "--cache" in line, line
+    assert (root.read_text() == "notes") if where == "file" else not root.exists()
+
+
+@pytest.mark.parametrize("older_than", ["-1", "nan", "inf"])
+def test_gc_refuses_an_age_that_is_not_a_number_of_seconds(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], older_than: str
+) -> None:
+    (tmp_path / "cache").mkdir()
+    line = one_error_line(
+        capsys, ["cache", "gc", "--cache", str(tmp_path / "cache"), "--older-than", older_than]
+    )
+    assert "--older-than" in line and "finite number of seconds >= 0" in line, line
+
+
+@pytest.mark.parametrize("target", ["folder", "below-a-file", "proc"])
+def test_class_table_output_is_checked_before_wordnet_is_read(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], target: str
+) -> None:
+    (tmp_path / "notes.txt").write_text("x")
+    out = {
+        "folder": tmp_path,
+        "below-a-file": tmp_path / "notes.txt" / "classes.csv",
+        "proc": Path("/proc/classes.csv"),
+    }[target]
+    missing_wordnet = str(tmp_path / "no-wordnet")  # read after the check: never reached
+    line = one_error_line(
+        capsys, ["imagenet21k-classes", "--out", str(out), "--wordnet-root", missing_wordnet]
+    )
+    assert line.startswith(f"oodsim: error: cannot write the class table to {out}"), line
+    assert (tmp_path / "notes.txt").read_text() == "x"

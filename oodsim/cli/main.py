@@ -5,12 +5,16 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
+import math
+import os
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 from oodsim.cli.imagenet_o import add_command as add_imagenet_o
-from oodsim.errors import OodsimError
+from oodsim.errors import OodsimError, SpecError
 
 
 def add_run_options(command: argparse.ArgumentParser) -> None:
@@ -25,7 +29,11 @@ def add_run_options(command: argparse.ArgumentParser) -> None:
         type=float,
         help="seconds without any worker before giving up (default: 120 on the local cluster)",
     )
-    command.add_argument("--metric", default="auroc", help="metric of the printed tables")
+    command.add_argument(
+        "--metric",
+        help="metric of the printed tables, one of the spec's metrics (default: auroc, else the "
+        "spec's first OOD metric)",
+    )
     command.add_argument("--report", help="also write plots and a summary into this folder")
     command.add_argument(
         "--overwrite",
@@ -42,6 +50,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
     from oodsim.store import default_root
 
     spec = load(args.spec)
+    metric = _table_metric(spec, args.metric)
     cache = Path(args.cache) if args.cache else default_root()
     new_cache = " (a new cache: it was empty)" if not cache.exists() else ""
     out = Path(args.out) if args.out else Path("results") / f"{spec.name}.zarr"
@@ -63,11 +72,11 @@ def _cmd_run(args: argparse.Namespace) -> int:
         # severity results only
         from oodsim.report.severity import format_level_table
 
-        print(format_level_table(results, args.metric))
+        print(format_level_table(results, metric))
     else:
         print(format_summary_table(results))
     _print_failures(results)
-    _print_win_probabilities(results, args.metric)
+    _print_win_probabilities(results, metric)
     if args.report:
         report = write_report(results, Path(args.report), overwrite=args.overwrite, source=out)
         print(f"report written to {report}")
@@ -79,6 +88,20 @@ def _cmd_run(args: argparse.Namespace) -> int:
         f"results written to {out}"
     )
     return 0
+
+
+def _table_metric(spec, metric: str | None) -> str:
+    """The metric of the printed tables: one the spec computes (refused before any compute
+    otherwise), by default auroc or else the spec's first OOD metric."""
+    from oodsim.errors import UnknownNameError
+    from oodsim.stats import is_ood_metric
+
+    names = tuple(spec.metrics)
+    if metric is not None:
+        if metric not in names:
+            raise UnknownNameError("--metric", metric, names)
+        return metric
+    return "auroc" if "auroc" in names else next((m for m in names if is_ood_metric(m)), names[0])
 
 
 def _unit(results) -> str:
@@ -169,6 +192,9 @@ def _cmd_cache(args: argparse.Namespace) -> int:
     from oodsim.store import Store, default_root
 
     store = Store(args.cache or default_root())
+    store.ensure_present()
+    if args.action == "gc" and not (math.isfinite(args.older_than) and args.older_than >= 0):
+        raise SpecError("--older-than", args.older_than, "a finite number of seconds >= 0")
     if args.action == "ls":
         total = 0
         for info in store.entries():
@@ -194,7 +220,11 @@ def _cmd_cache(args: argparse.Namespace) -> int:
 def _cmd_imagenet21k(args: argparse.Namespace) -> int:
     # loaded by the command that needs it, so `oodsim --help` stays fast
     from oodsim.data.imagenet_classes import filter_ood_classes, write_class_table
+    from oodsim.results_io import OutputError, check_writable
 
+    if Path(args.out).is_dir():
+        raise OutputError(f"cannot write the class table to {args.out}: it is a folder")
+    check_writable(args.out, "the class table")
     result = filter_ood_classes(None, None, wordnet_root=args.wordnet_root)
     write_class_table(result, args.out)
     for reason, count in sorted(result.counts().items()):
@@ -258,7 +288,8 @@ def main(argv: list[str] | None = None) -> int:
     (``--debug`` shows the traceback instead)."""
     args = parser().parse_args(argv)
     try:
-        return args.func(args)
+        with _debug_env(args.debug):
+            return args.func(args)
     except KeyboardInterrupt:
         return 130
     except BrokenPipeError:  # `oodsim cache ls | head`: the reader left, nothing to report
@@ -270,6 +301,24 @@ def main(argv: list[str] | None = None) -> int:
         message = str(error) if isinstance(error, OodsimError) else _describe(error)
         print(f"oodsim: error: {message}", file=sys.stderr)
         return 2
+
+
+@contextlib.contextmanager
+def _debug_env(debug: bool) -> Iterator[None]:
+    """With ``--debug``, ``$OODSIM_DEBUG`` is set while the command runs: the local workers it
+    starts inherit it and keep their own log of failed tasks (see ``oodsim.engine.work``)."""
+    if not debug:
+        yield
+        return
+    before = os.environ.get("OODSIM_DEBUG")
+    os.environ["OODSIM_DEBUG"] = "1"
+    try:
+        yield
+    finally:
+        if before is None:
+            os.environ.pop("OODSIM_DEBUG", None)
+        else:
+            os.environ["OODSIM_DEBUG"] = before
 
 
 def _describe(error: Exception) -> str:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import math
 import sys
 import time
 import uuid
@@ -210,6 +211,13 @@ def run(
     protocol = protocol_of(spec)
     if n_workers is not None and (isinstance(n_workers, bool) or n_workers < 1):
         raise SpecError("workers", n_workers, "a number of worker processes >= 1")
+    if worker_timeout is not None and not (
+        isinstance(worker_timeout, int | float)
+        and not isinstance(worker_timeout, bool)
+        and math.isfinite(worker_timeout)
+        and worker_timeout > 0
+    ):
+        raise SpecError("worker_timeout", worker_timeout, "a finite number of seconds > 0")
     if address is None:  # a local cluster's workers re-import the calling script
         check_main_guard()
     if out is not None:

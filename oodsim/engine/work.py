@@ -8,6 +8,8 @@ entries are all cached.
 
 from __future__ import annotations
 
+import logging
+import os
 import time
 from typing import Any
 
@@ -43,6 +45,30 @@ class Shipped:
             adopt_datasets(self.datasets)
 
 
+#: Prefix of the keys of every task the engine submits (see :mod:`oodsim.engine.run`).
+TASK_KEY_PREFIX = "oodsim-"
+#: Set (by ``oodsim --debug``) to keep distributed's worker log of failed tasks.
+DEBUG_ENV = "OODSIM_DEBUG"
+
+
+class _OwnTaskFailures(logging.Filter):
+    """Drops distributed's multi-line "Compute Failed" worker log of oodsim's own tasks: the
+    driver reports each failure in one line, and shows the task's traceback with ``--debug``
+    (the exception travels with it), so the worker's copy only repeats it above that line."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        message = record.getMessage()
+        own = message.startswith("Compute Failed") and f"Key:       {TASK_KEY_PREFIX}" in message
+        return not own or bool(os.environ.get(DEBUG_ENV))
+
+
+def _quiet_own_failures() -> None:
+    """Install :class:`_OwnTaskFailures` on this process's worker logger, once."""
+    logger = logging.getLogger("distributed.worker")
+    if not any(isinstance(f, _OwnTaskFailures) for f in logger.filters):
+        logger.addFilter(_OwnTaskFailures())
+
+
 def _prepare(shipped: Shipped, torch_threads: int | None) -> None:
     shipped.adopt()
     if torch_threads:
@@ -64,6 +90,7 @@ def run_task(
 
     ``after`` are the results of the tasks it waits for; a failed one fails this task too.
     """
+    _quiet_own_failures()
     failure = first_failure([a[0] for a in after])
     store = Store(cache_root)
     if failure:
@@ -87,6 +114,7 @@ def score_seed(
     torch_threads: int | None = 1,
 ) -> SeedResult:
     """Score one seed from the store; a failed upstream task or scoring fails the seed."""
+    _quiet_own_failures()
     started = time.perf_counter()
     store = Store(cache_root)
     protocol = get_protocol(protocol_name)
