@@ -11,6 +11,7 @@ import inspect
 import warnings
 from collections.abc import Callable, Iterable, Mapping
 from importlib.metadata import EntryPoint, entry_points
+from typing import Any
 
 import attrs
 
@@ -155,12 +156,12 @@ def _decorator(
     name: str,
     *,
     needs,
-    fit_on,
-    version,
-    stochastic,
-    replace,
-    fit_params=None,
-    limits=None,
+    replace: bool,
+    fit_on: str | None = None,
+    version: str = "1",
+    stochastic: bool = False,
+    fit_params: Callable[..., dict[str, object]] | None = None,
+    limits: Mapping[str, Limit] | None = None,
 ) -> Callable[[Callable], Callable]:
     def decorate(func: Callable) -> Callable:
         detector = Detector(
@@ -218,28 +219,10 @@ def register(
     )
 
 
-def builtin(
-    name: str,
-    *,
-    needs,
-    fit_on=None,
-    version="1",
-    stochastic=False,
-    fit_params=None,
-    limits=None,
-):
-    """Decorator used by oodsim's own detector modules."""
-    return _decorator(
-        BUILTINS,
-        name,
-        needs=needs,
-        fit_on=fit_on,
-        version=version,
-        stochastic=stochastic,
-        replace=False,
-        fit_params=fit_params,
-        limits=limits,
-    )
+def builtin(name: str, **options: Any) -> Callable[[Callable], Callable]:
+    """Decorator used by oodsim's own detector modules: :func:`register`'s options, into the
+    built-in table (never replaced)."""
+    return _decorator(BUILTINS, name, replace=False, **options)
 
 
 @functools.cache
