@@ -26,6 +26,7 @@ import xarray as xr
 
 from oodsim.errors import OodsimError
 from oodsim.store import META_DIGEST, _checksums, _files, _meta_digest
+from oodsim.store_fs import described, what_is
 
 
 class ResultsNotFound(OodsimError, FileNotFoundError):
@@ -274,14 +275,11 @@ def _existing_output(path: Path) -> str | None:
     """The spec key of oodsim results at ``path`` (None if absent or empty), or refusal."""
     refuse = f"{path} is not oodsim results"
     advice = "oodsim replaces only results it wrote: choose another output path"
-    if path.is_symlink():
-        target = os.readlink(path)
-        raise ForeignOutput(f"{refuse}: it is a symbolic link (to {target}); {advice}")
-    if not path.exists():
+    found = what_is(path)  # a link is what it is, never what it points to
+    if found == "missing":
         return None
-    if not path.is_dir():
-        what = "a file" if path.is_file() else "a special file (not a folder)"
-        raise ForeignOutput(f"{refuse}: it is {what}; {advice}")
+    if found != "folder":
+        raise ForeignOutput(f"{refuse}: it is {described(found)}; {advice}")
     manifest = _manifest(path)
     if isinstance(manifest, str):
         raise ForeignOutput(

@@ -128,8 +128,8 @@ def test_cache_root_anything_inside_it_or_holding_it_is_refused(tmp_path: Path, 
 def test_a_fifo_is_refused_without_opening_it(tmp_path: Path) -> None:
     fifo = tmp_path / "pipe"
     os.mkfifo(fifo)  # opening it to read would block forever
-    _refused_before_compute(tmp_path, fifo, "pipe is not oodsim results: it is a special file")
-    with pytest.raises(ForeignOutput, match="special file"):
+    _refused_before_compute(tmp_path, fifo, "pipe is not oodsim results: it is a FIFO")
+    with pytest.raises(ForeignOutput, match="a FIFO"):
         save_results(synthetic_results(2), fifo)
     assert fifo.is_fifo()
 
