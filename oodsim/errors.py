@@ -14,7 +14,7 @@ class SpecError(OodsimError, ValueError):
     """A spec field holds a value that cannot work; raised before any compute."""
 
     def __init__(self, field: str, value: object, allowed: str, hint: str = "") -> None:
-        self.field, self.value, self.allowed = field, value, allowed
+        self.field, self.value, self.allowed, self.hint = field, value, allowed, hint
         message = f"{field}: {value!r} is not allowed; expected {allowed}"
         if hint:
             message += f". {hint}"

@@ -56,9 +56,9 @@ def _dataset_names() -> list[str]:
 
 def _architecture_names() -> list[str]:
     # imports torch: only when an architecture name is checked
-    from oodsim.models.architectures import ARCHITECTURES
+    from oodsim.models.registry import available_architectures
 
-    return sorted(ARCHITECTURES)
+    return available_architectures()
 
 
 def _metric_names() -> list[str]:
@@ -141,55 +141,6 @@ class SplitSpec(_Keyed):
         return known + self.n_ood_train + self.n_ood_val + (self.n_ood_test or 1)
 
 
-@spec_class
-class ModelSpec(_Keyed):
-    """A classifier architecture from :mod:`oodsim.models.architectures`.
-
-    ``dropout`` and ``width`` are the architectures' parameters (every architecture takes
-    both); they are checked here, at spec construction."""
-
-    TAG = "model"
-    VERSION = "1"
-
-    arch: str = attrs.field(default="small_cnn", validator=registered(_architecture_names))
-    dropout: float = attrs.field(default=0.2, validator=unit_interval)
-    width: int = attrs.field(default=32, validator=positive)
-
-
-@spec_class
-class AugmentSpec(_Keyed):
-    """Training augmentation; ``hflip=None`` flips only datasets where a flip keeps the class."""
-
-    TAG = "augment"
-    VERSION = "1"
-
-    enabled: bool = True
-    hflip: bool | None = None
-    rotation: float = attrs.field(default=10.0, validator=non_negative)
-    scale: tuple[float, float] = attrs.field(default=(0.9, 1.1))
-
-    @scale.validator
-    def _check_scale(self, attribute: attrs.Attribute, value: tuple[float, ...]) -> None:
-        if not 0 < value[0] <= value[1]:
-            raise spec_error(self, "scale", value, "(low, high) with 0 < low <= high")
-
-
-@spec_class
-class TrainingSpec(_Keyed):
-    """SGD with cosine annealing and early stopping on the D_in_val loss (the paper's recipe)."""
-
-    TAG = "training"
-    VERSION = "1"
-
-    batch_size: int = attrs.field(default=128, validator=positive)
-    lr: float = attrs.field(default=0.01, validator=positive)
-    momentum: float = attrs.field(default=0.9, validator=unit_interval)
-    weight_decay: float = attrs.field(default=5e-4, validator=non_negative)
-    max_epochs: int = attrs.field(default=30, validator=positive)
-    patience: int = attrs.field(default=3, validator=positive)
-    augment: AugmentSpec = attrs.field(factory=AugmentSpec)
-
-
 Params = tuple[tuple[str, Any], ...]
 register_table(Params, nouns=("a table of parameters", "tables of parameters"))
 
@@ -256,6 +207,138 @@ def _param_mismatch(value: Any, kinds: tuple[type, ...] | None) -> str | None:
     return None if ok else expected or "none"
 
 
+def _check_param_table(
+    owner: str,
+    func: Callable,
+    allowed: Mapping[str, object],
+    takes_any: bool,
+    params: Params,
+    *,
+    limits: Mapping[str, Any] | None = None,
+    grids: bool = True,
+) -> None:
+    """Check a parameter table against the function that takes it (a detector, an
+    architecture's builder): names (unless it takes ``**kwargs``), types its annotations name,
+    finite numbers, declared ``limits``; with ``grids``, a list is a flat grid of such values.
+    Errors name ``<owner> parameter <name>[i]``."""
+
+    def refuse(at: str, value: Any, expected: str) -> SpecError:
+        return located(SpecError(f"{owner} parameter {at}", value, expected), at)
+
+    for name, param in params:
+        if not takes_any and name not in allowed:
+            raise UnknownNameError(f"{owner} parameter", name, allowed)
+        kinds = _annotated_types(func, name)
+        grid = isinstance(param, tuple)
+        if grid and not grids:
+            raise refuse(name, list(param), "one value (not a list)")
+        if grid and not param:
+            raise refuse(name, param, "a value or a non-empty list (a grid)")
+        for i, item in enumerate(param if grid else (param,)):
+            at = f"{name}[{i}]" if grid else name
+            if isinstance(item, list | tuple):
+                raise refuse(at, item, "one value (a grid is a flat list)")
+            expected = _param_mismatch(item, kinds)
+            limit = (limits or {}).get(name)
+            if expected is None and limit is not None and not limit.allows(item):
+                expected = limit.expected
+            if expected is not None:
+                raise refuse(at, item, expected)
+
+
+@spec_class
+class ModelSpec(_Keyed):
+    """A classifier architecture by registry name (:mod:`oodsim.models.registry`).
+
+    ``dropout`` and ``width`` go to every builder that takes them; ``params`` are the
+    architecture's own parameters (one value each), checked here against its builder's
+    signature like detector parameters. Empty ``params`` leave the key as it was before
+    architectures had them."""
+
+    TAG = "model"
+    VERSION = "1"
+
+    arch: str = attrs.field(default="small_cnn")
+    dropout: float = attrs.field(default=0.2, validator=unit_interval)
+    width: int = attrs.field(default=32, validator=positive)
+    params: Params = attrs.field(default=(), converter=_params)
+
+    @arch.validator
+    def _check_arch(self, attribute: attrs.Attribute, value: str) -> None:
+        # imports torch: only when an architecture name is checked
+        from oodsim.models.registry import TIMM_PREFIX, get_architecture
+
+        if not value.startswith(TIMM_PREFIX):
+            registered(_architecture_names)(self, attribute, value)
+            return
+        try:
+            get_architecture(value)
+        except SpecError as error:  # named from this table (model.arch)
+            raise spec_error(self, "arch", value, error.allowed, error.hint) from None
+
+    @params.validator
+    def _check_params(self, attribute: attrs.Attribute, value: Params) -> None:
+        # imports torch: only when an architecture's parameters are checked
+        from oodsim.models.registry import get_architecture
+
+        architecture = get_architecture(self.arch)
+        _check_param_table(
+            f"arch {self.arch!r}",
+            architecture.build,
+            architecture.defaults,
+            architecture.takes_any_param,
+            value,
+            grids=False,
+        )
+
+    @property
+    def kwargs(self) -> dict[str, Any]:
+        """The architecture's own parameters, for its builder."""
+        return dict(self.params)
+
+    @property
+    def key(self) -> str:
+        """Content key; ``params`` enter it only when there are any."""
+        fields = {"arch": self.arch, "dropout": self.dropout, "width": self.width}
+        if self.params:
+            fields["params"] = dict(self.params)
+        return digest(self.TAG, self.VERSION, fields)
+
+
+@spec_class
+class AugmentSpec(_Keyed):
+    """Training augmentation; ``hflip=None`` flips only datasets where a flip keeps the class."""
+
+    TAG = "augment"
+    VERSION = "1"
+
+    enabled: bool = True
+    hflip: bool | None = None
+    rotation: float = attrs.field(default=10.0, validator=non_negative)
+    scale: tuple[float, float] = attrs.field(default=(0.9, 1.1))
+
+    @scale.validator
+    def _check_scale(self, attribute: attrs.Attribute, value: tuple[float, ...]) -> None:
+        if not 0 < value[0] <= value[1]:
+            raise spec_error(self, "scale", value, "(low, high) with 0 < low <= high")
+
+
+@spec_class
+class TrainingSpec(_Keyed):
+    """SGD with cosine annealing and early stopping on the D_in_val loss (the paper's recipe)."""
+
+    TAG = "training"
+    VERSION = "1"
+
+    batch_size: int = attrs.field(default=128, validator=positive)
+    lr: float = attrs.field(default=0.01, validator=positive)
+    momentum: float = attrs.field(default=0.9, validator=unit_interval)
+    weight_decay: float = attrs.field(default=5e-4, validator=non_negative)
+    max_epochs: int = attrs.field(default=30, validator=positive)
+    patience: int = attrs.field(default=3, validator=positive)
+    augment: AugmentSpec = attrs.field(factory=AugmentSpec)
+
+
 @spec_class
 class DetectorSpec(_Keyed):
     """A confidence function κ by registry name, with parameters; ``label`` names it in results.
@@ -293,26 +376,14 @@ class DetectorSpec(_Keyed):
         from oodsim.detectors import get_detector
 
         detector = get_detector(self.name)
-        for name, param in value:
-            if not detector.takes_any_param and name not in detector.defaults:
-                raise UnknownNameError(f"detector {self.name!r} parameter", name, detector.defaults)
-            kinds = _annotated_types(detector.func, name)
-            grid = isinstance(param, tuple)
-            if grid and not param:
-                raise self._param_error(name, param, "a value or a non-empty list (a grid)")
-            for i, item in enumerate(param if grid else (param,)):
-                at = f"{name}[{i}]" if grid else name
-                if isinstance(item, list | tuple):
-                    raise self._param_error(at, item, "one value (a grid is a flat list)")
-                expected = _param_mismatch(item, kinds)
-                limit = detector.limits.get(name)
-                if expected is None and limit is not None and not limit.allows(item):
-                    expected = limit.expected
-                if expected is not None:
-                    raise self._param_error(at, item, expected)
-
-    def _param_error(self, at: str, value: Any, expected: str) -> SpecError:
-        return located(SpecError(f"detector {self.name!r} parameter {at}", value, expected), at)
+        _check_param_table(
+            f"detector {self.name!r}",
+            detector.func,
+            detector.defaults,
+            detector.takes_any_param,
+            value,
+            limits=detector.limits,
+        )
 
     @property
     def kwargs(self) -> dict[str, Any]:

@@ -22,7 +22,8 @@ import pytest
 import oodsim
 from oodsim.detectors import _registry
 from oodsim.engine.work import run_seed
-from oodsim.models import architectures, inference, training
+from oodsim.models import inference, training
+from oodsim.models import registry as arch_registry
 from oodsim.protocols.open_set import (
     CHECKPOINT,
     KAPPA,
@@ -141,9 +142,9 @@ def _changed(before: dict[str, set[str]], after: dict[str, set[str]]) -> set[str
         (lambda m: m.setattr(training, "VERSION", "2"), {CHECKPOINT, OUTPUTS, OOD_OUTPUTS, KAPPA}),
         (
             lambda m: m.setitem(
-                architectures.ARCHITECTURES,
+                arch_registry.BUILTINS,
                 "small_cnn",
-                (architectures.ARCHITECTURES["small_cnn"][0], "2"),
+                attrs.evolve(arch_registry.BUILTINS["small_cnn"], version="2"),
             ),
             {CHECKPOINT, OUTPUTS, OOD_OUTPUTS, KAPPA},
         ),

@@ -10,12 +10,13 @@ import pytest
 import torch
 
 from oodsim.engine.work import run_seed
-from oodsim.models.architectures import ARCHITECTURES, build_model
+from oodsim.models.architectures import build_model
+from oodsim.models.registry import BUILTINS
 from oodsim.specs import DatasetSpec, ModelSpec, TrainingSpec
 from tests.conftest import small_digits
 
 
-@pytest.mark.parametrize("arch", sorted(ARCHITECTURES))
+@pytest.mark.parametrize("arch", sorted(BUILTINS))
 @pytest.mark.parametrize(("size", "channels"), [(8, 1), (32, 3)])
 def test_forward_is_head_of_embed(arch: str, size: int, channels: int) -> None:
     model = build_model(

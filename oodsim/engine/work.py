@@ -17,6 +17,7 @@ import attrs
 
 from oodsim.data.registry import adopt_datasets, user_datasets
 from oodsim.detectors import adopt, user_detectors
+from oodsim.models.registry import adopt_architectures, user_architectures
 from oodsim.protocols import get_protocol, protocol_of
 from oodsim.protocols.base import SeedFailed, Task, first_failure
 from oodsim.results import SeedResult
@@ -25,24 +26,29 @@ from oodsim.store import Store
 
 @attrs.frozen
 class Shipped:
-    """Driver-side registrations that workers need: detectors and datasets of the spec."""
+    """Driver-side registrations that workers need: detectors, datasets and architectures of
+    the spec."""
 
     detectors: tuple[Any, ...] = ()
     datasets: tuple[Any, ...] = ()
+    architectures: tuple[Any, ...] = ()
 
     @classmethod
     def of(cls, protocol: Any, spec: Any) -> Shipped:
         return cls(
             user_detectors(protocol.detector_names(spec)),
             user_datasets(protocol.dataset_names(spec)),
+            user_architectures(protocol.architecture_names(spec)),
         )
 
     def adopt(self) -> None:
-        """Register the shipped detectors and datasets in this process."""
+        """Register the shipped detectors, datasets and architectures in this process."""
         if self.detectors:
             adopt(self.detectors)
         if self.datasets:
             adopt_datasets(self.datasets)
+        if self.architectures:
+            adopt_architectures(self.architectures)
 
 
 #: Prefix of the keys of every task the engine submits (see :mod:`oodsim.engine.run`).

@@ -2,15 +2,20 @@
 
 Every model has ``embed(x)`` → penultimate features, ``head`` = dropout then the final linear
 layer, and ``forward(x) == head(embed(x))`` → logits. Inference gets logits and features in one
-pass through :meth:`Classifier.forward_with_features`.
+pass through :meth:`Classifier.forward_with_features`. The built-ins are registered in
+:mod:`oodsim.models.registry`; :func:`build_model` builds any registered architecture and
+checks the contract.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Mapping
+from typing import Any
 
 import torch
 from torch import nn
+
+from oodsim.models.registry import ArchitectureError, builtin_architecture, get_architecture
 
 
 class Classifier(nn.Module):
@@ -32,6 +37,30 @@ class Classifier(nn.Module):
         return self.head(features), features
 
 
+class ContractModel(nn.Module):
+    """A user's module with ``embed`` and ``head`` seen as a :class:`Classifier`: forward is
+    ``head(embed(x))`` and :meth:`forward_with_features` gives both in one pass."""
+
+    def __init__(self, model: nn.Module) -> None:
+        super().__init__()
+        self.model = model
+
+    @property
+    def head(self) -> nn.Module:
+        return self.model.head
+
+    def embed(self, x: torch.Tensor) -> torch.Tensor:
+        return self.model.embed(x)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.head(self.embed(x))
+
+    def forward_with_features(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        features = self.embed(x)
+        return self.head(features), features
+
+
+@builtin_architecture("small_cnn")
 def small_cnn(
     in_channels: int, n_classes: int, image_size: int, dropout: float, width: int
 ) -> Classifier:
@@ -57,6 +86,7 @@ def small_cnn(
     return Classifier(nn.Sequential(*layers), 2 * width, n_classes, dropout)
 
 
+@builtin_architecture("resnet18")
 def resnet18(
     in_channels: int, n_classes: int, image_size: int, dropout: float, width: int
 ) -> Classifier:
@@ -74,11 +104,53 @@ def resnet18(
     return Classifier(net, 512, n_classes, dropout)
 
 
-#: name → (builder, version). Bump a version when the architecture changes: it enters keys.
-ARCHITECTURES: dict[str, tuple[Callable[..., Classifier], str]] = {
-    "small_cnn": (small_cnn, "1"),
-    "resnet18": (resnet18, "1"),
-}
+class _WideBlock(nn.Module):
+    """Pre-activation residual block of a wide ResNet (BN-ReLU-conv twice, 1x1 shortcut when
+    the shape changes)."""
+
+    def __init__(self, cin: int, cout: int, stride: int) -> None:
+        super().__init__()
+        self.bn1, self.bn2 = nn.BatchNorm2d(cin), nn.BatchNorm2d(cout)
+        self.conv1 = nn.Conv2d(cin, cout, 3, stride=stride, padding=1, bias=False)
+        self.conv2 = nn.Conv2d(cout, cout, 3, stride=1, padding=1, bias=False)
+        self.shortcut = (
+            None
+            if cin == cout and stride == 1
+            else nn.Conv2d(cin, cout, 1, stride=stride, bias=False)
+        )
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        out = torch.relu(self.bn1(x))
+        skip = x if self.shortcut is None else self.shortcut(out)
+        out = self.conv1(out)
+        out = self.conv2(torch.relu(self.bn2(out)))
+        return out + skip
+
+
+@builtin_architecture("wrn40_2")
+def wrn40_2(
+    in_channels: int, n_classes: int, dropout: float, depth: int = 40, widen: int = 2
+) -> Classifier:
+    """Wide ResNet-40-2 (Zagoruyko & Komodakis), OpenOOD's CIFAR backbone: three groups of
+    (depth − 4) / 6 pre-activation blocks of 16k, 32k, 64k channels; dropout before the head."""
+    if depth < 10 or (depth - 4) % 6:
+        raise ArchitectureError(f"wrn40_2: depth must be 6n + 4 >= 10, got {depth}")
+    if widen < 1:
+        raise ArchitectureError(f"wrn40_2: widen must be >= 1, got {widen}")
+    n = (depth - 4) // 6
+    widths = [16, 16 * widen, 32 * widen, 64 * widen]
+    layers: list[nn.Module] = [nn.Conv2d(in_channels, widths[0], 3, padding=1, bias=False)]
+    for group, stride in zip(range(3), (1, 2, 2), strict=True):
+        for i in range(n):
+            cin = widths[group] if i == 0 else widths[group + 1]
+            layers.append(_WideBlock(cin, widths[group + 1], stride if i == 0 else 1))
+    layers += [
+        nn.BatchNorm2d(widths[3]),
+        nn.ReLU(inplace=True),
+        nn.AdaptiveAvgPool2d(1),
+        nn.Flatten(),
+    ]
+    return Classifier(nn.Sequential(*layers), widths[3], n_classes, dropout)
 
 
 def build_model(
@@ -90,9 +162,70 @@ def build_model(
     dropout: float,
     width: int,
     init_seed: int,
-) -> Classifier:
-    """Instantiate an architecture with weights drawn from the ``init`` stream."""
-    builder, _ = ARCHITECTURES[arch]
+    params: Mapping[str, Any] | None = None,
+) -> nn.Module:
+    """Instantiate a registered architecture with weights drawn from the ``init`` stream; a
+    model without ``forward_with_features`` is wrapped in :class:`ContractModel`."""
+    architecture = get_architecture(arch)
+    standard = {
+        "in_channels": in_channels,
+        "n_classes": n_classes,
+        "image_size": image_size,
+        "dropout": dropout,
+        "width": width,
+    }
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(init_seed)
-        return builder(in_channels, n_classes, image_size, dropout, width)
+        model = architecture.call(standard, dict(params or {}))
+    if not isinstance(model, nn.Module):
+        raise ArchitectureError(
+            f"architecture {arch!r}: the builder returned {type(model).__name__}, not a "
+            "torch.nn.Module"
+        )
+    missing = [
+        name
+        for name, ok in (
+            ("embed(x)", callable(getattr(model, "embed", None))),
+            ("head", isinstance(getattr(model, "head", None), nn.Module)),
+        )
+        if not ok
+    ]
+    if missing:
+        raise ArchitectureError(
+            f"architecture {arch!r}: the model has no {' and no '.join(missing)}; return "
+            "oodsim.models.architectures.Classifier(encoder, n_features, n_classes, dropout) "
+            "or a module with embed(x) -> features and head: features -> logits"
+        )
+    if not callable(getattr(model, "forward_with_features", None)):
+        model = ContractModel(model)
+    return model
+
+
+def check_contract(
+    model: nn.Module, arch: str, shape: tuple[int, int, int], n_classes: int
+) -> None:
+    """Run two blank images (C, H, W = ``shape``) through ``model`` in eval mode: logits of
+    ``n_classes`` columns, 2-D features, and ``forward(x) == head(embed(x))``, or one clear
+    :class:`ArchitectureError` (before any training, in the driver)."""
+    x = torch.zeros((2, *shape))
+    model.eval()
+    try:
+        with torch.no_grad():
+            logits, features = model.forward_with_features(x)
+            plain = model(x)
+    except Exception as error:  # a user's model: any failure is reported as the contract's
+        raise ArchitectureError(
+            f"architecture {arch!r} fails on inputs of shape {tuple(x.shape)}: "
+            f"{type(error).__name__}: {error}"
+        ) from error
+    if tuple(logits.shape) != (2, n_classes) or features.ndim != 2 or len(features) != 2:
+        raise ArchitectureError(
+            f"architecture {arch!r}: for 2 inputs it gives logits of shape "
+            f"{tuple(logits.shape)} and features of shape {tuple(features.shape)}; expected "
+            f"(2, {n_classes}) and (2, n_features)"
+        )
+    if not torch.allclose(plain, logits, atol=1e-5, rtol=1e-4):
+        raise ArchitectureError(
+            f"architecture {arch!r}: forward(x) differs from head(embed(x)); the detectors "
+            "read logits and features as one pass of the same network"
+        )

@@ -44,7 +44,7 @@ def infer(
     )
     logits, features = infer_batches(model, batches, device)
     if not logits:
-        n_classes = model.head[-1].out_features
-        n_features = model.head[-1].in_features
+        last = [m for m in model.head.modules() if isinstance(m, torch.nn.Linear)][-1]
+        n_classes, n_features = last.out_features, last.in_features
         return np.zeros((0, n_classes), np.float32), np.zeros((0, n_features), np.float32)
     return np.concatenate(logits), np.concatenate(features)

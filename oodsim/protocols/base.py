@@ -105,6 +105,11 @@ class Protocol:
         """Registry names of the datasets the spec reads (driver-registered ones are shipped)."""
         return ()
 
+    def architecture_names(self, spec: Any) -> Iterable[str]:
+        """Registry names of the architectures the spec trains (driver-registered ones are
+        shipped)."""
+        return ()
+
 
 def stored(store: Store, kind: str, key: str, what: str) -> StoreEntry:
     """An entry a seed's tasks wrote. One that vanished or is corrupt (moved aside on read)

@@ -59,11 +59,12 @@ class SimulationFailed(SeedFailed):
 
 def checkpoint_key(spec: ExperimentSpec, streams: SeedStreams) -> str:
     # imports torch: only when a model is built, trained or run
-    from oodsim.models import architectures, training
+    from oodsim.models import training
+    from oodsim.models.registry import get_architecture
 
     return digest(
         CHECKPOINT,
-        f"{training.VERSION}/{architectures.ARCHITECTURES[spec.model.arch][1]}",
+        f"{training.VERSION}/{get_architecture(spec.model.arch).version}",
         {
             "dataset": spec.dataset.key,
             "split": spec.split.key,
@@ -202,6 +203,7 @@ class _Simulation:
             dropout=model_spec.dropout,
             width=model_spec.width,
             init_seed=self.streams.torch_seed("init"),
+            params=model_spec.kwargs,
         )
 
     def model(self) -> tuple[Any, np.ndarray, np.ndarray]:
@@ -608,6 +610,28 @@ def _check_sample_split(spec: ExperimentSpec, data: Any) -> None:
         )
 
 
+def _check_architecture(spec: ExperimentSpec, data: Any) -> None:
+    """Build the first seed's model here and run two blank images through it: a builder
+    that fails, or a model that breaks the classifier contract, is one clear error before
+    any training instead of a failure of every seed on the cluster."""
+    # imports torch: only when a model is built, trained or run
+    from oodsim.models.architectures import build_model, check_contract
+
+    height, width, channels = data.shape
+    n_known = spec.split.n_known or len(spec.split.known_classes[0])
+    model = build_model(
+        spec.model.arch,
+        in_channels=channels,
+        n_classes=n_known,
+        image_size=height,
+        dropout=spec.model.dropout,
+        width=spec.model.width,
+        init_seed=0,
+        params=spec.model.kwargs,
+    )
+    check_contract(model, spec.model.arch, (channels, height, width), n_known)
+
+
 class OpenSetProtocol(Protocol):
     """Open set simulations (the randomness study): one seed is one simulation."""
 
@@ -631,6 +655,7 @@ class OpenSetProtocol(Protocol):
                         f"at most {data.n_classes} classes (found in {dataset.root})",
                     )
                 _check_sample_split(spec, data)
+                _check_architecture(spec, data)
         store.ensure_writable()
 
     def plan(self, spec: ExperimentSpec, seed: int) -> list[Task]:
@@ -680,6 +705,9 @@ class OpenSetProtocol(Protocol):
 
     def dataset_names(self, spec: ExperimentSpec) -> list[str]:
         return [spec.dataset.name] + [o.dataset.name for o in spec.ood if o.dataset is not None]
+
+    def architecture_names(self, spec: ExperimentSpec) -> list[str]:
+        return [spec.model.arch]
 
 
 PROTOCOL = OpenSetProtocol()

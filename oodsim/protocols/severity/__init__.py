@@ -54,5 +54,8 @@ class SeverityProtocol(Protocol):
         names += [m.experiment.dataset.name for m in spec.models if m.experiment is not None]
         return names
 
+    def architecture_names(self, spec: SeveritySpec) -> list[str]:
+        return [m.experiment.model.arch for m in spec.models if m.experiment is not None]
+
 
 PROTOCOL = SeverityProtocol()
