@@ -68,8 +68,16 @@ def digest(tag: str, version: str | int, fields: Mapping[str, Any]) -> str:
 
 
 def content_key(obj: Any) -> str:
-    """Key of an attrs spec: tagged by its class's ``TAG`` and ``VERSION`` class attributes."""
+    """Key of an attrs spec: tagged by its class's ``TAG`` and ``VERSION`` class attributes.
+
+    A spec class may add fields with a ``key_extra()`` method (e.g. a registered loader's
+    version, or parameters that enter the key only when there are any, so specs written before
+    they existed keep their keys); it applies wherever the spec is keyed, nested ones too."""
     cls = type(obj)
     tag = getattr(cls, "TAG", cls.__name__)
     version = getattr(cls, "VERSION", "1")
-    return digest(tag, version, key_fields(obj))
+    fields = key_fields(obj)
+    extra = getattr(obj, "key_extra", None)
+    if extra is not None:
+        fields.update(extra())
+    return digest(tag, version, fields)

@@ -96,6 +96,14 @@ class DatasetSpec(_Keyed):
     root: str | None = attrs.field(default=None, converter=path_string, metadata=no_key())
     download: bool = attrs.field(default=False, metadata=no_key())
 
+    def key_extra(self) -> dict[str, Any]:
+        """A registered loader's ``version`` other than "1" enters the key."""
+        # specs sit below the registries they validate against
+        from oodsim.data.registry import dataset_info
+
+        version = dataset_info(self.name).version
+        return {} if version == "1" else {"loader_version": version}
+
 
 @spec_class
 class SplitSpec(_Keyed):
@@ -261,7 +269,7 @@ class ModelSpec(_Keyed):
     arch: str = attrs.field(default="small_cnn")
     dropout: float = attrs.field(default=0.2, validator=unit_interval)
     width: int = attrs.field(default=32, validator=positive)
-    params: Params = attrs.field(default=(), converter=_params)
+    params: Params = attrs.field(default=(), converter=_params, metadata=no_key())
 
     @arch.validator
     def _check_arch(self, attribute: attrs.Attribute, value: str) -> None:
@@ -296,13 +304,9 @@ class ModelSpec(_Keyed):
         """The architecture's own parameters, for its builder."""
         return dict(self.params)
 
-    @property
-    def key(self) -> str:
-        """Content key; ``params`` enter it only when there are any."""
-        fields = {"arch": self.arch, "dropout": self.dropout, "width": self.width}
-        if self.params:
-            fields["params"] = dict(self.params)
-        return digest(self.TAG, self.VERSION, fields)
+    def key_extra(self) -> dict[str, Any]:
+        """``params`` enter the key only when there are any (keys of older specs stay)."""
+        return {"params": dict(self.params)} if self.params else {}
 
 
 @spec_class

@@ -12,24 +12,66 @@ from collections.abc import Callable, Iterable
 import attrs
 import numpy as np
 
-from oodsim.errors import UnknownNameError
+from oodsim.errors import OodsimError, UnknownNameError
+
+
+class DatasetError(OodsimError, ValueError):
+    """A dataset loader returned images or labels oodsim cannot use."""
+
+
+def _array_problem(images: object, labels: object, class_names: object) -> str:
+    """What is wrong with a dataset's arrays, with the fix, or "" when they are usable."""
+    if not isinstance(images, np.ndarray) or not isinstance(labels, np.ndarray):
+        return (
+            f"images and labels must be numpy arrays, got {type(images).__name__} and "
+            f"{type(labels).__name__}"
+        )
+    shape, dtype = images.shape, images.dtype
+    if images.ndim == 3:
+        return (
+            f"images have shape {shape}: expected (N, H, W, C); add a channel axis for "
+            "grayscale images (images[..., None])"
+        )
+    if images.ndim != 4 or shape[-1] not in (1, 3):
+        return f"images have shape {shape}: expected (N, H, W, C) with C = 1 or 3"
+    if dtype != np.uint8:
+        fix = (
+            "for floats in [0, 1], (images * 255).round().astype(np.uint8)"
+            if np.issubdtype(dtype, np.floating)
+            else "images.astype(np.uint8) after scaling them to 0..255"
+        )
+        return f"images are {dtype}: expected uint8 pixels 0..255 ({fix})"
+    if labels.ndim != 1 or len(labels) != len(images):
+        return (
+            f"labels have shape {labels.shape} for {len(images)} images: expected ({len(images)},)"
+        )
+    if not np.issubdtype(labels.dtype, np.integer):
+        return f"labels are {labels.dtype}: expected integer class indices 0..n_classes-1"
+    if not isinstance(class_names, tuple) or not all(isinstance(c, str) for c in class_names):
+        return "class_names must be a tuple of strings, one per class"
+    if len(labels) and (labels.min() < 0 or labels.max() >= len(class_names)):
+        return (
+            f"labels run from {int(labels.min())} to {int(labels.max())} but there are "
+            f"{len(class_names)} class names: labels must be 0..{len(class_names) - 1}"
+        )
+    return ""
 
 
 @attrs.frozen
 class ImageData:
-    """A labelled image set: uint8 images (N, H, W, C), int64 labels (N,), class names."""
+    """A labelled image set: uint8 images (N, H, W, C), int64 labels (N,), class names.
+
+    Arrays of another shape or dtype raise :class:`DatasetError` saying how to convert them.
+    """
 
     images: np.ndarray
     labels: np.ndarray
-    class_names: tuple[str, ...]
+    class_names: tuple[str, ...] = attrs.field(converter=lambda names: tuple(names))
 
     def __attrs_post_init__(self) -> None:
-        if self.images.dtype != np.uint8 or self.images.ndim != 4:
-            raise ValueError(
-                f"images must be uint8 (N, H, W, C), got {self.images.dtype} {self.images.shape}"
-            )
-        if len(self.images) != len(self.labels):
-            raise ValueError(f"{len(self.images)} images but {len(self.labels)} labels")
+        problem = _array_problem(self.images, self.labels, self.class_names)
+        if problem:
+            raise DatasetError(problem)
 
     @property
     def n_classes(self) -> int:
@@ -43,28 +85,59 @@ class ImageData:
 
 @attrs.frozen
 class DatasetInfo:
-    """What oodsim knows about a dataset before reading it."""
+    """What oodsim knows about a dataset before reading it. ``version`` is the loader's: any
+    other than "1" enters the dataset's key, so bumping it recomputes what was trained or
+    inferred on the old data."""
 
     name: str
     n_classes: int | None
     hflip: bool
     load: Callable[..., ImageData]
     description: str
+    version: str = "1"
+
+    @property
+    def builtin(self) -> bool:
+        return self.load.__module__.startswith("oodsim.")
 
 
 DATASETS: dict[str, DatasetInfo] = {}
 
 
 def register_dataset(
-    name: str, *, n_classes: int | None, hflip: bool, description: str
+    name: str,
+    *,
+    n_classes: int | None,
+    hflip: bool,
+    description: str,
+    version: str = "1",
+    replace: bool = False,
 ) -> Callable[[Callable[..., ImageData]], Callable[..., ImageData]]:
-    """Register a loader ``load(root, download, image_size) -> ImageData``."""
+    """Decorator: register a loader ``load(root=None, download=False, image_size=None) ->
+    ImageData`` under ``name``.
+
+    ``n_classes`` (None: whatever the loader finds), ``hflip`` (whether a horizontal flip keeps
+    the class, for augmentation), ``description`` (one line). ``version`` enters the key: bump
+    it when the loader returns other data. A script's datasets are shipped to the Dask workers.
+    A taken name raises ``ValueError``; ``replace=True`` re-registers a script's own dataset,
+    never a built-in one.
+    """
 
     def decorate(load: Callable[..., ImageData]) -> Callable[..., ImageData]:
-        DATASETS[name] = DatasetInfo(name, n_classes, hflip, load, description)
+        info = DatasetInfo(name, n_classes, hflip, load, description, str(version))
+        taken = DATASETS.get(name)
+        if taken is not None and (taken.builtin or not replace):
+            raise ValueError(f"a dataset named {name!r} is already registered")
+        DATASETS[name] = info
+        load_dataset.cache_clear()
         return load
 
     return decorate
+
+
+def available_datasets() -> list[str]:
+    """Names of every registered dataset."""
+    return sorted(DATASETS)
 
 
 def user_datasets(names: Iterable[str]) -> tuple[DatasetInfo, ...]:
@@ -73,14 +146,26 @@ def user_datasets(names: Iterable[str]) -> tuple[DatasetInfo, ...]:
     return tuple(
         DATASETS[name]
         for name in dict.fromkeys(names)
-        if name in DATASETS and not DATASETS[name].load.__module__.startswith("oodsim.")
+        if name in DATASETS and not DATASETS[name].builtin
     )
 
 
+def _identity(info: DatasetInfo) -> tuple:
+    """What tells two registrations apart (a shipped loader is a new object every time, so
+    comparing functions would reload the data for every task)."""
+    return (info.version, info.n_classes, info.hflip, info.description, info.load.__qualname__)
+
+
 def adopt_datasets(infos: Iterable[DatasetInfo]) -> None:
-    """Register datasets shipped from the driver in this (worker) process."""
+    """Register datasets shipped from the driver in this (worker) process; a newer
+    registration (another version) replaces the one a previous run shipped."""
     for info in infos:
-        DATASETS.setdefault(info.name, info)
+        current = DATASETS.get(info.name)
+        if current is not None and current.builtin:
+            continue
+        if current is None or _identity(current) != _identity(info):
+            DATASETS[info.name] = info
+            load_dataset.cache_clear()
 
 
 def dataset_info(name: str) -> DatasetInfo:
@@ -94,5 +179,22 @@ def dataset_info(name: str) -> DatasetInfo:
 def load_dataset(
     name: str, root: str | None = None, download: bool = False, image_size: int | None = None
 ) -> ImageData:
-    """Load a registered dataset (cached per process: workers read the files once)."""
-    return dataset_info(name).load(root=root, download=download, image_size=image_size)
+    """Load a registered dataset (cached per process: workers read the files once). What the
+    loader returns is checked: an :class:`ImageData` whose labels fit the declared classes, or
+    one :class:`DatasetError` naming the dataset and the fix."""
+    info = dataset_info(name)
+    try:
+        data = info.load(root=root, download=download, image_size=image_size)
+    except DatasetError as error:
+        raise DatasetError(f"dataset {name!r}: {error}") from None
+    if not isinstance(data, ImageData):
+        raise DatasetError(
+            f"dataset {name!r}: its loader returned {type(data).__name__}; return "
+            "oodsim.data.ImageData(images, labels, class_names)"
+        )
+    if info.n_classes is not None and data.n_classes != info.n_classes:
+        raise DatasetError(
+            f"dataset {name!r} is registered with n_classes={info.n_classes} but its loader "
+            f"returned {data.n_classes} class names"
+        )
+    return data
