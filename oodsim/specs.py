@@ -55,7 +55,8 @@ def _dataset_names() -> list[str]:
 
 
 def _architecture_names() -> list[str]:
-    # imports torch: only when an architecture name is checked
+    # imports torch (the built-ins register on import): only when an architecture is checked
+    import oodsim.models.architectures  # noqa: F401
     from oodsim.models.registry import available_architectures
 
     return available_architectures()
@@ -273,7 +274,8 @@ class ModelSpec(_Keyed):
 
     @arch.validator
     def _check_arch(self, attribute: attrs.Attribute, value: str) -> None:
-        # imports torch: only when an architecture name is checked
+        # imports torch (the built-ins register on import): only when an architecture is checked
+        import oodsim.models.architectures  # noqa: F401
         from oodsim.models.registry import TIMM_PREFIX, get_architecture
 
         if not value.startswith(TIMM_PREFIX):

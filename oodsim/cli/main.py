@@ -93,6 +93,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
 def _table_metric(spec, metric: str | None) -> str:
     """The metric of the printed tables: one the spec computes (refused before any compute
     otherwise), by default auroc or else the spec's first OOD metric."""
+    # loaded by the command that needs it, so `oodsim --help` stays fast
     from oodsim.errors import UnknownNameError
     from oodsim.stats import is_ood_metric
 

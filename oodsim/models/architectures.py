@@ -1,8 +1,8 @@
 """Classifier architectures with the contract the detectors rely on.
 
 Every model has ``embed(x)`` → penultimate features, ``head`` = dropout then the final linear
-layer, and ``forward(x) == head(embed(x))`` → logits. Inference gets logits and features in one
-pass through :meth:`Classifier.forward_with_features`. The built-ins are registered in
+layer, and ``forward(x) == head(embed(x))`` → logits (:mod:`oodsim.models.classifier`).
+Importing this module registers the built-ins and the ``timm:`` family in
 :mod:`oodsim.models.registry`; :func:`build_model` builds any registered architecture and
 checks the contract.
 """
@@ -15,49 +15,27 @@ from typing import Any
 import torch
 from torch import nn
 
-from oodsim.models.registry import ArchitectureError, builtin_architecture, get_architecture
+from oodsim.models.classifier import Classifier, ContractModel
+from oodsim.models.registry import (
+    TIMM_PREFIX,
+    ArchitectureError,
+    builtin_architecture,
+    get_architecture,
+    register_prefix,
+)
+from oodsim.models.timm_backbone import timm_architecture
 
+__all__ = [
+    "Classifier",
+    "ContractModel",
+    "build_model",
+    "check_contract",
+    "resnet18",
+    "small_cnn",
+    "wrn40_2",
+]
 
-class Classifier(nn.Module):
-    """A feature encoder followed by dropout and a linear layer."""
-
-    def __init__(self, encoder: nn.Module, n_features: int, n_classes: int, dropout: float):
-        super().__init__()
-        self.encoder = encoder
-        self.head = nn.Sequential(nn.Dropout(dropout), nn.Linear(n_features, n_classes))
-
-    def embed(self, x: torch.Tensor) -> torch.Tensor:
-        return self.encoder(x)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.head(self.embed(x))
-
-    def forward_with_features(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        features = self.embed(x)
-        return self.head(features), features
-
-
-class ContractModel(nn.Module):
-    """A user's module with ``embed`` and ``head`` seen as a :class:`Classifier`: forward is
-    ``head(embed(x))`` and :meth:`forward_with_features` gives both in one pass."""
-
-    def __init__(self, model: nn.Module) -> None:
-        super().__init__()
-        self.model = model
-
-    @property
-    def head(self) -> nn.Module:
-        return self.model.head
-
-    def embed(self, x: torch.Tensor) -> torch.Tensor:
-        return self.model.embed(x)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.head(self.embed(x))
-
-    def forward_with_features(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        features = self.embed(x)
-        return self.head(features), features
+register_prefix(TIMM_PREFIX, timm_architecture)
 
 
 @builtin_architecture("small_cnn")

@@ -9,8 +9,9 @@ data and the spec's ``[model]`` table fix) plus the spec's ``[model.params]``.
 Built-ins are registered by :mod:`oodsim.models.architectures`; scripts use
 :func:`register_architecture` (the engine ships their builders to the workers); packages use
 the entry-point group ``oodsim.models``; ``timm:<name>`` is any timm architecture, trained from
-scratch. An architecture's ``version`` enters the checkpoint key: bump it when the builder
-changes, and every checkpoint (and what depends on it) is computed again, nothing else.
+scratch (a prefix family, see :func:`register_prefix`). An architecture's ``version``
+enters the checkpoint key: bump it when the builder changes, and every checkpoint (and what
+depends on it) is computed again, nothing else.
 """
 
 from __future__ import annotations
@@ -148,30 +149,32 @@ def _load(ep: EntryPoint) -> Architecture:
     return attrs.evolve(found, name=ep.name)
 
 
-def _load_builtins() -> None:
-    # the built-ins register themselves when their module (and torch) is imported
-    import oodsim.models.architectures  # noqa: F401
+#: Families of names resolved on first use (``timm:`` → any timm model), by prefix.
+_PREFIXES: dict[str, Callable[[str], Architecture]] = {}
+
+
+def register_prefix(prefix: str, resolve: Callable[[str], Architecture]) -> None:
+    """Resolve names starting with ``prefix`` with ``resolve(name)`` (the built-in
+    architectures module registers ``timm:`` so that this module needs no torch)."""
+    _PREFIXES[prefix] = resolve
 
 
 def available_architectures() -> list[str]:
     """Registered names: built-in, registered in this process, and entry points (``timm:<name>``
-    names are not listed: any timm architecture is accepted)."""
-    _load_builtins()
+    names are not listed: any timm architecture is accepted). Built-ins are registered when
+    :mod:`oodsim.models.architectures` is imported."""
     return sorted(set(BUILTINS) | set(_USER) | set(_LOADED) | set(_entry_points()))
 
 
 def get_architecture(name: str) -> Architecture:
     """The architecture ``name``; an unknown one raises with a close match."""
-    _load_builtins()
     for table in (BUILTINS, _USER, _LOADED):
         if name in table:
             return table[name]
-    if name.startswith(TIMM_PREFIX):
-        # timm loads only for its own architectures
-        from oodsim.models.timm_backbone import timm_architecture
-
-        _LOADED[name] = timm_architecture(name)
-        return _LOADED[name]
+    for prefix, resolve in _PREFIXES.items():
+        if name.startswith(prefix):
+            _LOADED[name] = resolve(name)
+            return _LOADED[name]
     eps = _entry_points()
     if name in eps:
         _LOADED[name] = _load(eps[name])

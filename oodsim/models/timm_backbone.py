@@ -11,6 +11,7 @@ import difflib
 from typing import Any
 
 from oodsim.errors import SpecError
+from oodsim.models.classifier import Classifier
 from oodsim.models.registry import TIMM_PREFIX, Architecture, ArchitectureError
 
 #: Bump when this adapter changes; timm's own version enters the architecture's version too.
@@ -21,7 +22,7 @@ def timm_architecture(name: str) -> Architecture:
     """The :class:`Architecture` for ``timm:<model>``; an unknown model raises with a close
     match, a missing timm with how to install it."""
     try:
-        import timm
+        import timm  # loads only for timm's own architectures
     except ImportError:
         raise ArchitectureError(
             f"architecture {name!r} needs timm: pip install timm (or oodsim[zoo])"
@@ -42,8 +43,6 @@ def timm_architecture(name: str) -> Architecture:
         **params: Any,
     ) -> Any:
         """A timm backbone (features of ``num_classes=0``) with oodsim's head on top."""
-        from oodsim.models.architectures import Classifier
-
         try:
             encoder = timm.create_model(
                 model_name, pretrained=False, num_classes=0, in_chans=in_channels, **params

@@ -59,7 +59,7 @@ class SimulationFailed(SeedFailed):
 
 def checkpoint_key(spec: ExperimentSpec, streams: SeedStreams) -> str:
     # imports torch: only when a model is built, trained or run
-    from oodsim.models import training
+    from oodsim.models import architectures, training  # noqa: F401  (built-ins register)
     from oodsim.models.registry import get_architecture
 
     return digest(
