@@ -3,7 +3,8 @@
 Each family lives in its own small module with its math as plain functions of numpy arrays;
 this package holds the registry. Built-ins are registered on import, user functions with
 :func:`register`, third-party packages through the entry-point group ``oodsim.detectors``
-(listed lazily, loaded on first use)::
+(listed lazily, loaded on first use); ``pytorch_ood:<Class>`` names a class of pytorch-ood
+(the extra ``oodsim[pytorch-ood]``, imported on first use, see :mod:`.pytorch_ood`)::
 
     from oodsim.detectors import confidence
     kappa = confidence("mahalanobis", test_outputs, fit=train_outputs)
@@ -18,6 +19,7 @@ from oodsim.detectors import (  # noqa: F401  (imported to register the built-in
     mc_dropout,
     odin,
     openmax,
+    pytorch_ood,
     temperature,
     vim,
 )

@@ -2,6 +2,7 @@
 
 A detector is a pure function ``func(outputs, *, fit=None, **params) -> κ`` (model-based ones
 also take ``model=`` and ``inputs=``) plus the metadata the pipeline needs to call and cache it.
+Names with a registered prefix (``pytorch_ood:<Class>``) are built on first use.
 """
 
 from __future__ import annotations
@@ -149,6 +150,17 @@ class Detector:
 BUILTINS: dict[str, Detector] = {}
 _USER: dict[str, Detector] = {}
 _LOADED: dict[str, Detector] = {}
+#: prefix → (build(name) -> Detector, names() -> the names ``available()`` lists for it)
+_PREFIXES: dict[str, tuple[Callable[[str], Detector], Callable[[], Iterable[str]]]] = {}
+
+
+def register_prefix(
+    prefix: str, build: Callable[[str], Detector], names: Callable[[], Iterable[str]]
+) -> None:
+    """Names starting with ``prefix`` are detectors that ``build(name)`` makes on first use
+    (and raises a :class:`~oodsim.errors.SpecError` for a name it cannot make); ``names()``
+    lists the ones :func:`available` shows. Used by :mod:`oodsim.detectors.pytorch_ood`."""
+    _PREFIXES[prefix] = (build, names)
 
 
 def _decorator(
@@ -177,6 +189,9 @@ def _decorator(
         unknown = sorted(set(detector.limits) - set(detector.defaults))
         if unknown and not detector.takes_any_param:
             raise ValueError(f"limits name parameters that {name!r} does not take: {unknown}")
+        prefixed = [p for p in _PREFIXES if name.startswith(p)]
+        if prefixed:
+            raise ValueError(f"detector names starting with {prefixed[0]!r} are reserved")
         taken = name in BUILTINS or (name in _USER and not replace)
         if taken:
             raise ValueError(f"a detector named {name!r} is already registered")
@@ -269,8 +284,11 @@ def adopt(detectors: Iterable[Detector]) -> None:
 
 
 def available() -> list[str]:
-    """Names of all detectors: built-in, registered in this process, and entry points."""
-    return sorted(set(BUILTINS) | set(_USER) | set(_entry_points()))
+    """Names of all detectors: built-in, registered in this process, entry points, and the
+    names of prefixed families (``pytorch_ood:<Class>``, listed even where the extra they need
+    is missing, so that using one says how to install it)."""
+    prefixed = {name for _, names in _PREFIXES.values() for name in names()}
+    return sorted(set(BUILTINS) | set(_USER) | set(_entry_points()) | prefixed)
 
 
 def get_detector(name: str) -> Detector:
@@ -278,6 +296,10 @@ def get_detector(name: str) -> Detector:
     for table in (BUILTINS, _USER, _LOADED):
         if name in table:
             return table[name]
+    for prefix, (build, _) in _PREFIXES.items():
+        if name.startswith(prefix):
+            _LOADED[name] = build(name)
+            return _LOADED[name]
     eps = _entry_points()
     if name in eps:
         _LOADED[name] = _load(eps[name])
