@@ -1,0 +1,224 @@
+"""Maintenance of a store: list its entries, verify them, and collect what can block a run.
+
+:class:`Maintenance` is a mixin of :class:`oodsim.store.Store` (``store.entries()``,
+``store.verify(repair=)``, ``store.gc(older_than=)``, ``store.stale_locks()``). It walks the
+layout without ever entering a link, and removes only what it can name: objects where a
+folder belongs (only in a root that holds oodsim's ``.gitignore``), malformed and stale locks,
+quarantine and temporary leftovers.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import attrs
+
+from oodsim.store_fs import described, listing, objects, read_json, remove, what_is
+from oodsim.store_layout import (
+    GITIGNORE,
+    LOCKS,
+    META,
+    META_LIMIT,
+    QUARANTINE_PREFIX,
+    TMP_PREFIX,
+    EntryInfo,
+    belongs,
+)
+from oodsim.store_locks import STALE_MARK, WRITE_GRACE_SECONDS, break_lock, lock_problem, why_stale
+
+
+class Maintenance:
+    """What ``oodsim cache ls|verify|gc`` do, for a class with ``root`` and ``_inspect``."""
+
+    root: Path
+
+    def _ours(self) -> bool:
+        """Whether the root is recognisably a cache oodsim made (its own ``.gitignore``): only
+        then may maintenance remove a misplaced object at the root's top level."""
+        ignore = self.root / ".gitignore"
+        if what_is(ignore) != "file":
+            return False
+        try:
+            with ignore.open("rb") as handle:
+                return handle.read(len(GITIGNORE) + 1) == GITIGNORE.encode()
+        except OSError:
+            return False
+
+    def _walk(self) -> Iterator[tuple[Path, str, str]]:
+        """Every object of the store's layout as (path, what it is, role), never entering a
+        link. Roles: "entry" (an entry folder), "misplaced" (anything but a folder where a
+        kind, key-prefix or entry folder belongs; only in a root that is oodsim's, so that a
+        mistyped ``--cache ~`` loses nothing), "tmp" (a ``.tmp-*`` leftover). Objects that are
+        none of these (a ``README`` in a kind folder) are left alone."""
+        if not self.root.is_dir():
+            return
+        ours = self._ours()
+        queue = [(self.root, 0)]  # folders to list, with their depth: root 0, kind 1, prefix 2
+        while queue:
+            folder, depth = queue.pop(0)
+            for path in listing(folder):
+                found = what_is(path)
+                if path.name.startswith(TMP_PREFIX):
+                    yield path, found, "tmp"
+                elif not belongs(path.name, folder.name, depth):
+                    continue
+                elif found != "folder":
+                    if ours:
+                        yield path, found, "misplaced"
+                elif depth == 2:
+                    yield path, found, "entry"
+                else:
+                    queue.append((path, depth + 1))
+
+    def _info(self, path: Path) -> EntryInfo:
+        """Who an object of the layout is: (kind, key) from its place."""
+        parts = path.relative_to(self.root).parts
+        kind, key = parts[0], parts[-1] if len(parts) > 1 else ""
+        return EntryInfo(kind=kind, key=key, path=path, size=0, created=0.0, describe="")
+
+    def entries(self) -> Iterator[EntryInfo]:
+        """Every entry folder under the root (one without a readable meta file is listed with an
+        empty description, so that :meth:`verify` can report it)."""
+        for path, _, role in self._walk():
+            if role != "entry":
+                continue
+            try:
+                meta = read_json(path / META, META_LIMIT)
+                meta = meta if isinstance(meta, dict) else {}
+            except (OSError, ValueError):
+                meta = {}
+            size = 0
+            for item, found in objects(path):
+                if found == "file":
+                    with contextlib.suppress(OSError):
+                        size += os.lstat(item).st_size
+            created = meta.get("created", 0.0)
+            yield attrs.evolve(
+                self._info(path),
+                size=size,
+                created=float(created) if isinstance(created, (int, float)) else 0.0,
+                describe=str(meta.get("describe", "")),
+            )
+
+    def verify(self, *, repair: bool = False) -> list[tuple[EntryInfo, str]]:
+        """Check every entry (meta record, sizes, checksums), every object on the way to one,
+        and every lock file. Returns the problems: corrupt entries, misplaced objects (a file
+        or link where a folder belongs) and malformed locks. With ``repair``, removes them (a
+        link, never its target), and also quarantine leftovers and locks of dead holders."""
+        problems: list[tuple[EntryInfo, str]] = []
+        for path, found, role in self._walk():
+            if role == "misplaced":
+                problem = f"{described(found)} where a folder belongs"
+            elif role == "entry":
+                try:
+                    problem = self._inspect(path, path.parts[-3], path.name, full=True)[0] or ""
+                except OSError as error:
+                    problem = f"unreadable file: {error}"
+            else:
+                if repair and path.name.startswith(QUARANTINE_PREFIX):
+                    with contextlib.suppress(OSError):
+                        remove(path)
+                continue
+            if problem:
+                problems.append((self._info(path), self._repaired(path, problem, repair)))
+        for path, problem in self._lock_problems():
+            problems.append((self._info(path), self._repaired(path, problem, repair)))
+        if repair:
+            for path in listing(self.root / LOCKS):
+                if STALE_MARK in path.name:
+                    if abs(time.time() - _changed(path)) >= WRITE_GRACE_SECONDS:
+                        _removed(path)  # a leftover of a lock broken by a process that died
+                elif why_stale(path):
+                    with contextlib.suppress(OSError):
+                        break_lock(path)
+        return problems
+
+    def _repaired(self, path: Path, problem: str, repair: bool) -> str:
+        """``problem``, after removing ``path`` when ``repair`` (via a rename aside, so that a
+        concurrent reader never sees half of it); says so when it cannot be removed."""
+        if not repair:
+            return problem
+        aside = path.parent / f"{QUARANTINE_PREFIX}{path.name}-{uuid.uuid4().hex[:8]}"
+        try:
+            os.rename(path, aside)
+        except FileNotFoundError:
+            return problem
+        except OSError as error:
+            return (
+                f"{problem}; could not remove it: {error.strerror} (rm -rf '{path}', or make "
+                f"{path.parent} writable)"
+            )
+        with contextlib.suppress(OSError):
+            remove(aside)
+        return problem
+
+    def _lock_problems(self) -> list[tuple[Path, str]]:
+        """Malformed lock files (and a locks folder that is not a folder), with the reason."""
+        folder = self.root / LOCKS
+        found = what_is(folder)
+        if found not in ("folder", "missing"):
+            return [(folder, f"{described(found)} where the locks folder belongs")]
+        found_problems = []
+        for path in listing(folder):
+            if STALE_MARK not in path.name:
+                problem = lock_problem(path)
+                if problem:
+                    found_problems.append((path, problem))
+        return found_problems
+
+    def gc(self, *, older_than: float = 3600.0) -> list[Path]:
+        """Remove what can block or clutter a run: locks of dead holders and malformed locks,
+        misplaced objects (a file or link where a folder belongs; a link is removed, never its
+        target), quarantine leftovers, and temporary leftovers of interrupted writes that are
+        at least ``older_than`` seconds old. Returns the paths removed."""
+        removed: list[Path] = []
+        if not self.root.is_dir():
+            return removed
+        now = time.time()
+        locks = self.root / LOCKS
+        if what_is(locks) not in ("folder", "missing") and _removed(locks):
+            removed.append(locks)
+        for path in listing(locks):
+            if STALE_MARK in path.name:  # an aside of a broken lock: restored or dropped within
+                age = abs(now - _changed(path))  # microseconds; its ctime is its rename
+                if age >= min(older_than, WRITE_GRACE_SECONDS) and _removed(path):
+                    removed.append(path)
+            elif why_stale(path):
+                with contextlib.suppress(OSError):
+                    break_lock(path)
+                    removed.append(path)
+        for path, _, role in self._walk():
+            if role == "misplaced" or (role == "tmp" and path.name.startswith(QUARANTINE_PREFIX)):
+                if _removed(path):
+                    removed.append(path)
+            elif role == "tmp":
+                with contextlib.suppress(OSError):
+                    if abs(now - os.lstat(path).st_mtime) >= older_than and _removed(path):
+                        removed.append(path)
+        return removed
+
+    def stale_locks(self) -> list[Path]:
+        """Lock files whose holder is gone, and malformed ones (see :mod:`oodsim.store_locks`)."""
+        return [p for p in listing(self.root / LOCKS) if STALE_MARK not in p.name and why_stale(p)]
+
+
+def _changed(path: Path) -> float:
+    """When ``path`` was last changed or renamed (its ctime; now when it is gone)."""
+    try:
+        return os.lstat(path).st_ctime
+    except OSError:
+        return time.time()
+
+
+def _removed(path: Path) -> bool:
+    """Remove ``path`` (without following links); whether it could be."""
+    try:
+        remove(path)
+    except OSError:
+        return False
+    return True
