@@ -17,19 +17,25 @@ import subprocess
 import sys
 import threading
 import time
+import warnings
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import attrs
 import numpy as np
 import pytest
 import xarray as xr
 
 import oodsim
 from oodsim.cli import main as cli_main
+from oodsim.data import load_dataset, register_dataset
+from oodsim.data.splits import split_classes
 from oodsim.detectors import register
-from oodsim.protocols.open_set import CHECKPOINT, OUTPUTS, entries
+from oodsim.protocols.open_set import CHECKPOINT, OUTPUTS, PROTOCOL, class_split_label, entries
 from oodsim.results import store_counts
+from oodsim.seeds import SeedStreams
+from oodsim.specs import DatasetSpec, DetectorSpec, OODSetSpec
 from oodsim.store import QUARANTINE_PREFIX, CorruptEntryWarning, Store, _start_time
 from tests.conftest import ROOT, digits_toml, small_digits
 
@@ -234,6 +240,52 @@ def test_an_entry_corrupted_while_the_run_scores_is_recomputed_once(
     assert "path" not in _TAMPER  # the tampering happened, during the run
     xr.testing.assert_identical(first.score, second.score)
     assert store_counts(second)["computed"] == {OUTPUTS: 1}
+
+
+def test_an_entry_damaged_inside_its_own_task_is_recomputed_once(
+    cluster_address: str, tmp_path: Path
+) -> None:
+    """Damage between a task's write of its outputs and its own read of them (for a
+    model-based κ): the task fails with a lost entry, and the engine computes the seed once
+    more in the same run instead of reporting it failed. The damage comes from the OOD
+    dataset's loader, which the task calls between those two steps, once."""
+    cache, marker = tmp_path / "cache", tmp_path / "damaged-once"
+
+    def damaging_digits(root=None, download=False, image_size=None):
+        outputs = [p for p in (cache / OUTPUTS).glob("*/*") if p.is_dir()]
+        if outputs and not marker.exists():  # on the worker, after the outputs were written
+            marker.write_text(str(outputs[0]))
+            flip_a_byte(largest_chunk(outputs[0]))
+        return load_dataset("digits")
+
+    register_dataset(
+        "test_damaging_digits", n_classes=10, hflip=False, description="x", replace=True
+    )(damaging_digits)
+    ood = OODSetSpec(kind="dataset", dataset=DatasetSpec(name="test_damaging_digits"))
+    spec = small_digits(1, ood=(OODSetSpec(kind="held_out"), ood))
+    spec = attrs.evolve(
+        spec, detectors=("msp", DetectorSpec(name="mc_dropout", params={"n_passes": 2}))
+    )
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", CorruptEntryWarning)
+        results = oodsim.run(spec, address=cluster_address, cache=cache, progress=False)
+    assert marker.exists()  # the damage happened
+    assert list(results.failure.values) == [""]
+    assert np.isfinite(results.score.values).all()
+    assert store_counts(results)["computed"][OUTPUTS] == 2  # written, damaged, written again
+
+
+def test_class_split_labels_never_come_from_an_altered_record(tmp_path: Path) -> None:
+    """A seed's class split is drawn again from its stream, so a checkpoint record replaced
+    or edited between planning and scoring cannot relabel it."""
+    spec = small_digits(2)
+    store = Store(tmp_path / "cache")
+    expected = [PROTOCOL.seed_coords(spec, seed, store)["class_split"] for seed in (0, 1)]
+    assert expected[0] != "" and len(set(expected)) == 2
+    labels = [class_split_label(spec, seed) for seed in (0, 1)]
+    assert labels == expected
+    streams = SeedStreams(0, {})
+    assert expected[0] == split_classes(10, spec.split, streams).label
 
 
 # --------------------------------------------------------------------------- locks

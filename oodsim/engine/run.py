@@ -31,7 +31,7 @@ from oodsim.engine.load import as_spec
 from oodsim.engine.work import Shipped, run_task, score_seed
 from oodsim.errors import OodsimError, SpecError
 from oodsim.protocols import protocol_of
-from oodsim.protocols.base import Protocol, Task
+from oodsim.protocols.base import Protocol, Task, is_lost_entry
 from oodsim.protocols.degenerate import is_degenerate_failure
 from oodsim.results import Layout, SeedResult, build
 from oodsim.results_io import ForeignOutput, check_output, save_results
@@ -163,9 +163,13 @@ class _Submitter:
         return next(iter(as_landed([future], self.worker_timeout))).result()
 
     def _failed(self, task_key: str) -> bool:
-        """Whether a task of this run finished with a failure (e.g. diverged training)."""
+        """Whether a task of this run finished with a failure of its own (e.g. diverged
+        training); an entry that vanished under it (damaged while the task ran) is not one."""
         future = self.tasks.get(task_key)
-        return future is not None and future.status == "finished" and bool(future.result()[0])
+        if future is None or future.status != "finished":
+            return False
+        failure = future.result()[0]
+        return bool(failure) and not is_lost_entry(failure)
 
     def task_events(self) -> list[tuple[str, str, str]]:
         """Store events of every task that finished (each shared task counted once)."""

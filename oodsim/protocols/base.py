@@ -111,15 +111,22 @@ class Protocol:
         return ()
 
 
+#: The end of the failure of a seed whose entry vanished or was corrupt when read.
+LOST_ENTRY = "is missing or corrupt in the store; run again to recompute it"
+
+
+def is_lost_entry(failure: str) -> bool:
+    """Whether a seed failed because an entry it read had vanished or was corrupt (the
+    engine computes such a seed once more in the same run), not for a reason of its own."""
+    return failure.endswith(LOST_ENTRY)
+
+
 def stored(store: Store, kind: str, key: str, what: str) -> StoreEntry:
     """An entry a seed's tasks wrote. One that vanished or is corrupt (moved aside on read)
-    fails the seed; the next run recomputes it."""
+    fails the seed with :data:`LOST_ENTRY`; the engine computes it once more in the run."""
     entry = store.get(kind, key)
     if entry is None:
-        raise SeedFailed(
-            f"{what} ({kind} {key[:12]}) is missing or corrupt in the store; run again to "
-            "recompute it"
-        )
+        raise SeedFailed(f"{what} ({kind} {key[:12]}) {LOST_ENTRY}")
     return entry
 
 

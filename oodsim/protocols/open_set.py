@@ -28,7 +28,7 @@ import numpy as np
 
 from oodsim.data.ood_sets import ood_images
 from oodsim.data.registry import ImageData, dataset_info, load_dataset
-from oodsim.data.splits import SUBSETS, OpenSetSplit, make_split
+from oodsim.data.splits import SUBSETS, OpenSetSplit, make_split, split_classes
 from oodsim.detectors import confidence, get_detector
 from oodsim.errors import SpecError
 from oodsim.keys import digest
@@ -351,10 +351,16 @@ def _outputs(arrays: dict[str, np.ndarray], prefix: str) -> Outputs:
     )
 
 
-def class_split_label(store: Store, checkpoint: str) -> str:
-    """The known classes of a stored checkpoint, e.g. "0-3-5-7-8-9" ("" before training)."""
-    meta = store.meta(CHECKPOINT, checkpoint) or {}
-    return "-".join(map(str, meta.get("class_split", {}).get("known", [])))
+def class_split_label(spec: ExperimentSpec, seed: int) -> str:
+    """The known classes of a seed, e.g. "0-3-5-7-8-9": drawn again from its ``class_split``
+    stream (milliseconds), never read from a stored record that could have been altered."""
+    info = dataset_info(spec.dataset.name)
+    n_classes = info.n_classes
+    if n_classes is None:  # a folder of classes: as many as the data has
+        ds = spec.dataset
+        n_classes = load_dataset(ds.name, ds.root, ds.download, ds.image_size).n_classes
+    streams = SeedStreams(seed, dict(spec.seeds.pinned))
+    return split_classes(n_classes, spec.split, streams).label
 
 
 def compute_seed(spec: ExperimentSpec, seed: int, store: Store) -> None:
@@ -688,7 +694,7 @@ class OpenSetProtocol(Protocol):
         )
 
     def seed_coords(self, spec: ExperimentSpec, seed: int, store: Store) -> dict[str, str]:
-        return {"class_split": class_split_label(store, _simulation(spec, seed, store).checkpoint)}
+        return {"class_split": class_split_label(spec, seed)}
 
     def layout(self, spec: ExperimentSpec) -> Layout:
         coords: dict[str, list[str]] = {
