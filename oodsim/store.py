@@ -54,6 +54,7 @@ from oodsim.store_layout import (  # noqa: F401 - part of this module's interfac
 from oodsim.store_locks import (
     LOCK_LIMIT,
     STALE_LOCK_SECONDS,  # noqa: F401 - part of this module's interface (documented)
+    Heartbeat,
     _start_time,  # noqa: F401 - re-exported for tests
     break_lock,
     owner,
@@ -358,8 +359,9 @@ class Store(Maintenance):
 
         The lock file records host, pid and the process start time; a lock whose holder is gone
         (same host, process dead, a zombie, or pid reused) is stale and taken over, as is one on
-        another host untouched for :data:`STALE_LOCK_SECONDS`, and anything that is not a lock
-        record (see :mod:`oodsim.store_locks`). A lock that cannot be created or taken over
+        another host untouched for :data:`STALE_LOCK_SECONDS` (a holder touches its lock every
+        ``HEARTBEAT_SECONDS`` while it computes), and anything that is not a lock record (see
+        :mod:`oodsim.store_locks`). A lock that cannot be created or taken over
         raises :class:`StoreError` naming the path and the fix; it never spins.
         """
         folder = self._locks()
@@ -401,7 +403,8 @@ class Store(Maintenance):
                 ) from None
             break
         try:
-            yield
+            with Heartbeat(path):
+                yield
         finally:
             with contextlib.suppress(OSError, ValueError):
                 if read_json(path, LOCK_LIMIT) == record:

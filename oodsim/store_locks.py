@@ -2,10 +2,12 @@
 
 ``<root>/locks/<kind>-<key>.lock`` is a regular file holding one JSON record: the holder's
 ``host``, ``pid``, process ``start`` time (from Linux ``/proc``, to tell a live holder from a
-reused pid) and ``time``. A lock is *stale*, and is taken over, when
+reused pid) and ``time``; while it computes, its holder touches the file every
+:data:`HEARTBEAT_SECONDS` (:class:`Heartbeat`). A lock is *stale*, and is taken over, when
 
 - its holder is gone: same host and the process is dead, a zombie, or its pid was reused by
-  another process; or it is from another host and untouched for :data:`STALE_LOCK_SECONDS`;
+  another process; or it is from another host and untouched for :data:`STALE_LOCK_SECONDS`
+  (ten missed heartbeats: the holder's job was preempted or its node crashed);
 - it is not a lock at all: a folder, a link or a FIFO where the file belongs, a record of the
   wrong form (not an object, no host, a pid that is not a positive integer, ...), or a file that
   is not JSON and untouched for :data:`WRITE_GRACE_SECONDS` (a holder writes its record right
@@ -20,6 +22,7 @@ from __future__ import annotations
 import contextlib
 import os
 import socket
+import threading
 import time
 import uuid
 from pathlib import Path
@@ -27,8 +30,12 @@ from typing import Any
 
 from oodsim.store_fs import NotJSON, described, read_json, remove, what_is
 
-#: A lock from another host is considered abandoned after this many seconds.
-STALE_LOCK_SECONDS = 6 * 3600.0
+#: A holder touches its lock file this often (:class:`Heartbeat`), so that other hosts can
+#: tell a live holder from a dead one by the file's age.
+HEARTBEAT_SECONDS = 20.0
+#: A lock from another host untouched for this long is abandoned (its holder missed ten
+#: heartbeats: a preempted job, a crashed node) and is taken over.
+STALE_LOCK_SECONDS = 10 * HEARTBEAT_SECONDS
 #: An unreadable lock file younger than this may be one whose holder is writing it.
 WRITE_GRACE_SECONDS = 5.0
 #: A lock record is about 100 bytes; anything much larger is not one.
@@ -101,7 +108,7 @@ def _state(path: Path) -> tuple[str, bool]:
         return f"not an oodsim lock: {problem}", True
     if record["host"] != socket.gethostname():
         if age > STALE_LOCK_SECONDS:
-            return f"held by host {record['host']} and untouched for {age / 3600:.1f} h", False
+            return f"held by host {record['host']} and untouched for {age:.0f} s", False
         return "", False
     pid = record["pid"]
     try:
@@ -150,3 +157,30 @@ def break_lock(path: Path) -> None:
             os.link(aside, path)  # restore the live holder's lock (fails if a new one exists)
     with contextlib.suppress(OSError):  # a leftover is harmless: `oodsim cache gc` removes it
         remove(aside)
+
+
+class Heartbeat:
+    """Touches a held lock file every :data:`HEARTBEAT_SECONDS` from a daemon thread, while
+    its holder computes (minutes of training), so that a waiter on another host sees it alive
+    and takes it over only once the touches stop (the holder's job was preempted, its node
+    crashed)."""
+
+    def __init__(self, path: Path, interval: float = HEARTBEAT_SECONDS) -> None:
+        self.path, self.interval = path, interval
+        self._stop = threading.Event()
+        self._thread = threading.Thread(
+            target=self._beat, name="oodsim-lock-heartbeat", daemon=True
+        )
+
+    def _beat(self) -> None:
+        while not self._stop.wait(self.interval):
+            with contextlib.suppress(OSError):  # gone or taken over: the holder finds out
+                os.utime(self.path, follow_symlinks=False)
+
+    def __enter__(self) -> Heartbeat:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()

@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 from oodsim.store import CorruptEntryWarning, Store, StoreError
+from oodsim.store_locks import HEARTBEAT_SECONDS, STALE_LOCK_SECONDS, Heartbeat, why_stale
 
 KEY = "ab" + "0" * 62
 
@@ -107,3 +108,41 @@ def test_unusable_cache_root_fails_early(tmp_path: Path) -> None:
     blocker.write_text("not a folder")  # works for root too, unlike chmod
     with pytest.raises(StoreError, match="not writable"):
         Store(blocker / "cache").ensure_writable()
+
+
+def _foreign_lock(path: Path, age: float) -> None:
+    """A lock record of a process on another node, last touched ``age`` seconds ago."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    record = {"host": "node-elsewhere", "pid": 4242, "start": "1", "time": time.time() - age}
+    path.write_text(json.dumps(record))
+    os.utime(path, (time.time() - age, time.time() - age))
+
+
+def test_a_lock_of_another_node_is_live_while_touched_and_stale_after_missed_heartbeats(
+    tmp_path: Path,
+) -> None:
+    """Across nodes no pid can be checked: a holder touches its lock every heartbeat, and a
+    lock untouched for ten of them (its job was preempted, its node crashed) is taken over,
+    so another node computes that key within minutes, not hours."""
+    store = Store(tmp_path / "cache")
+    fresh = tmp_path / "cache" / "locks" / "checkpoint-aa.lock"
+    _foreign_lock(fresh, age=3 * HEARTBEAT_SECONDS)
+    assert why_stale(fresh) == ""
+    old = tmp_path / "cache" / "locks" / "checkpoint-bb.lock"
+    _foreign_lock(old, age=STALE_LOCK_SECONDS + 5)
+    assert why_stale(old).startswith("held by host node-elsewhere and untouched for ")
+    with store.lock("checkpoint", "bb"):  # taken over without waiting
+        record = json.loads(old.read_text())
+        assert record["pid"] == os.getpid()
+    assert not old.exists()
+
+
+def test_a_held_lock_is_touched_by_its_heartbeat(tmp_path: Path) -> None:
+    lock = tmp_path / "x.lock"
+    lock.write_text("{}")
+    os.utime(lock, (time.time() - 100, time.time() - 100))
+    with Heartbeat(lock, interval=0.05):
+        deadline = time.monotonic() + 30
+        while time.time() - lock.stat().st_mtime > 50 and time.monotonic() < deadline:
+            time.sleep(0.05)
+    assert time.time() - lock.stat().st_mtime < 50  # touched: it looks alive to other nodes
