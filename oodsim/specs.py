@@ -23,6 +23,7 @@ from typing import Any
 
 import attrs
 
+from oodsim.cluster_spec import ClusterSpec
 from oodsim.errors import SpecError, UnknownNameError
 from oodsim.keys import content_key, digest, no_key
 from oodsim.seeds import STREAMS, SeedRange
@@ -634,6 +635,7 @@ class ExperimentSpec(Seeded, _Keyed):
     stopping: StoppingSpec = attrs.field(factory=StoppingSpec)
     on_failure: str = attrs.field(default="record", validator=one_of("record", "abort"))
     degenerate: DegenerateSpec = attrs.field(factory=DegenerateSpec)
+    cluster: ClusterSpec | None = attrs.field(default=None, metadata=no_key())
 
     @metrics.validator
     def _check_metrics(self, attribute: attrs.Attribute, value: tuple[str, ...]) -> None:

@@ -20,6 +20,13 @@ from oodsim.errors import OodsimError, SpecError
 def add_run_options(command: argparse.ArgumentParser) -> None:
     """The options of ``oodsim run`` (the same for every protocol)."""
     command.add_argument("--address", help="address of an existing Dask scheduler")
+    command.add_argument(
+        "--cluster",
+        metavar="KIND|ADDRESS",
+        help="where workers run: local, slurm, pbs, local-jobs (batch jobs described by the "
+        "spec's [cluster] table, whose kind this replaces) or an existing scheduler's address "
+        "(default: the spec's [cluster], else local; see docs/cluster.md)",
+    )
     command.add_argument("--workers", type=int, help="worker processes of the local cluster")
     command.add_argument("--cache", help="store root (default: $OODSIM_CACHE or ./cache)")
     command.add_argument("--out", help="where to write results (default: results/<name>.zarr)")
@@ -60,6 +67,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
     results = run(
         spec,
         address=args.address,
+        cluster=args.cluster,
         n_workers=args.workers,
         cache=args.cache,
         out=out,

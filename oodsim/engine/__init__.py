@@ -5,8 +5,17 @@ spec's protocol, computes the missing ones on a Dask cluster, scores every seed 
 and returns one ``xarray`` result (:mod:`oodsim.results`).
 """
 
+from oodsim.cluster_spec import ClusterSpec
 from oodsim.engine.cluster import ClusterError, cluster_client
 from oodsim.engine.load import load
 from oodsim.engine.run import OutputExists, RunAborted, run
 
-__all__ = ["ClusterError", "OutputExists", "RunAborted", "cluster_client", "load", "run"]
+__all__ = [
+    "ClusterError",
+    "ClusterSpec",
+    "OutputExists",
+    "RunAborted",
+    "cluster_client",
+    "load",
+    "run",
+]

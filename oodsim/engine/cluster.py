@@ -1,12 +1,14 @@
 """The Dask side of the engine: one way to get a client, watch work land, and show progress.
 
 :func:`cluster_client` starts a ``distributed.LocalCluster`` of worker processes (one torch
-thread each), or a ``dask_cuda.LocalCUDACluster`` when CUDA and dask-cuda are present, or
-connects to an existing scheduler at ``address`` (``dask scheduler``, dask-jobqueue on SLURM).
-A local cluster is private: its scheduler, nannies and workers listen on 127.0.0.1 with Dask's
-TLS and temporary credentials that only this process and the workers it spawns hold, and serve
-no dashboard. An ``address`` is reached with the credentials of Dask's configuration
-(``distributed.comm.tls.*``), or with those of a local cluster this process started.
+thread each), or a ``dask_cuda.LocalCUDACluster`` when CUDA and dask-cuda are present, or a
+cluster whose workers are batch jobs (SLURM, PBS, local jobs: a ``[cluster]`` table, see
+:mod:`oodsim.engine.jobqueue`), or connects to an existing scheduler at ``address``
+(``dask scheduler``). A local cluster is private: its scheduler, nannies and workers listen on
+127.0.0.1 with Dask's TLS and temporary credentials that only this process and the workers it
+spawns hold, and serve no dashboard. A job cluster uses TLS with temporary credentials too. An
+``address`` is reached with the credentials of Dask's configuration (``distributed.comm.tls.*``),
+or with those of a local cluster this process started.
 :func:`as_landed` yields futures as they finish and gives up with :class:`ClusterError` when the
 cluster has had no worker for ``worker_timeout`` seconds.
 """
@@ -16,10 +18,15 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import shutil
+import tempfile
 import time
 from collections.abc import Iterator, Sequence
+from pathlib import Path
 from typing import Any, TextIO
 
+from oodsim.cluster_spec import ClusterSpec
+from oodsim.engine import jobqueue
 from oodsim.engine.guard import check_main_guard
 from oodsim.errors import OodsimError
 
@@ -29,6 +36,12 @@ LOCAL_HOST = "127.0.0.1"  # a local cluster never listens on a network interface
 # Dask opens an HTTP port on every scheduler and worker even without a dashboard; on a local
 # cluster it serves nothing (no dashboard, info, JSON or metrics pages)
 NO_HTTP_ROUTES = {"distributed.scheduler.http.routes": [], "distributed.worker.http.routes": []}
+# distributed closes a nanny for good when its worker has not come back within this time of
+# being lost (default 15 s), even while the nanny is still restarting it: on a loaded machine,
+# or with a worker killed again while it starts, that left local runs without workers. A
+# nanny restarts its worker by itself; the local run's worker_timeout still ends a run that
+# truly has none.
+LOCAL_LOST_WORKER_TIMEOUT = "300 s"
 # scheduler address -> credentials, for the local clusters this process runs (a driver that
 # passes such an address, as tests and benchmarks/soak.py do, connects with them)
 _LOCAL_SECURITY: dict[str, Any] = {}
@@ -216,8 +229,10 @@ def _local_cluster(n_workers: int | None) -> Iterator[Any]:
         # the scheduler's HTTP port: any free one (not 8787, with a warning when taken)
         "scheduler_kwargs": {"dashboard": False, "dashboard_address": f"{LOCAL_HOST}:0"},
     }
-    # kept for the cluster's lifetime: a worker that the nanny restarts reads it again
-    with dask.config.set(NO_HTTP_ROUTES):
+    # kept for the cluster's lifetime: a worker that the nanny restarts reads it again, and
+    # the cluster reads the lost-worker timeout each time it loses one
+    config = {**NO_HTTP_ROUTES, "distributed.deploy.lost-worker-timeout": LOCAL_LOST_WORKER_TIMEOUT}
+    with dask.config.set(config):
         cluster = None if n_workers else _cuda_cluster(private)
         if cluster is None:
             cluster = LocalCluster(
@@ -235,15 +250,102 @@ def _local_cluster(n_workers: int | None) -> Iterator[Any]:
                 _LOCAL_SECURITY.pop(cluster.scheduler_address, None)
 
 
+def check_jobs(spec: ClusterSpec) -> None:
+    """Before any compute: a job cluster needs dask-jobqueue and its batch system's submit
+    command (``sbatch``, ``qsub``) on ``PATH``; :class:`ClusterError` in one line otherwise."""
+    try:
+        jobqueue.cluster_class(spec.kind)
+    except ImportError:
+        raise ClusterError(
+            f"a {spec.kind} cluster needs dask-jobqueue, which is not installed: {jobqueue.INSTALL}"
+        ) from None
+    command = jobqueue.SUBMIT_COMMANDS.get(spec.kind)
+    if command is not None and shutil.which(command) is None:
+        raise ClusterError(
+            f"a {spec.kind} cluster submits its workers with `{command}`, which is not on PATH; "
+            "run oodsim on a login node of the batch system (or use --cluster ADDRESS, "
+            "see docs/cluster.md)"
+        )
+
+
+def _shared_folder(spec: ClusterSpec) -> Path:
+    """A new folder, readable only by this user, for the run's temporary TLS credentials: in
+    ``shared_directory`` (default ``~/.oodsim/cluster``), which every node must see; local
+    jobs need no shared one."""
+    if spec.shared_directory is None and spec.kind == "local-jobs":
+        return Path(tempfile.mkdtemp(prefix="oodsim-tls-"))
+    base = Path(spec.shared_directory or jobqueue.DEFAULT_SHARED).expanduser().absolute()
+    try:
+        base.mkdir(mode=0o700, parents=True, exist_ok=True)
+        return Path(tempfile.mkdtemp(prefix="oodsim-tls-", dir=base))
+    except OSError as error:
+        raise ClusterError(
+            f"cannot create a folder for the cluster's TLS credentials in {base} "
+            f"({error.strerror or error}); set [cluster] shared_directory to a writable folder "
+            "that every node sees"
+        ) from None
+
+
+def _submit_failure(error: BaseException) -> str:
+    """The batch system's own words from dask-jobqueue's error (``sbatch: error: ...``)."""
+    text = str(error)
+    _, _, stderr = text.partition("stderr:\n")
+    lines = [line.strip() for line in (stderr or text).splitlines() if line.strip()]
+    return lines[0] if lines else type(error).__name__
+
+
 @contextlib.contextmanager
-def cluster_client(address: str | None = None, n_workers: int | None = None) -> Iterator[Any]:
-    """A ``distributed.Client``: to ``address``, else to a new private local cluster closed on
-    exit."""
+def _job_cluster(spec: ClusterSpec) -> Iterator[Any]:
+    """A cluster whose workers are ``spec.n_jobs`` batch jobs (dask-jobqueue), secured with TLS
+    and temporary credentials; jobs that end while it runs are submitted again; on exit (an
+    error and Ctrl-C too) every job is cancelled and the credentials are deleted."""
+    # distributed loads only when a cluster is needed (cached runs start none)
+    import dask.config
+    from distributed.security import Security
+
+    cluster_class = jobqueue.cluster_class(spec.kind)
+    shared = _shared_folder(spec)
+    cluster = None
+    try:
+        # the scheduler runs in this process and reads it at start; no pages on its HTTP port
+        with dask.config.set(NO_HTTP_ROUTES):
+            options = jobqueue.cluster_options(spec, Security.temporary(), shared)
+            try:
+                cluster = cluster_class(**options)
+            except (OSError, ValueError) as error:
+                raise ClusterError(f"the {spec.kind} cluster could not start: {error}") from None
+        with cluster:
+            try:  # submit now, so that a refused job is an error here, in one line
+                cluster.sync(jobqueue.submit_jobs, cluster, spec.n_jobs)
+            except Exception as error:
+                raise ClusterError(
+                    f"submitting {spec.kind} jobs failed: {_submit_failure(error)}"
+                ) from None
+            with jobqueue.JobKeeper(cluster):
+                yield cluster
+    finally:
+        if cluster is not None:
+            jobqueue.forget_credentials(cluster)
+        shutil.rmtree(shared, ignore_errors=True)
+
+
+@contextlib.contextmanager
+def cluster_client(
+    address: str | None = None, n_workers: int | None = None, jobs: ClusterSpec | None = None
+) -> Iterator[Any]:
+    """A ``distributed.Client``: to ``address``; else to a new cluster of batch ``jobs``
+    (SLURM, PBS, local jobs), or a new private local cluster; a new cluster is closed on
+    exit (its jobs cancelled)."""
     # distributed loads only when a cluster is needed (cached runs start none)
     from distributed import Client
 
     if address:
         with _connect(address) as client:
+            yield client
+        return
+    if jobs is not None and jobs.is_jobs:
+        check_jobs(jobs)
+        with _job_cluster(jobs) as cluster, Client(cluster) as client:
             yield client
         return
     check_main_guard()  # worker processes re-import the script: fail here, in one message

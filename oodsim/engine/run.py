@@ -17,7 +17,7 @@ import math
 import sys
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -25,7 +25,14 @@ import attrs
 import numpy as np
 import xarray as xr
 
-from oodsim.engine.cluster import LOCAL_WORKER_TIMEOUT, Progress, as_landed, cluster_client
+from oodsim.cluster_spec import ClusterSpec, resolve_cluster
+from oodsim.engine.cluster import (
+    LOCAL_WORKER_TIMEOUT,
+    Progress,
+    as_landed,
+    check_jobs,
+    cluster_client,
+)
 from oodsim.engine.guard import check_main_guard
 from oodsim.engine.load import as_spec
 from oodsim.engine.work import Shipped, run_task, score_seed
@@ -59,9 +66,11 @@ class _Submitter:
         address: str | None,
         n_workers: int | None,
         worker_timeout: float | None = None,
+        jobs: ClusterSpec | None = None,
     ) -> None:
         self.protocol, self.spec, self.store, self.stack = protocol, spec, store, stack
         self.address, self.n_workers, self.worker_timeout = address, n_workers, worker_timeout
+        self.jobs = jobs
         self.root = str(store.root.resolve())
         self.shipped = Shipped.of(protocol, spec)
         self.client: Any = None
@@ -75,7 +84,9 @@ class _Submitter:
 
     def _client(self) -> Any:
         if self.client is None:
-            self.client = self.stack.enter_context(cluster_client(self.address, self.n_workers))
+            self.client = self.stack.enter_context(
+                cluster_client(self.address, self.n_workers, self.jobs)
+            )
         return self.client
 
     def _done(self, task: Task) -> bool:
@@ -194,16 +205,22 @@ def run(
     progress: bool | TextIO = True,
     worker_timeout: float | None = None,
     overwrite: bool = False,
+    cluster: str | ClusterSpec | Mapping[str, Any] | None = None,
 ) -> xr.Dataset:
     """Run (or resume) a spec of any protocol (or a spec file) and return its results.
 
-    ``address``: an existing Dask scheduler; else a local cluster of ``n_workers`` processes,
-    started only when something is missing from the store. ``cache``: the store root (default
-    ``$OODSIM_CACHE`` or ``./cache``); ``out``: also save the results there (zarr).
+    ``address``: an existing Dask scheduler; else the spec's ``[cluster]`` (batch jobs on
+    SLURM, PBS or local processes, see ``docs/cluster.md``) or a local cluster of
+    ``n_workers`` processes, started only when something is missing from the store.
+    ``cluster``: a kind (``"slurm"``, ``"pbs"``, ``"local-jobs"``, ``"local"``) that replaces
+    the kind of the spec's ``[cluster]`` table, a whole table (a ``ClusterSpec`` or a dict),
+    or a scheduler address (like ``address``, which may not be given with it). ``cache``: the
+    store root (default ``$OODSIM_CACHE`` or ``./cache``); ``out``: also save the results
+    there (zarr).
     ``progress``: print a status line to stderr (or the given stream). ``worker_timeout``:
     stop with :class:`~oodsim.engine.ClusterError` when the cluster has had no worker for this
     many seconds while work is pending (default: 120 s on oodsim's own local cluster; none with
-    ``address``, where workers may still be queued, e.g. on SLURM). ``out`` that holds results
+    ``address`` or batch jobs, where workers may still be queued). ``out`` that holds results
     of another spec (or anything that is not oodsim results) is refused before any compute
     unless ``overwrite=True``; results of the same spec are replaced.
 
@@ -222,7 +239,16 @@ def run(
         and worker_timeout > 0
     ):
         raise SpecError("worker_timeout", worker_timeout, "a finite number of seconds > 0")
-    if address is None:  # a local cluster's workers re-import the calling script
+    jobs, address = resolve_cluster(getattr(spec, "cluster", None), cluster, address)
+    if jobs is not None:
+        if n_workers is not None:
+            raise SpecError(
+                "workers",
+                n_workers,
+                f"no worker count with a {jobs.kind} cluster: [cluster] n_jobs x processes",
+            )
+        check_jobs(jobs)  # dask-jobqueue and the submit command, before any compute
+    elif address is None:  # a local cluster's workers re-import the calling script
         check_main_guard()
     if out is not None:
         check_out(out, spec, overwrite, cache if cache is not None else default_root())
@@ -234,13 +260,15 @@ def run(
     sequential = spec.stopping.rule != "fixed"
     batches = SeedBatches(seeds, spec.stopping.batch_size if sequential else max(len(seeds), 1))
     tracker = Progress(len(seeds), stream, unit=protocol.unit)
-    if worker_timeout is None and address is None:
+    if worker_timeout is None and address is None and jobs is None:
         worker_timeout = LOCAL_WORKER_TIMEOUT
     results: list[SeedResult] = []
     decision = None
     started = time.perf_counter()
     with contextlib.ExitStack() as stack:
-        submitter = _Submitter(protocol, spec, store, stack, address, n_workers, worker_timeout)
+        submitter = _Submitter(
+            protocol, spec, store, stack, address, n_workers, worker_timeout, jobs
+        )
         futures: dict[int, Any] = {}
         submitted: dict[int, None] = {}  # every seed handed to the cluster, in order
         try:

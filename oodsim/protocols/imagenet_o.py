@@ -33,6 +33,7 @@ import attrs
 import numpy as np
 
 from oodsim import metrics as _metrics
+from oodsim.cluster_spec import ClusterSpec
 from oodsim.data.builtin import IMAGE_SUFFIXES
 from oodsim.data.imagenet_classes import imagenet1k_wnids, imagenet_o_wnids
 from oodsim.detectors import NonFiniteKappaError, confidence, get_detector
@@ -56,6 +57,7 @@ from oodsim.spec_types import (
     safe_name,
     spec_class,
     structure,
+    unstructure,
 )
 from oodsim.specs import (
     DetectorSpec,
@@ -345,6 +347,7 @@ class ImageNetOSpec(Seeded, _Keyed):
     seeds: SeedsSpec = attrs.field(factory=lambda: SeedsSpec(n=1))
     stopping: StoppingSpec = attrs.field(factory=StoppingSpec)
     on_failure: str = attrs.field(default="record", validator=one_of("record", "abort"))
+    cluster: ClusterSpec | None = attrs.field(default=None, metadata=no_key())
 
     def __attrs_post_init__(self) -> None:
         for i, ref in enumerate(self.models):
@@ -392,6 +395,7 @@ class ImageNetOSpec(Seeded, _Keyed):
             "seeds": {**attrs.asdict(self.seeds), "pinned": dict(self.seeds.pinned)},
             "stopping": attrs.asdict(self.stopping),
             "on_failure": self.on_failure,
+            **({"cluster": unstructure(self.cluster)} if self.cluster is not None else {}),
         }
 
     def to_json(self) -> str:

@@ -16,6 +16,7 @@ from typing import Any
 
 import attrs
 
+from oodsim.cluster_spec import ClusterSpec
 from oodsim.data.ood_sets import NOISE_KINDS
 from oodsim.data.registry import DATASETS
 from oodsim.detectors import Detector, get_detector
@@ -227,6 +228,7 @@ class SeveritySpec(Seeded, _Keyed):
     seeds: SeedsSpec = attrs.field(factory=lambda: SeedsSpec(n=1))
     stopping: StoppingSpec = attrs.field(factory=StoppingSpec)
     on_failure: str = attrs.field(default="record", validator=one_of("record", "abort"))
+    cluster: ClusterSpec | None = attrs.field(default=None, metadata=no_key())
 
     def __attrs_post_init__(self) -> None:
         for i, model in enumerate(self.models):

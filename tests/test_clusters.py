@@ -1,0 +1,364 @@
+"""Job clusters (issue 12, part 4): ``oodsim run --cluster KIND|ADDRESS`` and ``[cluster]``.
+
+The acceptance run goes through dask-jobqueue's whole job path with its backend that runs each
+job as a local process (``--cluster local-jobs``): job script, workers joining over TLS, tasks,
+the cache on a file system that the jobs share, the jobs cancelled at the end. Its results must
+equal those of oodsim's own local cluster. Where ``sbatch`` is on PATH (``.ci/run`` starts a
+one-node SLURM when ``../shared/slurm/start-slurm.sh`` exists), the same spec also runs as real
+SLURM jobs. A preempted job (the only one, killed mid-training) is replaced and the run ends
+with the same results. The rest checks the ``[cluster]`` table and ``--cluster`` values: every
+refusal is one line, before any compute. Nothing is mocked.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib.util
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+import tomllib
+from pathlib import Path
+
+import attrs
+import numpy as np
+import pytest
+
+import oodsim
+from oodsim.cli import main as cli_main
+from oodsim.cluster_spec import ClusterSpec, resolve_cluster
+from oodsim.engine import ClusterError, jobqueue
+from oodsim.engine.cluster import check_jobs
+from oodsim.errors import SpecError
+from oodsim.protocols import get_protocol
+from tests.conftest import ROOT, digits_toml
+
+# not imported here: importing dask_jobqueue changes the process's Ctrl-C handler (see
+# test_ctrl_c_stays_a_keyboard_interrupt_with_dask_jobqueue)
+pytestmark = pytest.mark.skipif(
+    importlib.util.find_spec("dask_jobqueue") is None,
+    reason='needs the [cluster] extra (dask-jobqueue): pip install -e ".[test]"',
+)
+
+#: The spec's [cluster] table: SLURM jobs on this machine (loopback only); --cluster
+#: local-jobs replaces only its kind.
+CLUSTER_TABLE = """
+[cluster]
+kind = "slurm"
+n_jobs = 2
+cores = 1
+memory = "2GB"
+walltime = "00:10:00"
+queue = "debug"
+interface = "lo"
+log_directory = "{folder}/logs"
+shared_directory = "{folder}/shared"
+"""
+RUN_TIMEOUT = 300  # seconds; a run here takes well under a minute
+
+
+def cluster_spec_file(folder: Path, n_seeds: int = 2, **table: str) -> Path:
+    """The small digits spec with :data:`CLUSTER_TABLE` (``table`` replaces its lines)."""
+    path = digits_toml(folder / "digits.toml", n_seeds)
+    text = CLUSTER_TABLE.format(folder=folder)
+    for key, value in table.items():
+        lines = [line for line in text.splitlines() if not line.startswith(f"{key} = ")]
+        text = "\n".join([*lines, f"{key} = {value}"]) + "\n"
+    path.write_text(path.read_text() + text)
+    return path
+
+
+def cli_run(
+    folder: Path, spec: Path, name: str, *options: str, env: dict | None = None
+) -> subprocess.Popen:
+    """``oodsim run SPEC OPTIONS`` in a new process, cache and results under ``folder/name``."""
+    out = ["--cache", str(folder / name / "cache"), "--out", str(folder / name / "r.zarr")]
+    command = [sys.executable, "-m", "oodsim.cli", "run", str(spec), "--quiet", *out, *options]
+    return subprocess.Popen(
+        command, cwd=folder, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+
+
+def finished(process: subprocess.Popen) -> Path:
+    """The results folder of a :func:`cli_run` that must succeed."""
+    try:
+        out, err = process.communicate(timeout=RUN_TIMEOUT)
+    except subprocess.TimeoutExpired:
+        process.send_signal(signal.SIGINT)  # oodsim cancels its jobs on Ctrl-C
+        out, err = process.communicate(timeout=60)
+        pytest.fail(f"the run did not end within {RUN_TIMEOUT} s: {err[-3000:]}")
+    assert process.returncode == 0, err[-3000:] or out[-3000:]
+    return Path(process.args[process.args.index("--out") + 1])
+
+
+def assert_same_results(path: Path, expected: Path) -> None:
+    """Same seeds, scores (bit for bit) and failures as the local cluster's run."""
+    a, b = oodsim.open_results(path), oodsim.open_results(expected)
+    assert list(a.seed.values) == list(b.seed.values) == [0, 1]
+    np.testing.assert_array_equal(a.score.values, b.score.values)
+    assert list(a.failure.values) == list(b.failure.values)
+    assert not np.isnan(a.score.values).all()
+
+
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    """The spec file and its results on oodsim's own local cluster (``cluster="local"``
+    replaces the table's kind: no job is submitted)."""
+    folder = tmp_path_factory.mktemp("reference")
+    spec = cluster_spec_file(folder)
+    out = folder / "local" / "r.zarr"
+    oodsim.run(
+        spec,
+        cluster="local",
+        n_workers=2,
+        cache=folder / "local" / "cache",
+        out=out,
+        progress=False,
+    )
+    return spec, out
+
+
+# --------------------------------------------------------------------------- job runs
+
+
+def test_local_jobs_run_like_the_local_cluster(
+    reference: tuple[Path, Path], tmp_path: Path
+) -> None:
+    spec, expected = reference
+    table = oodsim.load(spec).cluster
+    # the job scripts of the table: what SLURM would get, and what the local backend runs
+    slurm = jobqueue.job_script(table)
+    for line in ("#SBATCH -p debug", "#SBATCH --cpus-per-task=1", "#SBATCH --mem=2G"):
+        assert line in slurm
+    assert "#SBATCH -t 00:10:00" in slurm and "--protocol tls://" in slurm
+    pbs = jobqueue.job_script(attrs.evolve(table, kind="pbs", cores=4, processes=2))
+    for line in ("#PBS -q debug", "#PBS -l walltime=00:10:00", "#PBS -l select=1:ncpus=4:mem="):
+        assert line in pbs
+    assert "--nthreads 2 --memory-limit" in pbs and "--nworkers 2 --nanny" in pbs
+    local = jobqueue.job_script(attrs.evolve(table, kind="local-jobs"))
+    assert "--nthreads 1 --memory-limit 1.86GiB" in local and "--interface lo" in local
+    assert "--no-dashboard --dashboard-address 127.0.0.1:0" in local and "--tls-key" in local
+    results = finished(cli_run(tmp_path, spec, "jobs", "--cluster", "local-jobs"))
+    assert_same_results(results, expected)
+    assert not list((spec.parent / "shared").glob("*"))  # the credentials are gone
+
+
+@functools.cache
+def _slurm_running() -> bool:
+    """Whether SLURM takes jobs here (its commands are on PATH and its controller answers)."""
+    if shutil.which("sbatch") is None or shutil.which("sinfo") is None:
+        return False
+    try:
+        return subprocess.run(["sinfo", "-h"], capture_output=True, timeout=30).returncode == 0
+    except subprocess.TimeoutExpired:
+        return False
+
+
+@pytest.mark.skipif(
+    not _slurm_running(),
+    reason="no SLURM here (sbatch not on PATH or sinfo fails); .ci/run starts one with "
+    "../shared/slurm/start-slurm.sh",
+)
+def test_slurm_run_like_the_local_cluster(reference: tuple[Path, Path], tmp_path: Path) -> None:
+    spec, expected = reference
+    results = finished(cli_run(tmp_path, spec, "slurm", "--cluster", "slurm"))
+    assert_same_results(results, expected)
+    # the workers were SLURM jobs: each wrote its log where the table says, and is gone now
+    logs = sorted((spec.parent / "logs").glob("oodsim-worker-*.err"))
+    assert len(logs) >= 2 and all("Registered to:" in log.read_text() for log in logs)
+    ids = {log.stem.rsplit("-", 1)[1] for log in logs}
+    queued = subprocess.run(["squeue", "-h", "-o", "%i"], capture_output=True, text=True)
+    assert not ids & set(queued.stdout.split())
+    assert not list((spec.parent / "shared").glob("*"))
+
+
+@pytest.mark.skipif(
+    not _slurm_running(), reason="no SLURM here (sbatch not on PATH or sinfo fails)"
+)
+def test_a_refused_slurm_job_is_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    spec = cluster_spec_file(tmp_path, queue='"nope"')
+    code = cli_main(["run", str(spec), "--quiet", "--cache", str(tmp_path / "c")])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and len(err) == 1
+    assert err[0].startswith("oodsim: error: submitting slurm jobs failed: sbatch: error:")
+
+
+def _jobs_of(pid: int) -> set[int]:
+    """The job processes (dask workers) that the oodsim process ``pid`` runs as local jobs."""
+    found = set()
+    for entry in Path("/proc").iterdir():
+        try:
+            parent = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            command = (entry / "cmdline").read_bytes()
+        except (OSError, ValueError, IndexError):
+            continue
+        if parent == pid and b"distributed.cli.dask_worker" in command:
+            found.add(int(entry.name))
+    return found
+
+
+def test_a_preempted_job_is_replaced_and_the_results_are_the_same(
+    reference: tuple[Path, Path], tmp_path: Path
+) -> None:
+    """The only job is killed (SIGKILL, like a preemption) while its worker trains a
+    checkpoint: the run can end only if oodsim submits a new job, which takes over the dead
+    worker's stale lock and computes the task again."""
+    _, expected = reference
+    spec = cluster_spec_file(tmp_path, n_jobs="1")  # no other job could finish the run
+    # distributed declares a lost worker's job gone after this (default 15 s)
+    env = dict(os.environ, DASK_DISTRIBUTED__DEPLOY__LOST_WORKER_TIMEOUT="2s")
+    process = cli_run(tmp_path, spec, "pre", "--cluster", "local-jobs", env=env)
+    locks = tmp_path / "pre" / "cache" / "locks"
+    killed: set[int] = set()
+    seen: set[int] = set()
+    deadline = time.monotonic() + RUN_TIMEOUT
+    while process.poll() is None and time.monotonic() < deadline:
+        jobs = _jobs_of(process.pid)
+        seen |= jobs
+        if not killed and jobs and locks.is_dir() and any(locks.glob("checkpoint-*.lock")):
+            for pid in jobs:
+                os.kill(pid, signal.SIGKILL)
+            killed = jobs
+        time.sleep(0.1)
+    results = finished(process)
+    assert killed, "the run ended before a job could be killed mid-training"
+    assert seen - killed, "no job was submitted to replace the killed one"
+    assert_same_results(results, expected)
+
+
+# --------------------------------------------------------------------------- refusals
+
+
+def cli_error(capsys: pytest.CaptureFixture[str], *args: str) -> str:
+    """The one-line error of ``oodsim ARGS`` (exit code 2)."""
+    code = cli_main(list(args))
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and len(err) == 1, err
+    return err[0]
+
+
+@pytest.mark.parametrize(
+    ("line", "message"),
+    [
+        ('kind = "slrum"', "cluster.kind: 'slrum' is not allowed; expected one of 'local', "),
+        ('kind = "slrum"', "Did you mean 'slurm'?"),
+        ('cores = "4"', "cluster.cores: '4' is not allowed; expected an integer"),
+        ("cores = 0", "cluster.cores: 0 is not allowed; expected a number > 0"),
+        ("n_jobs = -1", "cluster.n_jobs: -1 is not allowed; expected a number > 0"),
+        ("n_jobs = 1.5", "cluster.n_jobs: 1.5 is not allowed; expected an integer"),
+        ("processes = 2", "cluster.processes: 2 is not allowed; expected at most cores = 1"),
+        ('walltime = "2h"', "cluster.walltime: '2h' is not allowed; expected a duration HH:MM"),
+        ('walltime = "1:99:00"', "cluster.walltime: '1:99:00' is not allowed"),
+        ('memory = "lots"', "cluster.memory: 'lots' is not allowed; expected a size per job"),
+        ("memory = 4", "cluster.memory: 4 is not allowed; expected a string"),
+        ('queue = ""', "cluster.queue: '' is not allowed; expected a name without spaces"),
+        ('prologue = "module load x"', "cluster.prologue: 'module load x' is not allowed"),
+        ("corse = 4", "cluster field: 'corse' is not allowed; expected one of "),
+        ("corse = 4", "Did you mean 'cores'?"),
+    ],
+)
+def test_a_bad_cluster_table_is_one_line_before_any_compute(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], line: str, message: str
+) -> None:
+    key = line.split(" = ")[0]
+    spec = cluster_spec_file(tmp_path, **{key: line.split(" = ", 1)[1]})
+    error = cli_error(capsys, "run", str(spec), "--cache", str(tmp_path / "c"))
+    assert error.startswith("oodsim: error: ") and message in error
+    assert not (tmp_path / "c").exists()
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        (["--cluster", "slrum"], "cluster: 'slrum' is not allowed; expected one of 'local'"),
+        (["--cluster", "slrum"], "or a Dask scheduler address (tls://host:8786"),
+        (["--cluster", "slrum"], "Did you mean 'slurm'?"),
+        (["--cluster", "PBS"], "Did you mean 'pbs'?"),
+        (["--cluster", "slurm", "--address", "tcp://127.0.0.1:1"], "or --address, not both"),
+        (["--cluster", "local-jobs", "--workers", "2"], "workers: 2 is not allowed; expected no"),
+    ],
+)
+def test_a_bad_cluster_option_is_one_line_before_any_compute(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], options: list[str], message: str
+) -> None:
+    spec = cluster_spec_file(tmp_path)
+    error = cli_error(capsys, "run", str(spec), "--cache", str(tmp_path / "c"), *options)
+    assert message in error
+    assert not (tmp_path / "c").exists()
+
+
+@pytest.mark.skipif(shutil.which("qsub") is not None, reason="PBS is installed here")
+def test_pbs_without_qsub_is_one_line_before_any_compute(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    spec = cluster_spec_file(tmp_path)
+    error = cli_error(capsys, "run", str(spec), "--cache", str(tmp_path / "c"), "--cluster", "pbs")
+    assert "a pbs cluster submits its workers with `qsub`, which is not on PATH" in error
+    assert not (tmp_path / "c").exists()
+
+
+def test_without_dask_jobqueue_a_job_cluster_says_how_to_install_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setitem(sys.modules, "dask_jobqueue", None)  # as if it were not installed
+    with pytest.raises(ClusterError, match=r'needs dask-jobqueue.*pip install "oodsim\[cluster\]"'):
+        check_jobs(ClusterSpec(kind="local-jobs"))
+
+
+def test_ctrl_c_stays_a_keyboard_interrupt_with_dask_jobqueue() -> None:
+    """dask_jobqueue makes Ctrl-C call sys.exit() when it is imported (exit code 0, no word
+    of what is cached); oodsim keeps the handler the process had."""
+    code = (
+        "import signal; from oodsim.cluster_spec import ClusterSpec\n"
+        "from oodsim.engine.cluster import check_jobs\n"
+        "before = signal.getsignal(signal.SIGINT)\n"
+        "check_jobs(ClusterSpec(kind='local-jobs'))\n"
+        "import dask_jobqueue\n"
+        "assert signal.getsignal(signal.SIGINT) is before is signal.default_int_handler\n"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=120)
+
+
+def test_the_cluster_option_and_the_table_combine() -> None:
+    table = ClusterSpec(kind="slurm", cores=8, queue="gpu")
+    assert resolve_cluster(None) == (None, None)
+    assert resolve_cluster(table) == (table, None)
+    assert resolve_cluster(table, "pbs") == (attrs.evolve(table, kind="pbs"), None)
+    assert resolve_cluster(table, "local") == (None, None)
+    assert resolve_cluster(None, "slurm") == (ClusterSpec(kind="slurm"), None)
+    for address in ("tls://10.0.0.1:8786", "tcp://node-1:8786", "node-1:8786"):
+        assert resolve_cluster(table, address) == (None, address)
+    assert resolve_cluster(table, address="tls://h:1") == (None, "tls://h:1")
+    jobs, _ = resolve_cluster(None, {"kind": "pbs", "n_jobs": 3})
+    assert jobs == ClusterSpec(kind="pbs", n_jobs=3)
+    with pytest.raises(SpecError, match=r"cluster\.cores: '2' is not allowed"):
+        resolve_cluster(None, {"kind": "pbs", "cores": "2"})
+    with pytest.raises(SpecError, match="expected a cluster kind, a scheduler address"):
+        resolve_cluster(None, 3)
+
+
+def _with_cluster(data: dict) -> dict:
+    return {**data, "cluster": {"kind": "slurm", "cores": 4, "walltime": "01:00:00"}}
+
+
+def test_every_protocol_takes_a_cluster_table_that_stays_out_of_the_key() -> None:
+    open_set = tomllib.loads((ROOT / "specs" / "digits.toml").read_text())
+    severity = tomllib.loads((ROOT / "specs" / "severity_fashion_mnist.toml").read_text())
+    imagenet_o = tomllib.loads((ROOT / "specs" / "imagenet_o.toml").read_text())
+    for name in ("open_set", "severity", "imagenet_o"):
+        data = {"open_set": open_set, "severity": severity, "imagenet_o": imagenet_o}[name]
+        data = {k: v for k, v in data.items() if k != "protocol"}
+        protocol = get_protocol(name)
+        plain = protocol.from_data(data, ROOT / "specs")
+        spec = protocol.from_data(_with_cluster(data), ROOT / "specs")
+        assert plain.cluster is None and spec.key == plain.key, name
+        assert spec.cluster == ClusterSpec(kind="slurm", cores=4, walltime="01:00:00"), name
+        assert protocol.from_data(spec.to_dict(), ROOT / "specs").cluster == spec.cluster, name
+        bad = {**data, "cluster": {"kind": "slurm", "cores": "4"}}
+        with pytest.raises(SpecError, match=r"^cluster\.cores: '4' is not allowed; expected an"):
+            protocol.from_data(bad, ROOT / "specs")
