@@ -152,10 +152,11 @@ class _Submitter:
         )
 
     def heal(self, result: SeedResult) -> SeedResult:
-        """A seed whose scoring failed because an entry it read had vanished or was corrupt
-        (moved aside on read: bytes altered while the run went on) is planned, computed and
-        scored once more, in this run. At most once per seed; a seed that failed for any other
-        reason (a failed task, diverged training, non-finite κ) is returned as it is."""
+        """A seed that failed because an entry it read had vanished or was corrupt (moved
+        aside on read: bytes altered while the run went on), in scoring or in its own task, is
+        planned, computed and scored once more, in this run. At most once per seed; a seed
+        that failed for a reason of its own (diverged training, non-finite κ) is returned as
+        it is."""
         seed = result.seed
         if not result.failed or seed in self.healed:
             return result
