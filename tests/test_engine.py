@@ -95,7 +95,7 @@ def _toml(spec: ExperimentSpec) -> str:
 def test_an_interrupted_run_says_how_many_seeds_are_stored_and_resumes(tmp_path: Path) -> None:
     """Ctrl-C (SIGINT) mid-run: the message counts the seeds whose work is all in the store,
     and the next run computes at most the others."""
-    spec = small_digits(8)
+    spec = small_digits(6)
     path = tmp_path / "spec.toml"
     path.write_text(_toml(spec))
     cache = tmp_path / "cache"
@@ -113,13 +113,13 @@ def test_an_interrupted_run_says_how_many_seeds_are_stored_and_resumes(tmp_path:
     driver.send_signal(signal.SIGINT)
     _, stderr = driver.communicate(timeout=120)
     assert driver.returncode == 130, stderr
-    found = re.search(r"interrupted; (\d+) of 8 simulations have everything in the store", stderr)
+    found = re.search(r"interrupted; (\d+) of 6 simulations have everything in the store", stderr)
     assert found, stderr
     stored = int(found.group(1))
     assert stored >= 2
     again = oodsim.run(spec, cache=cache, n_workers=1, progress=False)
     assert (again.failure.values == "").all()
-    assert store_counts(again)["computed"].get("checkpoint", 0) <= 8 - stored
+    assert store_counts(again)["computed"].get("checkpoint", 0) <= 6 - stored
 
 
 def test_results_of_another_spec_are_never_replaced_silently(tmp_path: Path, capsys) -> None:
