@@ -5,6 +5,10 @@ from __future__ import annotations
 import difflib
 from collections.abc import Iterable
 
+#: Set (by ``oodsim --debug``) to keep the tracebacks that oodsim otherwise leaves out, e.g.
+#: the local workers' own log of a failed task.
+DEBUG_ENV = "OODSIM_DEBUG"
+
 
 class OodsimError(Exception):
     """Base class of every error oodsim raises on purpose."""

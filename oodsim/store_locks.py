@@ -22,12 +22,12 @@ from __future__ import annotations
 import contextlib
 import os
 import socket
-import threading
 import time
 import uuid
 from pathlib import Path
 from typing import Any
 
+from oodsim.periodic import Periodic
 from oodsim.store_fs import NotJSON, described, read_json, remove, what_is
 
 #: A holder touches its lock file this often (:class:`Heartbeat`), so that other hosts can
@@ -159,28 +159,18 @@ def break_lock(path: Path) -> None:
         remove(aside)
 
 
-class Heartbeat:
+class Heartbeat(Periodic):
     """Touches a held lock file every :data:`HEARTBEAT_SECONDS` from a daemon thread, while
     its holder computes (minutes of training), so that a waiter on another host sees it alive
     and takes it over only once the touches stop (the holder's job was preempted, its node
     crashed)."""
 
+    thread_name = "oodsim-lock-heartbeat"
+
     def __init__(self, path: Path, interval: float = HEARTBEAT_SECONDS) -> None:
-        self.path, self.interval = path, interval
-        self._stop = threading.Event()
-        self._thread = threading.Thread(
-            target=self._beat, name="oodsim-lock-heartbeat", daemon=True
-        )
+        self.path = path
+        super().__init__(interval)
 
-    def _beat(self) -> None:
-        while not self._stop.wait(self.interval):
-            with contextlib.suppress(OSError):  # gone or taken over: the holder finds out
-                os.utime(self.path, follow_symlinks=False)
-
-    def __enter__(self) -> Heartbeat:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        self._thread.join()
+    def tick(self) -> None:
+        with contextlib.suppress(OSError):  # gone or taken over: the holder finds out
+            os.utime(self.path, follow_symlinks=False)

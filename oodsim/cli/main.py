@@ -14,7 +14,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from oodsim.cli.imagenet_o import add_command as add_imagenet_o
-from oodsim.errors import OodsimError, SpecError
+from oodsim.errors import DEBUG_ENV, OodsimError, SpecError
 
 
 def add_run_options(command: argparse.ArgumentParser) -> None:
@@ -319,15 +319,15 @@ def _debug_env(debug: bool) -> Iterator[None]:
     if not debug:
         yield
         return
-    before = os.environ.get("OODSIM_DEBUG")
-    os.environ["OODSIM_DEBUG"] = "1"
+    before = os.environ.get(DEBUG_ENV)
+    os.environ[DEBUG_ENV] = "1"
     try:
         yield
     finally:
         if before is None:
-            os.environ.pop("OODSIM_DEBUG", None)
+            os.environ.pop(DEBUG_ENV, None)
         else:
-            os.environ["OODSIM_DEBUG"] = before
+            os.environ[DEBUG_ENV] = before
 
 
 def _describe(error: Exception) -> str:

@@ -66,7 +66,7 @@ class ImageData:
 
     images: np.ndarray
     labels: np.ndarray
-    class_names: tuple[str, ...] = attrs.field(converter=lambda names: tuple(names))
+    class_names: tuple[str, ...] = attrs.field(converter=tuple)
 
     def __attrs_post_init__(self) -> None:
         problem = _array_problem(self.images, self.labels, self.class_names)

@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from oodsim.cluster_spec import ClusterSpec
+from oodsim.periodic import Periodic
 
 #: How to get dask-jobqueue.
 INSTALL = 'pip install "oodsim[cluster]"'
@@ -172,7 +173,7 @@ def forget_credentials(cluster: Any) -> None:
                 value.close()
 
 
-class JobKeeper:
+class JobKeeper(Periodic):
     """Keeps ``n_jobs`` jobs: a job whose workers all left (preempted, killed, past its
     walltime) is closed and submitted again while the run goes on.
 
@@ -183,6 +184,8 @@ class JobKeeper:
     the same way. Their tasks need no care: the scheduler gives the tasks of a lost worker to
     the others (distributed gives up on a task after ``scheduler.allowed-failures`` deaths).
     """
+
+    thread_name = "oodsim-job-keeper"
 
     def __init__(self, cluster: Any, lost_after: float | None = None) -> None:
         # distributed loads only when a cluster is needed (cached runs start none)
@@ -196,23 +199,13 @@ class JobKeeper:
         self.seen: set[str] = set()  # jobs whose workers were seen
         self.missing: dict[str, float] = {}  # job → when its workers were last all gone
         self.replaced = 0
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._loop, name="oodsim-job-keeper", daemon=True)
+        super().__init__(KEEP_INTERVAL)
 
-    def __enter__(self) -> JobKeeper:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        self._thread.join()
-
-    def _loop(self) -> None:
-        while not self._stop.wait(KEEP_INTERVAL):
-            try:
-                self.check()
-            except Exception as error:  # a failed check must not end the run; the next retries
-                logger.warning("oodsim: could not check the cluster's jobs: %s", error)
+    def tick(self) -> None:
+        try:
+            self.check()
+        except Exception as error:  # a failed check must not end the run; the next retries
+            logger.warning("oodsim: could not check the cluster's jobs: %s", error)
 
     def check(self) -> None:
         """Close and submit again the jobs that are gone (see the class docstring)."""

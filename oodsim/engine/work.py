@@ -17,6 +17,7 @@ import attrs
 
 from oodsim.data.registry import adopt_datasets, user_datasets
 from oodsim.detectors import adopt, user_detectors
+from oodsim.errors import DEBUG_ENV
 from oodsim.models.registry import adopt_architectures, user_architectures
 from oodsim.protocols import get_protocol, protocol_of
 from oodsim.protocols.base import SeedFailed, Task, first_failure
@@ -53,8 +54,6 @@ class Shipped:
 
 #: Prefix of the keys of every task the engine submits (see :mod:`oodsim.engine.run`).
 TASK_KEY_PREFIX = "oodsim-"
-#: Set (by ``oodsim --debug``) to keep distributed's worker log of failed tasks.
-DEBUG_ENV = "OODSIM_DEBUG"
 
 
 class _OwnTaskFailures(logging.Filter):

@@ -616,10 +616,14 @@ def _check_sample_split(spec: ExperimentSpec, data: Any) -> None:
         )
 
 
-def _check_architecture(spec: ExperimentSpec, data: Any) -> None:
+def _check_architecture(spec: ExperimentSpec, data: Any, store: Store) -> None:
     """Build the first seed's model here and run two blank images through it: a builder
     that fails, or a model that breaks the classifier contract, is one clear error before
-    any training instead of a failure of every seed on the cluster."""
+    any training instead of a failure of every seed on the cluster. Skipped when that seed's
+    checkpoint is stored: this architecture has trained already (a cached run builds none)."""
+    seed = spec.seeds.all()[0]
+    if store.has(CHECKPOINT, checkpoint_key(spec, SeedStreams(seed, dict(spec.seeds.pinned)))):
+        return
     # imports torch: only when a model is built, trained or run
     from oodsim.models.architectures import build_model, check_contract
 
@@ -661,7 +665,7 @@ class OpenSetProtocol(Protocol):
                         f"at most {data.n_classes} classes (found in {dataset.root})",
                     )
                 _check_sample_split(spec, data)
-                _check_architecture(spec, data)
+                _check_architecture(spec, data, store)
         store.ensure_writable()
 
     def plan(self, spec: ExperimentSpec, seed: int) -> list[Task]:
