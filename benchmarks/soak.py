@@ -55,6 +55,7 @@ from distributed.diagnostics.plugin import WorkerPlugin
 import oodsim
 from oodsim.protocols import protocol_of
 from oodsim.store import LOCKS, META, CorruptEntryWarning, Store
+from oodsim.store_arrays import ARRAYS_ZIP
 
 ROOT = Path(__file__).resolve().parents[1]
 COMPARED = ("score", "failure", "class_split")
@@ -212,8 +213,10 @@ def garble_meta(entry: Path, scratch: Path, rng: random.Random) -> Path | None:
 
 
 def delete_chunk(entry: Path, scratch: Path, rng: random.Random) -> Path | None:
-    """Delete a random chunk file (``arrays.zarr/<array>/c/...``) of ``entry``."""
-    chunks = [p for p in _files(entry) if "c" in p.relative_to(entry).parts[2:-1]]
+    """Delete the arrays file of ``entry`` (``arrays.zarr.zip``; in an entry of the older
+    layout, a random chunk file ``arrays.zarr/<array>/c/...``)."""
+    chunks = [p for p in _files(entry) if p.name == ARRAYS_ZIP]
+    chunks += [p for p in _files(entry) if "c" in p.relative_to(entry).parts[2:-1]]
     if not chunks:
         return None
     path = rng.choice(chunks)

@@ -1,7 +1,9 @@
 """Content-addressed artifact store on disk: ``<root>/<kind>/<key[:2]>/<key>/``.
 
-An entry holds a zarr group ``arrays.zarr`` and ``meta.json`` (what was computed, from which spec,
-package versions, timings, and a sha256 and size per file). Entries are written into a temporary
+An entry holds its arrays as one zarr v3 group in one ZIP file, ``arrays.zarr.zip`` (see
+:mod:`oodsim.store_arrays`; older entries hold an ``arrays.zarr`` folder, read as before), and
+``meta.json`` (what was computed, from which spec, package versions, timings, and a sha256 and
+size per file). Entries are written into a temporary
 sibling and renamed into place, so a reader never sees a half-written entry and a crash leaves
 only a ``.tmp-*`` folder that :meth:`Store.gc` removes. ``meta.json`` carries a sha256 of its own
 content (``meta_sha256``), so an edit to any of its fields is caught too.
@@ -36,12 +38,11 @@ from typing import Any
 
 import attrs
 import numpy as np
-import zarr
 
 from oodsim.errors import OodsimError
+from oodsim.store_arrays import ARRAYS_ZIP, read_arrays, write_zip
 from oodsim.store_fs import described, objects, read_json, remove, what_is
 from oodsim.store_layout import (  # noqa: F401 - part of this module's interface
-    ARRAYS,
     GITIGNORE,
     LOCKS,
     META,
@@ -153,18 +154,6 @@ def _meta_problem(meta: Any, kind: str | None = None, key: str | None = None) ->
         if value is not None and field in meta and meta[field] != value:
             return f"meta.json belongs to another entry ({field} {str(meta[field])[:12]!r})"
     return ""
-
-
-def _write_arrays(folder: Path, arrays: Mapping[str, np.ndarray]) -> None:
-    group = zarr.open_group(folder / ARRAYS, mode="w")
-    for name, value in arrays.items():
-        value = np.ascontiguousarray(value)
-        group.create_array(name, data=value, chunks=value.shape or "auto")
-
-
-def _read_arrays(folder: Path) -> dict[str, np.ndarray]:
-    group = zarr.open_group(folder / ARRAYS, mode="r")
-    return {name: np.asarray(group[name][...]) for name in group.array_keys()}
 
 
 @attrs.define
@@ -302,7 +291,7 @@ class Store(Maintenance):
             return None
         try:
             problem, meta = self._inspect(folder, kind, key, full=self.verify_on_read)
-            arrays = _read_arrays(folder) if problem == "" else {}
+            arrays = read_arrays(folder) if problem == "" else {}
         except Exception as error:  # zarr raises many kinds of errors on damaged data
             problem = f"unreadable: {type(error).__name__}: {error}"
         if problem:
@@ -426,7 +415,7 @@ class Store(Maintenance):
             self._locate(kind, key)  # moves aside whatever would block the folders below
             final.parent.mkdir(parents=True, exist_ok=True)
             tmp.mkdir()
-            _write_arrays(tmp, arrays)
+            write_zip(tmp / ARRAYS_ZIP, arrays)
             record = {
                 "created": started,
                 "write_seconds": round(time.time() - started, 4),

@@ -10,7 +10,6 @@ import attrs
 
 META = "meta.json"
 META_DIGEST = "meta_sha256"
-ARRAYS = "arrays.zarr"
 TMP_PREFIX = ".tmp-"
 QUARANTINE_PREFIX = f"{TMP_PREFIX}corrupt-"
 LOCKS = "locks"

@@ -37,6 +37,7 @@ from oodsim.results import store_counts
 from oodsim.seeds import SeedStreams
 from oodsim.specs import DatasetSpec, DetectorSpec, OODSetSpec
 from oodsim.store import QUARANTINE_PREFIX, CorruptEntryWarning, Store, _start_time
+from oodsim.store_arrays import ARRAYS_ZIP
 from tests.conftest import ROOT, digits_toml, small_digits
 
 N_SEEDS = 2
@@ -68,12 +69,9 @@ def entry(cache: Path, kind: str, seed: int = 0) -> Path:
     return Store(cache).path(kind, found[kind])
 
 
-def largest_chunk(folder: Path) -> Path:
-    return max((p for p in folder.rglob("*") if p.is_file() and "/c/" in str(p)), key=_size)
-
-
-def _size(path: Path) -> int:
-    return path.stat().st_size
+def arrays_file(folder: Path) -> Path:
+    """The one file that holds an entry's arrays."""
+    return folder / ARRAYS_ZIP
 
 
 def flip_a_byte(path: Path) -> None:
@@ -120,10 +118,10 @@ def in_time(function: Callable[[], Any], timeout: float) -> Any:
 # --------------------------------------------------------------------------- corrupt entries
 
 
-def test_a_same_size_flipped_byte_in_an_outputs_chunk_is_recomputed_in_the_same_run(
+def test_a_same_size_flipped_byte_in_an_outputs_arrays_file_is_recomputed_in_the_same_run(
     cluster_address: str, copy: Path, clean: tuple[Path, Any]
 ) -> None:
-    flip_a_byte(largest_chunk(entry(copy, OUTPUTS)))
+    flip_a_byte(arrays_file(entry(copy, OUTPUTS)))
     result = heals(cluster_address, copy, clean)
     assert store_counts(result)["computed"] == {OUTPUTS: 1}
     assert not np.any(result.failure.values != "")
@@ -194,10 +192,10 @@ def test_a_link_where_an_entry_belongs_is_removed_never_its_target(
     assert sorted(p.relative_to(outside) for p in outside.rglob("*")) == before
 
 
-def test_a_missing_chunk_file_is_recomputed_in_the_same_run(
+def test_a_missing_arrays_file_is_recomputed_in_the_same_run(
     cluster_address: str, copy: Path, clean: tuple[Path, Any]
 ) -> None:
-    largest_chunk(entry(copy, OUTPUTS)).unlink()
+    arrays_file(entry(copy, OUTPUTS)).unlink()
     result = heals(cluster_address, copy, clean)
     assert store_counts(result)["computed"] == {OUTPUTS: 1}
 
@@ -234,7 +232,7 @@ def test_an_entry_corrupted_while_the_run_scores_is_recomputed_once(
     cache = tmp_path / "cache"
     first = oodsim.run(spec, address=cluster_address, cache=cache, progress=False)
     outputs = Store(cache).path(*entries(spec, 1)[1])
-    _TAMPER.update(pid=os.getpid(), path=largest_chunk(outputs))
+    _TAMPER.update(pid=os.getpid(), path=arrays_file(outputs))
     with pytest.warns(CorruptEntryWarning, match="checksum mismatch"):
         second = oodsim.run(spec, address=cluster_address, cache=cache, progress=False)
     assert "path" not in _TAMPER  # the tampering happened, during the run
@@ -255,7 +253,7 @@ def test_an_entry_damaged_inside_its_own_task_is_recomputed_once(
         outputs = [p for p in (cache / OUTPUTS).glob("*/*") if p.is_dir()]
         if outputs and not marker.exists():  # on the worker, after the outputs were written
             marker.write_text(str(outputs[0]))
-            flip_a_byte(largest_chunk(outputs[0]))
+            flip_a_byte(arrays_file(outputs[0]))
         return load_dataset("digits")
 
     register_dataset(
@@ -460,7 +458,7 @@ def test_a_corrupt_entry_that_cannot_be_moved_aside_is_one_clear_error(
     if not _permissions_apply(tmp_path / "probe"):
         pytest.skip("this process ignores permission bits and cannot drop that privilege")
     checkpoint = entry(copy, CHECKPOINT)
-    flip_a_byte(largest_chunk(checkpoint))
+    flip_a_byte(arrays_file(checkpoint))
     checkpoint.parent.chmod(0o555)  # the entry cannot be renamed out of its folder
     spec_path = digits_toml(tmp_path / "s.toml", N_SEEDS)
     command = [sys.executable, "-m", "oodsim.cli", "run", str(spec_path), "--quiet"]
@@ -495,7 +493,7 @@ def test_the_store_reports_rather_than_spins_when_an_entry_or_lock_cannot_move(
         pytest.skip("this process ignores permission bits and cannot drop that privilege")
     store, key, other = Store(tmp_path / "cache"), "cd" + "4" * 62, "cd" + "6" * 62
     path = store.put(CHECKPOINT, key, {"w": np.arange(1000.0)})
-    flip_a_byte(largest_chunk(path))
+    flip_a_byte(arrays_file(path))
     (store.put(CHECKPOINT, other, {"w": np.arange(3.0)}) / "meta.json").write_text("{}")
     locks = store.root / "locks"
     locks.mkdir()

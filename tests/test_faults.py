@@ -29,6 +29,7 @@ from oodsim.protocols.open_set import CHECKPOINT, OUTPUTS, entries
 from oodsim.results import store_counts
 from oodsim.specs import DegenerateSpec, ExperimentSpec, load_spec
 from oodsim.store import CorruptEntryWarning, Store, _start_time
+from oodsim.store_arrays import ARRAYS_ZIP
 from tests.conftest import cli_run_on, dask_cli_cluster, digits_toml, small_digits
 
 T = TypeVar("T")
@@ -234,12 +235,9 @@ def _corrupt_three(cache: Path, spec: ExperimentSpec) -> dict[str, tuple[str, st
     seed 2: edit a field of an outputs meta.json. Returns what was damaged, by name."""
     store = Store(cache)
     (ckpt0, out0), (ckpt1, _), (_, out2) = (entries(spec, seed)[:2] for seed in range(3))
-    chunk = next(p for p in sorted(store.path(*out0).rglob("c/*")) if p.is_file())
+    chunk = store.path(*out0) / ARRAYS_ZIP
     chunk.write_bytes(chunk.read_bytes()[:-7])
-    weight = max(
-        (p for p in store.path(*ckpt1).rglob("*") if p.is_file() and "/c/" in str(p)),
-        key=lambda p: p.stat().st_size,
-    )
+    weight = store.path(*ckpt1) / ARRAYS_ZIP
     data = bytearray(weight.read_bytes())
     data[len(data) // 2] ^= 0xFF
     weight.write_bytes(bytes(data))
@@ -247,7 +245,7 @@ def _corrupt_three(cache: Path, spec: ExperimentSpec) -> dict[str, tuple[str, st
     meta = json.loads(meta_path.read_text())
     meta["describe"] = "edited by hand"
     meta_path.write_text(json.dumps(meta))
-    return {"truncated chunk": out0, "altered checkpoint": ckpt1, "edited meta": out2}
+    return {"truncated arrays file": out0, "altered checkpoint": ckpt1, "edited meta": out2}
 
 
 def test_corrupt_entries_warned_and_recomputed_by_the_next_run(

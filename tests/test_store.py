@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 from oodsim.store import CorruptEntryWarning, Store, StoreError
+from oodsim.store_arrays import ARRAYS_ZIP
 from oodsim.store_locks import HEARTBEAT_SECONDS, STALE_LOCK_SECONDS, Heartbeat, why_stale
 
 KEY = "ab" + "0" * 62
@@ -76,8 +77,8 @@ def test_kill_between_write_and_rename_leaves_no_visible_entry(tmp_path: Path) -
 def test_corrupt_entry_is_detected_warned_and_dropped(tmp_path: Path) -> None:
     store = Store(tmp_path)
     path = store.put("outputs", KEY, _arrays())
-    chunk = next(p for p in sorted(path.rglob("*")) if p.is_file() and "/c/" in str(p))
-    chunk.write_bytes(chunk.read_bytes()[:-3] + b"xyz")
+    arrays = path / ARRAYS_ZIP  # the entry's one file of arrays
+    arrays.write_bytes(arrays.read_bytes()[:-3] + b"xyz")
     assert [problem for _, problem in store.verify()]
     with pytest.warns(CorruptEntryWarning, match="recomputed"):
         assert store.get("outputs", KEY) is None
