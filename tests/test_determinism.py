@@ -47,12 +47,12 @@ def test_same_seed_gives_bit_identical_stored_arrays_across_runs_and_worker_coun
     caches = {
         "2 workers": tmp_path / "a",
         "2 workers, again": tmp_path / "b",
-        "1 worker": tmp_path / "c",
+        "1 worker, in-process": tmp_path / "c",
     }
     runs = [
         oodsim.run(spec, address=cluster_address, cache=caches["2 workers"], progress=False),
         oodsim.run(spec, address=cluster_address, cache=caches["2 workers, again"], progress=False),
-        oodsim.run(spec, n_workers=1, cache=caches["1 worker"], progress=False),
+        oodsim.run(spec, n_workers=1, cache=caches["1 worker, in-process"], progress=False),
     ]
     for results in runs:
         assert store_counts(results)["computed"] == {CHECKPOINT: 2, OUTPUTS: 2}
@@ -74,6 +74,24 @@ def test_same_seed_gives_bit_identical_stored_arrays_across_runs_and_worker_coun
             if kind == OUTPUTS:
                 logits.append(expected.arrays["in_test.logits"])
     assert not np.array_equal(logits[0][:10], logits[1][:10])  # seeds differ: not a constant
+
+
+DETERMINISTIC_SCRIPT = """
+import sys, torch
+from oodsim.engine.work import deterministic_torch
+deterministic_torch(1)
+print(torch.are_deterministic_algorithms_enabled(), torch.get_num_threads(),
+      "torch._inductor" in sys.modules, "torch._dynamo" in sys.modules)
+"""
+
+
+def test_a_task_sets_deterministic_torch_without_loading_the_compiler_stack() -> None:
+    """torch.use_deterministic_algorithms imports torch._inductor (1.5 s per worker); the
+    engine sets torch's own flag instead while the compiler is not loaded."""
+    out = subprocess.run(
+        [sys.executable, "-c", DETERMINISTIC_SCRIPT], capture_output=True, text=True, check=True
+    ).stdout.split()
+    assert out == ["True", "1", "False", "False"]
 
 
 KEYS_SCRIPT = """

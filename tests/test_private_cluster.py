@@ -31,6 +31,7 @@ from distributed.security import Security
 import oodsim
 from oodsim.engine import ClusterError, cluster_client
 from oodsim.engine.cluster import _LOCAL_SECURITY, _local_cluster
+from oodsim.engine.nanny import TRIM_VARIABLE
 from tests.conftest import small_digits
 
 TIMEOUT = 5  # seconds an intruder's connection attempt may take (refusals are immediate)
@@ -157,6 +158,19 @@ def test_no_dashboard_or_info_pages_are_served(private: Client) -> None:
             assert refused.value.code == 404, page
 
 
+def test_workers_keep_the_default_memory_trimming(private: Client) -> None:
+    """Dask's nanny would set MALLOC_TRIM_THRESHOLD_ in its workers (torch then trains 2x
+    slower); oodsim's nanny preload drops it."""
+    assert set(private.run(os.environ.get, TRIM_VARIABLE).values()) == {None}
+    assert set(private.run(os.environ.get, "OMP_NUM_THREADS").values()) == {"1"}
+
+
+def test_a_trimming_threshold_the_user_set_is_kept(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(TRIM_VARIABLE, "131072")
+    with cluster_client(n_workers=1) as client:
+        assert set(client.run(os.environ.get, TRIM_VARIABLE).values()) == {"131072"}
+
+
 def test_a_restarted_worker_is_private_too(private: Client) -> None:
     """The nanny restarts a killed worker with the same credentials and no pages (runs last
     on the module's cluster)."""
@@ -173,6 +187,7 @@ def test_a_restarted_worker_is_private_too(private: Client) -> None:
     with pytest.raises(urllib.error.HTTPError, match="404"):
         urllib.request.urlopen(f"http://127.0.0.1:{worker[1]}/health", timeout=TIMEOUT)
     assert tls_session_refused(worker[0])
+    assert set(private.run(os.environ.get, TRIM_VARIABLE).values()) == {None}
     assert private.submit(operator.add, 3, 4, pure=False).result() == 7
 
 
@@ -211,7 +226,9 @@ def test_credentials_are_forgotten_when_the_cluster_closes() -> None:
 
 
 def test_run_on_the_private_local_cluster(tmp_path: Path) -> None:
-    results = oodsim.run(small_digits(1), n_workers=1, cache=tmp_path / "c", progress=False)
+    results = oodsim.run(
+        small_digits(1), cluster="local", n_workers=1, cache=tmp_path / "c", progress=False
+    )
     assert results.sizes["seed"] == 1 and not any(results.failure.values)
 
 

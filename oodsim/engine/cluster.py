@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from oodsim.cluster_spec import ClusterSpec
-from oodsim.engine import jobqueue
+from oodsim.engine import jobqueue, nanny
 from oodsim.engine.guard import check_main_guard
 from oodsim.errors import OodsimError
 
@@ -228,6 +228,8 @@ def _local_cluster(n_workers: int | None) -> Iterator[Any]:
         "dashboard_address": None,
         # the scheduler's HTTP port: any free one (not 8787, with a warning when taken)
         "scheduler_kwargs": {"dashboard": False, "dashboard_address": f"{LOCAL_HOST}:0"},
+        # workers keep glibc's default memory trimming: torch trains 2x faster (see the module)
+        "preload_nanny": [nanny.PRELOAD],
     }
     # kept for the cluster's lifetime: a worker that the nanny restarts reads it again, and
     # the cluster reads the lost-worker timeout each time it loses one

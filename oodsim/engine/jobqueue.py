@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from oodsim.cluster_spec import ClusterSpec
+from oodsim.engine import nanny
 from oodsim.periodic import Periodic
 
 #: How to get dask-jobqueue.
@@ -92,7 +93,15 @@ def job_options(spec: ClusterSpec) -> dict[str, Any]:
         "log_directory": _absolute(spec.log_directory),
         "job_name": JOB_NAME,
         # no dashboard; the worker's HTTP port (health, metrics) on loopback only
-        "worker_extra_args": [*extra_args, "--no-dashboard", "--dashboard-address", LOOPBACK_HTTP],
+        "worker_extra_args": [
+            *extra_args,
+            "--no-dashboard",
+            "--dashboard-address",
+            LOOPBACK_HTTP,
+            # workers keep glibc's default memory trimming (torch trains 2x faster)
+            "--preload-nanny",
+            nanny.PRELOAD,
+        ],
     }
     if spec.kind != "local-jobs":  # the local backend runs the worker command without a shell
         options |= {

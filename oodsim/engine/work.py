@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import os
+import sys
 import time
 from typing import Any
 
@@ -77,11 +78,33 @@ def _quiet_own_failures() -> None:
 def _prepare(shipped: Shipped, torch_threads: int | None) -> None:
     shipped.adopt()
     if torch_threads:
-        # scoring cached seeds in the driver needs no torch
-        import torch
+        deterministic_torch(torch_threads)
 
-        torch.set_num_threads(torch_threads)
-        torch.use_deterministic_algorithms(True, warn_only=True)
+
+def deterministic_torch(threads: int) -> None:
+    """``threads`` torch threads and deterministic algorithms (warnings only where an op has
+    none)."""
+    # scoring cached seeds in the driver needs no torch
+    import torch
+
+    torch.set_num_threads(threads)
+    if not torch.are_deterministic_algorithms_enabled():
+        set_deterministic(True, warn_only=True)
+
+
+def set_deterministic(mode: bool, *, warn_only: bool) -> None:
+    """torch's deterministic mode. ``torch.use_deterministic_algorithms`` imports the compiler
+    stack (``torch._inductor``, 1.5 to 2.5 s) to set a flag of its own, which matters only once
+    the compiler is loaded: before that, only torch's own flag is set."""
+    # only tasks that compute with torch get here
+    import torch
+
+    if "torch._inductor.config" in sys.modules or not hasattr(
+        torch._C, "_set_deterministic_algorithms"
+    ):
+        torch.use_deterministic_algorithms(mode, warn_only=warn_only)
+    else:
+        torch._C._set_deterministic_algorithms(mode, warn_only=warn_only)
 
 
 def run_task(

@@ -1,0 +1,41 @@
+"""A Dask nanny preload that keeps glibc's default memory trimming in the workers it spawns.
+
+Dask's nanny sets ``MALLOC_TRIM_THRESHOLD_=65536`` in the environment of every worker it starts
+(``distributed.nanny.pre-spawn-environ``), so that a worker returns freed memory to the OS at
+once. For torch that is a loss: setting the variable also turns off glibc's adaptive thresholds,
+so every tensor larger than 128 KiB is mapped fresh and faulted in page by page. Measured on
+digits, a worker took 29 M minor page faults instead of 0.5 M, spent ~40% of its CPU time in the
+kernel and trained 2.4 times slower than the same code in one process; without the variable the
+50-seed main job took about half the time, with workers ~8% larger.
+
+Every cluster oodsim starts loads this module into its nannies (``preload_nanny``; job
+clusters pass ``--preload-nanny oodsim.engine.nanny``). For a cluster you start yourself::
+
+    dask worker tls://scheduler:8786 --preload-nanny oodsim.engine.nanny
+
+A value you set yourself in the nanny's environment is kept.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+#: The variable dropped from what a nanny sets before it spawns a worker.
+TRIM_VARIABLE = "MALLOC_TRIM_THRESHOLD_"
+#: This module, as Dask's ``preload_nanny`` option names it.
+PRELOAD = __name__
+
+
+def keep_default_trimming(nanny: Any) -> None:
+    """Drop Dask's ``MALLOC_TRIM_THRESHOLD_`` from what ``nanny`` sets for its workers, unless
+    the nanny's own environment sets it (then it is the user's choice)."""
+    if TRIM_VARIABLE in os.environ:
+        return
+    for environment in (nanny.pre_spawn_env, nanny.env):
+        environment.pop(TRIM_VARIABLE, None)
+
+
+def dask_setup(nanny: Any) -> None:
+    """Dask's preload hook: runs in the nanny before it spawns its first worker."""
+    keep_default_trimming(nanny)
