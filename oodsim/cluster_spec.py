@@ -3,7 +3,8 @@
 :class:`ClusterSpec` is an execution setting like a data root: every protocol's spec may hold one
 (field ``cluster``, TOML table ``[cluster]``), and it never enters a key, so a spec run on this
 machine, on SLURM or on PBS has the same key, the same store entries and the same results.
-``kind`` picks the cluster: ``local`` (oodsim's private local cluster), ``slurm`` and ``pbs``
+``kind`` picks the cluster: ``local`` (oodsim's private local cluster), ``in-process`` (no
+cluster: the tasks run in the calling process), ``slurm`` and ``pbs``
 (workers are batch jobs submitted through dask-jobqueue) or ``local-jobs`` (dask-jobqueue's own
 backend that runs each job as a local process: the whole job path without a batch system, for
 tests and CI). The job fields (``cores``, ``memory``, ...) describe one job; the local cluster
@@ -33,8 +34,10 @@ from oodsim.spec_types import (
     structure,
 )
 
+#: No cluster: every task runs in the calling process (see :func:`runs_in_process`).
+IN_PROCESS = "in-process"
 #: Every kind of cluster a ``[cluster]`` table or ``--cluster`` may name.
-CLUSTER_KINDS = ("local", "local-jobs", "pbs", "slurm")
+CLUSTER_KINDS = (IN_PROCESS, "local", "local-jobs", "pbs", "slurm")
 #: The kinds whose workers are batch jobs (dask-jobqueue).
 JOB_KINDS = ("local-jobs", "pbs", "slurm")
 #: ``HH:MM:SS``, hours unbounded: the walltime form SLURM and PBS both read.
@@ -180,3 +183,23 @@ def resolve_cluster(
     if choice is None or not choice.is_jobs:
         return None, None
     return choice, None
+
+
+def runs_in_process(
+    table: ClusterSpec | None,
+    cluster: Any,
+    address: str | None,
+    n_workers: int | None,
+    n_seeds: int,
+) -> bool:
+    """Whether a run computes in the calling process instead of on a cluster: when its kind is
+    ``in-process``, or when nothing names a cluster (no ``[cluster]`` table, ``cluster`` or
+    ``address``) and the run has one worker (or one seed and no worker count), where a local
+    cluster would cost more (its start, a torch import per worker) than it gives.
+    ``--cluster local`` keeps a cluster of one worker."""
+    if address is not None:
+        return False
+    choice = table if cluster is None else cluster_choice(cluster, table)
+    if isinstance(choice, ClusterSpec):
+        return choice.kind == IN_PROCESS
+    return choice is None and (n_workers == 1 or (n_workers is None and n_seeds == 1))

@@ -245,7 +245,10 @@ def cli_error(capsys: pytest.CaptureFixture[str], *args: str) -> str:
 @pytest.mark.parametrize(
     ("line", "message"),
     [
-        ('kind = "slrum"', "cluster.kind: 'slrum' is not allowed; expected one of 'local', "),
+        (
+            'kind = "slrum"',
+            "cluster.kind: 'slrum' is not allowed; expected one of 'in-process', 'local', ",
+        ),
         ('kind = "slrum"', "Did you mean 'slurm'?"),
         ('cores = "4"', "cluster.cores: '4' is not allowed; expected an integer"),
         ("cores = 0", "cluster.cores: 0 is not allowed; expected a number > 0"),
@@ -275,7 +278,10 @@ def test_a_bad_cluster_table_is_one_line_before_any_compute(
 @pytest.mark.parametrize(
     ("options", "message"),
     [
-        (["--cluster", "slrum"], "cluster: 'slrum' is not allowed; expected one of 'local'"),
+        (
+            ["--cluster", "slrum"],
+            "cluster: 'slrum' is not allowed; expected one of 'in-process', 'local'",
+        ),
         (["--cluster", "slrum"], "or a Dask scheduler address (tls://host:8786"),
         (["--cluster", "slrum"], "Did you mean 'slurm'?"),
         (["--cluster", "PBS"], "Did you mean 'pbs'?"),

@@ -49,7 +49,7 @@ def test_unguarded_script_fails_with_one_clear_message(tmp_path: Path) -> None:
         import oodsim
 
         spec = oodsim.load({str(ROOT / "specs" / "digits.toml")!r})
-        oodsim.run(spec, n_workers=1, cache="cache")
+        oodsim.run(spec, n_workers=2, cache="cache")
         """,
     )
     assert done.returncode == 1

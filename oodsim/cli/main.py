@@ -23,11 +23,16 @@ def add_run_options(command: argparse.ArgumentParser) -> None:
     command.add_argument(
         "--cluster",
         metavar="KIND|ADDRESS",
-        help="where workers run: local, slurm, pbs, local-jobs (batch jobs described by the "
-        "spec's [cluster] table, whose kind this replaces) or an existing scheduler's address "
-        "(default: the spec's [cluster], else local; see docs/cluster.md)",
+        help="where tasks run: local, in-process (no cluster), slurm, pbs, local-jobs (batch "
+        "jobs described by the spec's [cluster] table, whose kind this replaces) or an existing "
+        "scheduler's address (default: the spec's [cluster], else local; see docs/cluster.md)",
     )
-    command.add_argument("--workers", type=int, help="worker processes of the local cluster")
+    command.add_argument(
+        "--workers",
+        type=int,
+        help="worker processes of the local cluster (default: one per core; 1, or a run of one "
+        "seed, runs in this process without a cluster unless --cluster local)",
+    )
     command.add_argument("--cache", help="store root (default: $OODSIM_CACHE or ./cache)")
     command.add_argument("--out", help="where to write results (default: results/<name>.zarr)")
     command.add_argument("--quiet", action="store_true", help="no progress line")

@@ -28,6 +28,7 @@ from typing import Any, TextIO
 from oodsim.cluster_spec import ClusterSpec
 from oodsim.engine import jobqueue, nanny
 from oodsim.engine.guard import check_main_guard
+from oodsim.engine.inprocess import is_deferred
 from oodsim.errors import OodsimError
 
 CONNECT_TIMEOUT = 10.0
@@ -360,6 +361,11 @@ def as_landed(
 ) -> Iterator[Any]:
     """Futures as they finish; a cluster without any worker for ``worker_timeout`` seconds
     raises :class:`ClusterError` instead of waiting forever (finished work stays cached)."""
+    if is_deferred(futures):  # in-process tasks: computed here, one by one, in order
+        for future in futures:
+            future.compute()
+            yield future
+        return
     # distributed loads only when a cluster is needed (cached runs start none)
     from distributed import wait
 

@@ -25,7 +25,7 @@ import attrs
 import numpy as np
 import xarray as xr
 
-from oodsim.cluster_spec import ClusterSpec, resolve_cluster
+from oodsim.cluster_spec import ClusterSpec, resolve_cluster, runs_in_process
 from oodsim.engine.cluster import (
     LOCAL_WORKER_TIMEOUT,
     Progress,
@@ -34,6 +34,7 @@ from oodsim.engine.cluster import (
     cluster_client,
 )
 from oodsim.engine.guard import check_main_guard
+from oodsim.engine.inprocess import InProcess
 from oodsim.engine.load import as_spec
 from oodsim.engine.work import Shipped, run_task, score_seed
 from oodsim.errors import OodsimError, SpecError
@@ -67,10 +68,11 @@ class _Submitter:
         n_workers: int | None,
         worker_timeout: float | None = None,
         jobs: ClusterSpec | None = None,
+        in_process: bool = False,
     ) -> None:
         self.protocol, self.spec, self.store, self.stack = protocol, spec, store, stack
         self.address, self.n_workers, self.worker_timeout = address, n_workers, worker_timeout
-        self.jobs = jobs
+        self.jobs, self.in_process = jobs, in_process
         self.root = str(store.root.resolve())
         self.shipped = Shipped.of(protocol, spec)
         self.client: Any = None
@@ -83,9 +85,12 @@ class _Submitter:
         self.run_id = uuid.uuid4().hex[:16]
 
     def _client(self) -> Any:
+        """A Dask client (the cluster starts on first need), or the in-process executor."""
         if self.client is None:
             self.client = self.stack.enter_context(
-                cluster_client(self.address, self.n_workers, self.jobs)
+                InProcess()
+                if self.in_process
+                else cluster_client(self.address, self.n_workers, self.jobs)
             )
         return self.client
 
@@ -212,8 +217,11 @@ def run(
 
     ``address``: an existing Dask scheduler; else the spec's ``[cluster]`` (batch jobs on
     SLURM, PBS or local processes, see ``docs/cluster.md``) or a local cluster of
-    ``n_workers`` processes, started only when something is missing from the store.
-    ``cluster``: a kind (``"slurm"``, ``"pbs"``, ``"local-jobs"``, ``"local"``) that replaces
+    ``n_workers`` processes, started only when something is missing from the store. With
+    ``n_workers=1`` (or one seed and no ``n_workers``) and nothing naming a cluster, the tasks
+    run in this process without one (faster; the same store entries and results).
+    ``cluster``: a kind (``"slurm"``, ``"pbs"``, ``"local-jobs"``, ``"local"``,
+    ``"in-process"``) that replaces
     the kind of the spec's ``[cluster]`` table, a whole table (a ``ClusterSpec`` or a dict),
     or a scheduler address (like ``address``, which may not be given with it). ``cache``: the
     store root (default ``$OODSIM_CACHE`` or ``./cache``); ``out``: also save the results
@@ -240,7 +248,12 @@ def run(
         and worker_timeout > 0
     ):
         raise SpecError("worker_timeout", worker_timeout, "a finite number of seconds > 0")
-    jobs, address = resolve_cluster(getattr(spec, "cluster", None), cluster, address)
+    seeds = spec.seeds.all()[: spec.max_seeds]
+    table = getattr(spec, "cluster", None)
+    in_process = runs_in_process(table, cluster, address, n_workers, len(seeds))
+    if in_process and n_workers not in (None, 1):
+        raise SpecError("workers", n_workers, "no worker count with an in-process run")
+    jobs, address = resolve_cluster(table, cluster, address)
     if jobs is not None:
         if n_workers is not None:
             raise SpecError(
@@ -249,7 +262,7 @@ def run(
                 f"no worker count with a {jobs.kind} cluster: [cluster] n_jobs x processes",
             )
         check_jobs(jobs)  # dask-jobqueue and the submit command, before any compute
-    elif address is None:  # a local cluster's workers re-import the calling script
+    elif address is None and not in_process:  # a local cluster's workers re-import the script
         check_main_guard()
     if out is not None:
         check_out(out, spec, overwrite, cache if cache is not None else default_root())
@@ -257,7 +270,6 @@ def run(
     protocol.preflight(spec, store)
     layout = protocol.layout(spec)
     stream = (sys.stderr if progress is True else progress) or None
-    seeds = spec.seeds.all()[: spec.max_seeds]
     sequential = spec.stopping.rule != "fixed"
     batches = SeedBatches(seeds, spec.stopping.batch_size if sequential else max(len(seeds), 1))
     tracker = Progress(len(seeds), stream, unit=protocol.unit)
@@ -268,7 +280,7 @@ def run(
     started = time.perf_counter()
     with contextlib.ExitStack() as stack:
         submitter = _Submitter(
-            protocol, spec, store, stack, address, n_workers, worker_timeout, jobs
+            protocol, spec, store, stack, address, n_workers, worker_timeout, jobs, in_process
         )
         futures: dict[int, Any] = {}
         submitted: dict[int, None] = {}  # every seed handed to the cluster, in order

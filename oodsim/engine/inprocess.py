@@ -1,0 +1,105 @@
+"""The engine's tasks run in the calling process, without Dask.
+
+A local cluster costs its start (about 2.5 s) and a torch import per worker; with one worker it
+buys nothing, so ``oodsim run --workers 1`` (and a run of one seed) runs here instead:
+:class:`InProcess` is the part of ``distributed.Client`` the engine uses (``submit``,
+``cancel``), and its futures are computed one at a time, in the order the engine collects
+them. The tasks, the store and the results are the same as on a cluster, bit for bit (a test
+checks it); only the process differs. torch's thread count and deterministic mode, which the
+tasks set as on a worker, are restored when the run ends.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from types import TracebackType
+from typing import Any
+
+from oodsim.engine.work import set_deterministic
+
+
+class Deferred:
+    """A task submitted in-process: computed on first :meth:`result` (or by
+    :meth:`InProcess.compute`), with the results of the deferred tasks among its arguments."""
+
+    client = None  # a local run waits for no worker
+
+    def __init__(self, function: Callable[..., Any], args: tuple[Any, ...]) -> None:
+        self.function, self.args = function, args
+        self.status = "pending"  # then "finished", "error" or "cancelled", like a Dask future
+        self._value: Any = None
+        self._error: BaseException | None = None
+
+    def compute(self) -> None:
+        """Run the task unless it ran (its upstream tasks first); an exception is kept for
+        :meth:`result`, as a Dask future keeps it; Ctrl-C is not caught."""
+        if self.status != "pending":
+            return
+        try:
+            args = [arg.result() if isinstance(arg, Deferred) else arg for arg in self.args]
+            self._value = self.function(*args)
+            self.status = "finished"
+        except Exception as error:
+            self._error, self.status = error, "error"
+
+    def result(self) -> Any:
+        self.compute()
+        if self.status == "cancelled":
+            raise RuntimeError("the task was cancelled")
+        if self._error is not None:
+            raise self._error
+        return self._value
+
+
+class InProcess:
+    """What the engine asks of a Dask client, done in this process (a context manager that
+    restores torch's settings on exit)."""
+
+    def __init__(self) -> None:
+        self._torch_state: tuple[int, bool, bool] | None = None
+
+    def submit(self, function: Callable[..., Any], *args: Any, **_: Any) -> Deferred:
+        """A deferred call of ``function(*args)`` (Dask's ``key``/``pure`` are not needed)."""
+        self._remember_torch()
+        return Deferred(function, args)
+
+    def cancel(self, futures: Iterable[Deferred]) -> None:
+        for future in futures:
+            if future.status == "pending":
+                future.status = "cancelled"
+
+    def __enter__(self) -> InProcess:
+        return self
+
+    def __exit__(
+        self,
+        kind: type[BaseException] | None,
+        error: BaseException | None,
+        trace: TracebackType | None,
+    ) -> None:
+        if self._torch_state is None:
+            return
+        # torch is loaded: the tasks imported it
+        import torch
+
+        threads, deterministic, warn_only = self._torch_state
+        torch.set_num_threads(threads)
+        if torch.are_deterministic_algorithms_enabled() != deterministic:
+            set_deterministic(deterministic, warn_only=warn_only)
+
+    def _remember_torch(self) -> None:
+        """torch's settings before the first task changes them."""
+        if self._torch_state is None:
+            # the tasks need torch anyway: every task trains, infers or scores with it
+            import torch
+
+            self._torch_state = (
+                torch.get_num_threads(),
+                torch.are_deterministic_algorithms_enabled(),
+                torch.is_deterministic_algorithms_warn_only_enabled(),
+            )
+
+
+def is_deferred(futures: Iterable[Any]) -> bool:
+    """Whether ``futures`` are in-process tasks (or there are none)."""
+    return all(isinstance(future, Deferred) for future in futures)
