@@ -56,7 +56,7 @@ def _dataset_names() -> list[str]:
 
 
 def _architecture_names() -> list[str]:
-    # imports torch (the built-ins register on import): only when an architecture is checked
+    # the built-ins register on import (no torch): only when an architecture is checked
     import oodsim.models.architectures  # noqa: F401
     from oodsim.models.registry import available_architectures
 
@@ -275,7 +275,7 @@ class ModelSpec(_Keyed):
 
     @arch.validator
     def _check_arch(self, attribute: attrs.Attribute, value: str) -> None:
-        # imports torch (the built-ins register on import): only when an architecture is checked
+        # the built-ins register on import (no torch): only when an architecture is checked
         import oodsim.models.architectures  # noqa: F401
         from oodsim.models.registry import TIMM_PREFIX, get_architecture
 
@@ -289,7 +289,7 @@ class ModelSpec(_Keyed):
 
     @params.validator
     def _check_params(self, attribute: attrs.Attribute, value: Params) -> None:
-        # imports torch: only when an architecture's parameters are checked
+        # the registry sits above the specs: only when an architecture's parameters are checked
         from oodsim.models.registry import get_architecture
 
         architecture = get_architecture(self.arch)

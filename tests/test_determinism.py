@@ -22,8 +22,8 @@ import pytest
 import oodsim
 from oodsim.detectors import _registry
 from oodsim.engine.work import run_seed
-from oodsim.models import inference, training
 from oodsim.models import registry as arch_registry
+from oodsim.models import versions
 from oodsim.protocols.open_set import (
     CHECKPOINT,
     KAPPA,
@@ -156,8 +156,8 @@ def _changed(before: dict[str, set[str]], after: dict[str, set[str]]) -> set[str
 @pytest.mark.parametrize(
     ("bump", "invalidated"),
     [
-        (lambda m: m.setattr(inference, "VERSION", "2"), {OUTPUTS, OOD_OUTPUTS, KAPPA}),
-        (lambda m: m.setattr(training, "VERSION", "2"), {CHECKPOINT, OUTPUTS, OOD_OUTPUTS, KAPPA}),
+        (lambda m: m.setattr(versions, "INFERENCE", "2"), {OUTPUTS, OOD_OUTPUTS, KAPPA}),
+        (lambda m: m.setattr(versions, "TRAINING", "2"), {CHECKPOINT, OUTPUTS, OOD_OUTPUTS, KAPPA}),
         (
             lambda m: m.setitem(
                 arch_registry.BUILTINS,
@@ -222,7 +222,7 @@ def test_a_version_bump_recomputes_exactly_the_dependent_artifacts(
     detector = _registry.BUILTINS["mc_dropout"]
     monkeypatch.setitem(_registry.BUILTINS, "mc_dropout", attrs.evolve(detector, version="bumped"))
     assert computed() == {KAPPA: 2}  # on the ID test set and the held-out OOD set
-    monkeypatch.setattr(inference, "VERSION", "2")
+    monkeypatch.setattr(versions, "INFERENCE", "2")
     assert computed() == {OUTPUTS: 1, KAPPA: 2}  # the checkpoint still holds
 
 

@@ -154,3 +154,31 @@ def test_every_function_level_import_says_why() -> None:
         if (lines := _unexplained_function_imports(path))
     }
     assert missing == {}
+
+
+DRIVER_SCRIPT = """
+import sys
+import oodsim
+from oodsim.engine.load import as_spec
+from oodsim.protocols import protocol_of
+from oodsim.store import Store
+spec = as_spec("specs/digits.toml")
+protocol = protocol_of(spec)
+protocol.preflight(spec, Store(sys.argv[1]))
+keys = [protocol.plan(spec, seed) for seed in spec.seeds.all()[:3]]
+print(sorted(name for name in sys.modules if name.split(".")[0] in ("torch", "torchvision")))
+"""
+
+
+def test_a_driver_validates_preflights_and_plans_the_main_job_without_torch(
+    tmp_path: Path,
+) -> None:
+    """torch costs a driver ~1 s and 600 MB: the workers need it, the driver does not."""
+    done = subprocess.run(
+        [sys.executable, "-c", DRIVER_SCRIPT, str(tmp_path / "cache")],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        check=True,
+    )
+    assert done.stdout.splitlines()[-1] == "[]"

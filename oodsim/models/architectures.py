@@ -3,20 +3,18 @@
 Every model has ``embed(x)`` → penultimate features, ``head`` = dropout then the final linear
 layer, and ``forward(x) == head(embed(x))`` → logits (:mod:`oodsim.models.classifier`).
 Importing this module registers the built-ins and the ``timm:`` family in
-:mod:`oodsim.models.registry`; :func:`build_model` builds any registered architecture and
-checks the contract.
+:mod:`oodsim.models.registry` without importing torch (a driver that validates a spec needs
+their names and signatures only: torch costs ~1 s and 600 MB); torch loads when a model is
+built. :func:`build_model` builds any registered architecture and checks the contract.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import torch
-from torch import nn
-
-from oodsim.models.classifier import Classifier, ContractModel
 from oodsim.models.registry import (
+    BUILTINS,
     TIMM_PREFIX,
     ArchitectureError,
     builtin_architecture,
@@ -25,7 +23,13 @@ from oodsim.models.registry import (
 )
 from oodsim.models.timm_backbone import timm_architecture
 
+if TYPE_CHECKING:
+    from torch import nn
+
+    from oodsim.models.classifier import Classifier, ContractModel
+
 __all__ = [
+    "BUILTINS",
     "Classifier",
     "ContractModel",
     "build_model",
@@ -38,11 +42,25 @@ __all__ = [
 register_prefix(TIMM_PREFIX, timm_architecture)
 
 
+def __getattr__(name: str) -> Any:
+    """``Classifier`` and ``ContractModel``, imported (with torch) on first use."""
+    if name in ("Classifier", "ContractModel"):
+        # torch loads when a classifier is first needed, not when a spec names one
+        from oodsim.models import classifier
+
+        return getattr(classifier, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
 @builtin_architecture("small_cnn")
 def small_cnn(
     in_channels: int, n_classes: int, image_size: int, dropout: float, width: int
 ) -> Classifier:
     """Three conv blocks and global average pooling: trains in seconds on a CPU."""
+    # torch loads when a model is built
+    from torch import nn
+
+    from oodsim.models.classifier import Classifier
 
     def block(cin: int, cout: int) -> list[nn.Module]:
         return [
@@ -69,8 +87,11 @@ def resnet18(
     in_channels: int, n_classes: int, image_size: int, dropout: float, width: int
 ) -> Classifier:
     """torchvision ResNet-18 as in the study; a 3x3 stem without max-pool for small images."""
-    # torchvision loads only for ResNet-18
+    # torch and torchvision load when a model is built (torchvision only for ResNet-18)
+    from torch import nn
     from torchvision.models import resnet18 as tv_resnet18
+
+    from oodsim.models.classifier import Classifier
 
     net = tv_resnet18(weights=None)
     if image_size <= 64:
@@ -80,29 +101,6 @@ def resnet18(
         net.conv1 = nn.Conv2d(in_channels, 64, 7, stride=2, padding=3, bias=False)
     net.fc = nn.Identity()
     return Classifier(net, 512, n_classes, dropout)
-
-
-class _WideBlock(nn.Module):
-    """Pre-activation residual block of a wide ResNet (BN-ReLU-conv twice, 1x1 shortcut when
-    the shape changes)."""
-
-    def __init__(self, cin: int, cout: int, stride: int) -> None:
-        super().__init__()
-        self.bn1, self.bn2 = nn.BatchNorm2d(cin), nn.BatchNorm2d(cout)
-        self.conv1 = nn.Conv2d(cin, cout, 3, stride=stride, padding=1, bias=False)
-        self.conv2 = nn.Conv2d(cout, cout, 3, stride=1, padding=1, bias=False)
-        self.shortcut = (
-            None
-            if cin == cout and stride == 1
-            else nn.Conv2d(cin, cout, 1, stride=stride, bias=False)
-        )
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        out = torch.relu(self.bn1(x))
-        skip = x if self.shortcut is None else self.shortcut(out)
-        out = self.conv1(out)
-        out = self.conv2(torch.relu(self.bn2(out)))
-        return out + skip
 
 
 @builtin_architecture("wrn40_2")
@@ -115,13 +113,19 @@ def wrn40_2(
         raise ArchitectureError(f"wrn40_2: depth must be 6n + 4 >= 10, got {depth}")
     if widen < 1:
         raise ArchitectureError(f"wrn40_2: widen must be >= 1, got {widen}")
+    # torch loads when a model is built
+    from torch import nn
+
+    from oodsim.models.classifier import Classifier
+    from oodsim.models.wide_block import WideBlock
+
     n = (depth - 4) // 6
     widths = [16, 16 * widen, 32 * widen, 64 * widen]
     layers: list[nn.Module] = [nn.Conv2d(in_channels, widths[0], 3, padding=1, bias=False)]
     for group, stride in zip(range(3), (1, 2, 2), strict=True):
         for i in range(n):
             cin = widths[group] if i == 0 else widths[group + 1]
-            layers.append(_WideBlock(cin, widths[group + 1], stride if i == 0 else 1))
+            layers.append(WideBlock(cin, widths[group + 1], stride if i == 0 else 1))
     layers += [
         nn.BatchNorm2d(widths[3]),
         nn.ReLU(inplace=True),
@@ -144,6 +148,12 @@ def build_model(
 ) -> nn.Module:
     """Instantiate a registered architecture with weights drawn from the ``init`` stream; a
     model without ``forward_with_features`` is wrapped in :class:`ContractModel`."""
+    # torch loads when a model is built
+    import torch
+    from torch import nn
+
+    from oodsim.models.classifier import ContractModel
+
     architecture = get_architecture(arch)
     standard = {
         "in_channels": in_channels,
@@ -185,6 +195,9 @@ def check_contract(
     """Run two blank images (C, H, W = ``shape``) through ``model`` in eval mode: logits of
     ``n_classes`` columns, 2-D features, and ``forward(x) == head(embed(x))``, or one clear
     :class:`ArchitectureError` (before any training, in the driver)."""
+    # torch loads when a model is checked
+    import torch
+
     x = torch.zeros((2, *shape))
     model.eval()
     try:

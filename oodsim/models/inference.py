@@ -7,10 +7,8 @@ from collections.abc import Iterable
 import numpy as np
 import torch
 
-from oodsim.models.architectures import Classifier
+from oodsim.models.classifier import Classifier
 from oodsim.models.tensors import to_tensor
-
-VERSION = "1"  # bump when inference changes: it enters output keys
 
 
 def infer_batches(

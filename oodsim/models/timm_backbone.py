@@ -11,7 +11,6 @@ import difflib
 from typing import Any
 
 from oodsim.errors import SpecError
-from oodsim.models.classifier import Classifier
 from oodsim.models.registry import TIMM_PREFIX, Architecture, ArchitectureError
 
 #: Bump when this adapter changes; timm's own version enters the architecture's version too.
@@ -43,6 +42,9 @@ def timm_architecture(name: str) -> Architecture:
         **params: Any,
     ) -> Any:
         """A timm backbone (features of ``num_classes=0``) with oodsim's head on top."""
+        # torch is loaded (timm imports it); the classifier module needs it
+        from oodsim.models.classifier import Classifier
+
         try:
             encoder = timm.create_model(
                 model_name, pretrained=False, num_classes=0, in_chans=in_channels, **params

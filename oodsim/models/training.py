@@ -11,13 +11,11 @@ import torch
 import torch.nn.functional as F
 
 from oodsim.errors import OodsimError
-from oodsim.models.architectures import Classifier
 from oodsim.models.augment import augment_batch
+from oodsim.models.classifier import Classifier
 from oodsim.models.tensors import to_tensor
 from oodsim.seeds import SeedStreams
 from oodsim.specs import TrainingSpec
-
-VERSION = "1"  # bump when the recipe's code changes: it enters checkpoint keys
 
 
 class TrainingDiverged(OodsimError):

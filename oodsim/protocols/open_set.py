@@ -33,6 +33,9 @@ from oodsim.detectors import confidence, get_detector
 from oodsim.errors import SpecError
 from oodsim.keys import digest
 from oodsim.metrics import METRICS, NonFiniteScoreError
+from oodsim.models import versions
+from oodsim.models.architectures import BUILTINS
+from oodsim.models.registry import get_architecture
 from oodsim.outputs import Outputs
 from oodsim.protocols.base import Protocol, SeedFailed, Task, checked_kappa, stored
 from oodsim.protocols.degenerate import PREFIX as DEGENERATE
@@ -58,13 +61,9 @@ class SimulationFailed(SeedFailed):
 
 
 def checkpoint_key(spec: ExperimentSpec, streams: SeedStreams) -> str:
-    # imports torch: only when a model is built, trained or run
-    from oodsim.models import architectures, training  # noqa: F401  (built-ins register)
-    from oodsim.models.registry import get_architecture
-
     return digest(
         CHECKPOINT,
-        f"{training.VERSION}/{get_architecture(spec.model.arch).version}",
+        f"{versions.TRAINING}/{get_architecture(spec.model.arch).version}",
         {
             "dataset": spec.dataset.key,
             "split": spec.split.key,
@@ -76,19 +75,13 @@ def checkpoint_key(spec: ExperimentSpec, streams: SeedStreams) -> str:
 
 
 def outputs_key(checkpoint: str) -> str:
-    # imports torch: only when a model is built, trained or run
-    from oodsim.models import inference
-
-    return digest(OUTPUTS, inference.VERSION, {"checkpoint": checkpoint})
+    return digest(OUTPUTS, versions.INFERENCE, {"checkpoint": checkpoint})
 
 
 def ood_outputs_key(checkpoint: str, ood: OODSetSpec, streams: SeedStreams) -> str:
-    # imports torch: only when a model is built, trained or run
-    from oodsim.models import inference
-
     return digest(
         OOD_OUTPUTS,
-        inference.VERSION,
+        versions.INFERENCE,
         {"checkpoint": checkpoint, "ood": ood.key, "ood_sampling": streams.entropy("ood_sampling")},
     )
 
@@ -619,8 +612,12 @@ def _check_sample_split(spec: ExperimentSpec, data: Any) -> None:
 def _check_architecture(spec: ExperimentSpec, data: Any, store: Store) -> None:
     """Build the first seed's model here and run two blank images through it: a builder
     that fails, or a model that breaks the classifier contract, is one clear error before
-    any training instead of a failure of every seed on the cluster. Skipped when that seed's
-    checkpoint is stored: this architecture has trained already (a cached run builds none)."""
+    any training instead of a failure of every seed on the cluster. Skipped for a built-in
+    architecture with its default parameters (the tests check their contract, and the driver
+    then needs no torch) and when that seed's checkpoint is stored: this architecture has
+    trained already (a cached run builds none)."""
+    if spec.model.arch in BUILTINS and not spec.model.params:
+        return
     seed = spec.seeds.all()[0]
     if store.has(CHECKPOINT, checkpoint_key(spec, SeedStreams(seed, dict(spec.seeds.pinned)))):
         return

@@ -27,7 +27,7 @@ import attrs
 from oodsim.data.splits import split_classes
 from oodsim.errors import SpecError
 from oodsim.keys import digest
-from oodsim.models import inference, zoo
+from oodsim.models import versions, zoo
 from oodsim.models.zoo import (
     ModelRef,
     find_timm_weights,
@@ -178,7 +178,7 @@ def outputs_key(
         "shard": shard,
         "noise": noise,
     }
-    return digest(OUTPUTS, f"{VERSION}/{zoo.VERSION}/{inference.VERSION}", fields)
+    return digest(OUTPUTS, f"{VERSION}/{zoo.VERSION}/{versions.INFERENCE}", fields)
 
 
 def kappa(part: Part, detector: DetectorSpec, streams: SeedStreams) -> Kappa:
