@@ -1,7 +1,8 @@
 """The Dask side of the engine: one way to get a client, watch work land, and show progress.
 
 :func:`cluster_client` starts a ``distributed.LocalCluster`` of worker processes (one torch
-thread each), or a ``dask_cuda.LocalCUDACluster`` when CUDA and dask-cuda are present, or a
+thread each), or a cluster of CUDA workers when CUDA and dask-cuda are present (one per GPU, or
+``n_workers`` packed over the GPUs: :mod:`oodsim.engine.gpu`), or a
 cluster whose workers are batch jobs (SLURM, PBS, local jobs: a ``[cluster]`` table, see
 :mod:`oodsim.engine.jobqueue`), or connects to an existing scheduler at ``address``
 (``dask scheduler``). A local cluster is private: its scheduler, nannies and workers listen on
@@ -26,7 +27,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from oodsim.cluster_spec import ClusterSpec
-from oodsim.engine import jobqueue, nanny
+from oodsim.engine import gpu, jobqueue, nanny
 from oodsim.engine.guard import check_main_guard
 from oodsim.engine.inprocess import is_deferred
 from oodsim.errors import OodsimError
@@ -106,22 +107,6 @@ def _clock(seconds: float) -> str:
 
 
 # --------------------------------------------------------------------------- cluster
-
-
-def _cuda_cluster(private: dict[str, Any]) -> Any | None:
-    """A LocalCUDACluster (one worker per GPU) when CUDA and dask-cuda are both present;
-    ``private`` are the LocalCluster options that keep it private."""
-    try:
-        # only to ask for CUDA when a cluster starts
-        import torch
-
-        if not torch.cuda.is_available():
-            return None
-        # the optional extra [gpu]
-        from dask_cuda import LocalCUDACluster
-    except ImportError:
-        return None
-    return LocalCUDACluster(threads_per_worker=1, silence_logs=logging.ERROR, **private)
 
 
 def _probe_scheduler(address: str, timeout: float, security: Any) -> None:
@@ -214,15 +199,14 @@ def _connect(address: str) -> Any:
         ) from None
 
 
-@contextlib.contextmanager
-def _local_cluster(n_workers: int | None) -> Iterator[Any]:
-    """A private local cluster (see the module docstring), closed on exit."""
+def private_options() -> dict[str, Any]:
+    """The ``LocalCluster`` options that make a local cluster private (see the module):
+    TLS with new temporary credentials, loopback only, no dashboard, and oodsim's nanny
+    preload (:mod:`oodsim.engine.nanny`)."""
     # distributed loads only when a cluster is needed (cached runs start none)
-    import dask.config
-    from distributed import LocalCluster
     from distributed.security import Security
 
-    private = {
+    return {
         "security": Security.temporary(),  # in memory; spawned workers get it through a pipe
         "protocol": "tls",
         "host": LOCAL_HOST,
@@ -232,11 +216,21 @@ def _local_cluster(n_workers: int | None) -> Iterator[Any]:
         # workers keep glibc's default memory trimming: torch trains 2x faster (see the module)
         "preload_nanny": [nanny.PRELOAD],
     }
+
+
+@contextlib.contextmanager
+def _local_cluster(n_workers: int | None) -> Iterator[Any]:
+    """A private local cluster (see the module docstring), closed on exit."""
+    # distributed loads only when a cluster is needed (cached runs start none)
+    import dask.config
+    from distributed import LocalCluster
+
+    private = private_options()
     # kept for the cluster's lifetime: a worker that the nanny restarts reads it again, and
     # the cluster reads the lost-worker timeout each time it loses one
     config = {**NO_HTTP_ROUTES, "distributed.deploy.lost-worker-timeout": LOCAL_LOST_WORKER_TIMEOUT}
     with dask.config.set(config):
-        cluster = None if n_workers else _cuda_cluster(private)
+        cluster = gpu.cuda_cluster(private, n_workers)
         if cluster is None:
             cluster = LocalCluster(
                 n_workers=n_workers or os.cpu_count() or 1,
