@@ -44,6 +44,9 @@ NO_HTTP_ROUTES = {"distributed.scheduler.http.routes": [], "distributed.worker.h
 # nanny restarts its worker by itself; the local run's worker_timeout still ends a run that
 # truly has none.
 LOCAL_LOST_WORKER_TIMEOUT = "300 s"
+# Dask's statistical profiler samples every worker thread's stack 100 times a second (for the
+# dashboard, which the local cluster does not serve): ~1 s of CPU per worker and digits run
+NO_PROFILER = {"distributed.worker.profile.enabled": False}
 # scheduler address -> credentials, for the local clusters this process runs (a driver that
 # passes such an address, as tests and benchmarks/soak.py do, connects with them)
 _LOCAL_SECURITY: dict[str, Any] = {}
@@ -228,7 +231,11 @@ def _local_cluster(n_workers: int | None) -> Iterator[Any]:
     private = private_options()
     # kept for the cluster's lifetime: a worker that the nanny restarts reads it again, and
     # the cluster reads the lost-worker timeout each time it loses one
-    config = {**NO_HTTP_ROUTES, "distributed.deploy.lost-worker-timeout": LOCAL_LOST_WORKER_TIMEOUT}
+    config = {
+        **NO_HTTP_ROUTES,
+        **NO_PROFILER,
+        "distributed.deploy.lost-worker-timeout": LOCAL_LOST_WORKER_TIMEOUT,
+    }
     with dask.config.set(config):
         cluster = gpu.cuda_cluster(private, n_workers)
         if cluster is None:
