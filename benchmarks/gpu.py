@@ -51,6 +51,7 @@ from distributed import Client
 from oodsim.data.splits import SUBSETS, make_split
 from oodsim.engine.cluster import NO_HTTP_ROUTES, private_options
 from oodsim.engine.gpu import cuda_cluster, visible_gpus
+from oodsim.engine.work import deterministic_torch
 from oodsim.models.architectures import build_model
 from oodsim.models.inference import infer
 from oodsim.models.tensors import channel_stats
@@ -87,23 +88,27 @@ def _sync(device: str) -> None:
 
 def _prepare() -> None:
     """What oodsim's workers set before a task: one torch thread, deterministic algorithms."""
-    torch.set_num_threads(1)
-    torch.use_deterministic_algorithms(True, warn_only=True)
+    deterministic_torch(1)
 
 
-def warm_up(device: str, batch: int) -> str:
-    """One training step and one inference batch of ``batch`` images (the CUDA context, cuDNN
-    and cuBLAS start here, not in the timed part); the name of the device."""
-    _prepare()
-    model = build_model(
+def recipe_model(init_seed: int) -> torch.nn.Module:
+    """The study's ResNet-18 (dropout 0.2) for CIFAR-shaped images, from oodsim's registry."""
+    return build_model(
         MODEL.arch,
         in_channels=3,
         n_classes=SPLIT.n_known,
         image_size=32,
         dropout=MODEL.dropout,
         width=MODEL.width,
-        init_seed=0,
-    ).to(device)
+        init_seed=init_seed,
+    )
+
+
+def warm_up(device: str, batch: int) -> str:
+    """One training step and one inference batch of ``batch`` images (the CUDA context, cuDNN
+    and cuBLAS start here, not in the timed part); the name of the device."""
+    _prepare()
+    model = recipe_model(0).to(device)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
     x = torch.zeros(batch, 3, 32, 32, device=device)
     loss = model(x).sum()
@@ -125,15 +130,7 @@ def simulate(seed: int, pool_size: int, epochs: int, device: str) -> dict[str, A
     known = split.known_labels(labels)
     train_idx, val_idx = split.indices["in_train"], split.indices["in_val"]
     mean, std = channel_stats(images[train_idx])
-    model = build_model(
-        MODEL.arch,
-        in_channels=3,
-        n_classes=SPLIT.n_known,
-        image_size=32,
-        dropout=MODEL.dropout,
-        width=MODEL.width,
-        init_seed=streams.torch_seed("init"),
-    )
+    model = recipe_model(streams.torch_seed("init"))
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         _sync(device)
