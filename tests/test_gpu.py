@@ -87,7 +87,7 @@ def test_each_packed_worker_sees_only_its_gpu(packed: Client) -> None:
 def test_the_packed_cluster_is_private(packed: Client) -> None:
     """The options of oodsim's local cluster hold for its GPU workers too: TLS on loopback,
     and the nanny preload that keeps the default memory trimming."""
-    assert set(packed.run(os.environ.get, TRIM_VARIABLE).values()) == {None}
+    assert set(packed.run(os.getenv, TRIM_VARIABLE).values()) == {None}
     address = packed.scheduler.address
     assert address.startswith(f"tls://{LOCAL_HOST}:")
     for worker, info in packed.scheduler_info()["workers"].items():

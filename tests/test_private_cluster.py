@@ -43,6 +43,14 @@ class Intruder(Security):
         return args
 
 
+@pytest.fixture(autouse=True)
+def no_trim_variable_left_behind(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A plain Dask nanny leaves MALLOC_TRIM_THRESHOLD_ in this process's environment, where a
+    worker that oodsim's nanny restarts later would inherit it: each test starts without it
+    and its own leftovers are undone."""
+    monkeypatch.delenv(TRIM_VARIABLE, raising=False)
+
+
 @pytest.fixture(scope="module")
 def private() -> Iterator[Client]:
     with cluster_client(n_workers=1) as client:
@@ -159,15 +167,28 @@ def test_no_dashboard_or_info_pages_are_served(private: Client) -> None:
 
 def test_workers_keep_the_default_memory_trimming(private: Client) -> None:
     """Dask's nanny would set MALLOC_TRIM_THRESHOLD_ in its workers (torch then trains 2x
-    slower); oodsim's nanny preload drops it."""
-    assert set(private.run(os.environ.get, TRIM_VARIABLE).values()) == {None}
-    assert set(private.run(os.environ.get, "OMP_NUM_THREADS").values()) == {"1"}
+    slower); oodsim's nanny preload drops it. (``os.getenv`` runs on the worker; a bound
+    ``os.environ.get`` would be pickled with the driver's environment.)"""
+    assert set(private.run(os.getenv, TRIM_VARIABLE).values()) == {None}
+    assert set(private.run(os.getenv, "OMP_NUM_THREADS").values()) == {"1"}
 
 
 def test_a_trimming_threshold_the_user_set_is_kept(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv(TRIM_VARIABLE, "131072")
     with cluster_client(n_workers=1) as client:
-        assert set(client.run(os.environ.get, TRIM_VARIABLE).values()) == {"131072"}
+        assert set(client.run(os.getenv, TRIM_VARIABLE).values()) == {"131072"}
+
+
+def test_dasks_value_left_behind_by_an_earlier_nanny_is_dropped(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A Dask nanny copies MALLOC_TRIM_THRESHOLD_=65536 into its process's environment and
+    leaves it there: a plain LocalCluster started earlier in the same process does that."""
+    with LocalCluster(n_workers=1, threads_per_worker=1, dashboard_address=None):
+        assert os.environ.get(TRIM_VARIABLE) == "65536"
+    monkeypatch.setenv(TRIM_VARIABLE, "65536")  # as it is now: explicit for the reader
+    with cluster_client(n_workers=1) as client:
+        assert set(client.run(os.getenv, TRIM_VARIABLE).values()) == {None}
 
 
 def test_a_restarted_worker_is_private_too(private: Client) -> None:
@@ -186,7 +207,7 @@ def test_a_restarted_worker_is_private_too(private: Client) -> None:
     with pytest.raises(urllib.error.HTTPError, match="404"):
         urllib.request.urlopen(f"http://127.0.0.1:{worker[1]}/health", timeout=TIMEOUT)
     assert tls_session_refused(worker[0])
-    assert set(private.run(os.environ.get, TRIM_VARIABLE).values()) == {None}
+    assert set(private.run(os.getenv, TRIM_VARIABLE).values()) == {None}
     assert private.submit(operator.add, 3, 4, pure=False).result() == 7
 
 

@@ -13,7 +13,10 @@ clusters pass ``--preload-nanny oodsim.engine.nanny``). For a cluster you start 
 
     dask worker tls://scheduler:8786 --preload-nanny oodsim.engine.nanny
 
-A value you set yourself in the nanny's environment is kept.
+A value you set yourself in the nanny's environment is kept (unless it is Dask's own, 65536,
+which an earlier Dask nanny of the same process may have left in it). One case stays out of
+reach: a worker that an oodsim nanny restarts after another, plain Dask cluster was started in
+the same process inherits the value that cluster's nanny left in the environment.
 """
 
 from __future__ import annotations
@@ -28,12 +31,21 @@ PRELOAD = __name__
 
 
 def keep_default_trimming(nanny: Any) -> None:
-    """Drop Dask's ``MALLOC_TRIM_THRESHOLD_`` from what ``nanny`` sets for its workers, unless
-    the nanny's own environment sets it (then it is the user's choice)."""
-    if TRIM_VARIABLE in os.environ:
+    """Drop Dask's ``MALLOC_TRIM_THRESHOLD_`` from what ``nanny`` sets for its workers, and from
+    this process's environment when it holds Dask's own value: a nanny copies what it sets into
+    its process's ``os.environ`` and never takes it back, so any Dask cluster started here
+    before leaves it behind for every later worker to inherit. A value of your own (any other)
+    is kept."""
+    # distributed is loaded: this runs in a nanny
+    import dask.config
+
+    dasks = dask.config.get("distributed.nanny.pre-spawn-environ", {}).get(TRIM_VARIABLE)
+    own = os.environ.get(TRIM_VARIABLE)
+    if own is not None and (dasks is None or own != str(dasks)):
         return
     for environment in (nanny.pre_spawn_env, nanny.env):
         environment.pop(TRIM_VARIABLE, None)
+    os.environ.pop(TRIM_VARIABLE, None)
 
 
 def dask_setup(nanny: Any) -> None:
