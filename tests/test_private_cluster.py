@@ -184,7 +184,7 @@ def test_dasks_value_left_behind_by_an_earlier_nanny_is_dropped(
 ) -> None:
     """A Dask nanny copies MALLOC_TRIM_THRESHOLD_=65536 into its process's environment and
     leaves it there: a plain LocalCluster started earlier in the same process does that."""
-    with LocalCluster(n_workers=1, threads_per_worker=1, dashboard_address=None):
+    with LocalCluster(n_workers=1, threads_per_worker=1, dashboard_address="127.0.0.1:0"):
         assert os.environ.get(TRIM_VARIABLE) == "65536"
     monkeypatch.setenv(TRIM_VARIABLE, "65536")  # as it is now: explicit for the reader
     with cluster_client(n_workers=1) as client:
