@@ -161,6 +161,11 @@ def cluster_choice(value: Any, base: ClusterSpec | None, field: str = "cluster")
     )
 
 
+def _chosen(table: ClusterSpec | None, cluster: Any) -> ClusterSpec | str | None:
+    """What a run asks for without an ``address``: ``cluster`` over the spec's ``table``."""
+    return table if cluster is None else cluster_choice(cluster, table)
+
+
 def resolve_cluster(
     table: ClusterSpec | None, cluster: Any = None, address: str | None = None
 ) -> tuple[ClusterSpec | None, str | None]:
@@ -177,7 +182,7 @@ def resolve_cluster(
         )
     if address is not None:
         return None, address
-    choice = table if cluster is None else cluster_choice(cluster, table)
+    choice = _chosen(table, cluster)
     if isinstance(choice, str):
         return None, choice
     if choice is None or not choice.is_jobs:
@@ -199,7 +204,7 @@ def runs_in_process(
     ``--cluster local`` keeps a cluster of one worker."""
     if address is not None:
         return False
-    choice = table if cluster is None else cluster_choice(cluster, table)
+    choice = _chosen(table, cluster)
     if isinstance(choice, ClusterSpec):
         return choice.kind == IN_PROCESS
     return choice is None and (n_workers == 1 or (n_workers is None and n_seeds == 1))

@@ -56,8 +56,9 @@ def _worker_names(devices: Sequence[str]) -> list[str]:
     seen: dict[str, int] = {}
     names = []
     for device in devices:
-        names.append(f"gpu{device}-{seen.get(device, 0)}")
-        seen[device] = seen.get(device, 0) + 1
+        k = seen.get(device, 0)
+        names.append(f"gpu{device}-{k}")
+        seen[device] = k + 1
     return names
 
 
@@ -70,8 +71,8 @@ def cuda_cluster(
 
     ``private`` are the ``LocalCluster`` options that keep oodsim's local cluster private
     (``security``, ``protocol``, ``host``, ``dashboard_address``, ``scheduler_kwargs``; see
-    :func:`oodsim.engine.cluster._local_cluster`); any other option in it goes to every
-    worker's nanny, as ``LocalCluster`` passes it on. ``gpus`` (ids as in
+    :func:`oodsim.engine.cluster.private_options`); any other option in it (``preload_nanny``)
+    goes to every worker's nanny, as ``LocalCluster`` passes it on. ``gpus`` (ids as in
     ``CUDA_VISIBLE_DEVICES``) defaults to :func:`visible_gpus`.
     """
     if gpus is None:  # installing dask-cuda (the extra [gpu]) is how a user opts in

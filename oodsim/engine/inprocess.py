@@ -19,10 +19,9 @@ from oodsim.engine.work import set_deterministic
 
 
 class Deferred:
-    """A task submitted in-process: computed on first :meth:`result` (or by
-    :meth:`InProcess.compute`), with the results of the deferred tasks among its arguments."""
-
-    client = None  # a local run waits for no worker
+    """A task submitted in-process: computed by :meth:`compute` (which
+    :func:`oodsim.engine.cluster.as_landed` calls in submission order) or on first
+    :meth:`result`, with the results of the deferred tasks among its arguments."""
 
     def __init__(self, function: Callable[..., Any], args: tuple[Any, ...]) -> None:
         self.function, self.args = function, args
