@@ -222,6 +222,7 @@ def _results(n_models: int = 6, n_seeds: int = 3, datasets: tuple[str, ...] = ("
             "score": score.transpose(1, 2, 3, 0),
             "level_severity": np.broadcast_to(levels, (3, n_models, 11)).transpose(0, 2, 1),
             "level_classes": np.full((3, 11, n_models), '["noise"]'),
+            "class_severity": np.full((3, len(shape.coords["ood_class"]), n_models), 0.5),
             "id_accuracy": accuracy,
             "id_auroc": id_auroc.T,
             "n_pool_classes": np.full(n_models, 12.0),

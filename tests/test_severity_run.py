@@ -119,6 +119,38 @@ def test_acceptance_seeds_levels_and_a_registered_detector(fmnist) -> None:
     assert ((results["id_accuracy"] > 0.7) & (results["id_accuracy"] <= 1.0)).all()
 
 
+def test_class_severity_is_on_the_paper_scale_and_defines_the_levels(fmnist) -> None:
+    """msp's class severity is a mean probability; every method's levels are the windows of its
+    sorted class severity (Algorithm 1), and level_severity is their mean on the same scale."""
+    _, _, results = fmnist
+    severity = results["class_severity"]
+    assert severity.dims == ("seed", "method", "ood_class", "model")
+    assert results["confidence_scale"].values.tolist() == [
+        "probability",
+        "kappa",
+        "kappa",
+        "kappa",
+    ]
+    msp = severity.sel({"method": "msp"}).values
+    assert ((msp >= 0) & (msp <= 1)).all()
+    names = results["ood_class"].values.tolist()
+    assert len(names) == 21 and "fashion_mnist/sandal" in names
+    starts = [min(i * 17 // 10, 16) for i in range(11)]  # K = 21, G = 5: M = 17 windows
+    for seed in range(results.sizes["seed"]):
+        for method in results["method"].values:
+            cell = {
+                "seed": seed,
+                "method": list(results["method"].values).index(method),
+                "model": 0,
+            }
+            values = severity.isel(seed=seed, model=0).sel({"method": method}).values
+            order = np.argsort(values, kind="stable")
+            listed = [json.loads(s) for s in results["level_classes"].isel(cell).values]
+            assert listed == [[names[c] for c in order[s : s + 5]] for s in starts]
+            want = [np.mean(np.sort(values)[s : s + 5]) for s in starts]
+            np.testing.assert_allclose(results["level_severity"].isel(cell).values, want)
+
+
 def test_a_rerun_computes_nothing_and_round_trips(fmnist, tmp_path) -> None:
     spec, cache, first = fmnist
     again = oodsim.run(spec, cache=cache, progress=False)  # all cached: no cluster started

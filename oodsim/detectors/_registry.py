@@ -17,6 +17,7 @@ from typing import Any
 import attrs
 
 from oodsim.detectors._checks import Limit, UnknownParameterError
+from oodsim.detectors.scales import check_scale
 from oodsim.errors import UnknownNameError
 
 ENTRY_POINT_GROUP = "oodsim.detectors"
@@ -102,6 +103,10 @@ class Detector:
         hash=False,
     )
     doc: str = attrs.field(default=attrs.Factory(_first_paragraph, takes_self=True))
+    #: The scale the papers average this confidence on (:mod:`oodsim.detectors.scales`):
+    #: ``"kappa"`` (κ itself), ``"probability"`` (``expit(κ)``), ``"negative_entropy"``
+    #: (``−exp(−κ)``). C-OOD class severity is a mean taken there; rankings never change.
+    confidence_scale: str = attrs.field(default="kappa", converter=check_scale)
 
     @property
     def takes_any_param(self) -> bool:
@@ -174,6 +179,7 @@ def _decorator(
     stochastic: bool = False,
     fit_params: Callable[..., dict[str, object]] | None = None,
     limits: Mapping[str, Limit] | None = None,
+    confidence_scale: str = "kappa",
 ) -> Callable[[Callable], Callable]:
     def decorate(func: Callable) -> Callable:
         detector = Detector(
@@ -185,6 +191,7 @@ def _decorator(
             stochastic=stochastic,
             fit_params=fit_params,
             limits=limits or {},
+            confidence_scale=confidence_scale,
         )
         unknown = sorted(set(detector.limits) - set(detector.defaults))
         if unknown and not detector.takes_any_param:
@@ -212,6 +219,7 @@ def register(
     replace: bool = False,
     fit_params: Callable[..., dict[str, object]] | None = None,
     limits: Mapping[str, Limit] | None = None,
+    confidence_scale: str = "kappa",
 ) -> Callable[[Callable], Callable]:
     """Decorator: register ``func(outputs, *, fit=None, **params) -> κ`` under ``name``.
 
@@ -220,6 +228,10 @@ def register(
     optional, returns the parameters ``func`` fits on ``fit`` (recorded per seed in results).
     ``limits`` maps parameter names to the values they allow (``at_least(1)``,
     ``greater_than(0)``, ``one_of("a", "b")``), checked where a spec is built.
+    ``confidence_scale`` says which scale the papers average κ on (class severity of the C-OOD
+    benchmark): ``"kappa"`` (default: κ is the confidence), ``"probability"`` (κ is a log-odds,
+    ``expit(κ)`` the probability) or ``"negative_entropy"`` (κ = −log H); see
+    :mod:`oodsim.detectors.scales`.
     """
     return _decorator(
         _USER,
@@ -231,6 +243,7 @@ def register(
         replace=replace,
         fit_params=fit_params,
         limits=limits,
+        confidence_scale=confidence_scale,
     )
 
 

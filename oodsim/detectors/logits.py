@@ -124,7 +124,7 @@ def negative_energy(logits: np.ndarray, temperature: float = 1.0) -> np.ndarray:
     return temperature * logsumexp(as_float(logits) / temperature, axis=1)
 
 
-@builtin("msp", needs={"logits"}, version="2")
+@builtin("msp", needs={"logits"}, version="2", confidence_scale="probability")
 def msp(outputs: Outputs, *, fit: Outputs | None = None) -> np.ndarray:
     """Maximum softmax probability (Hendrycks & Gimpel, ICLR 2017), as its log-odds.
 
@@ -134,7 +134,7 @@ def msp(outputs: Outputs, *, fit: Outputs | None = None) -> np.ndarray:
     return max_softmax_log_odds(outputs.logits)
 
 
-@builtin("entropy", needs={"logits"}, version="2")
+@builtin("entropy", needs={"logits"}, version="2", confidence_scale="negative_entropy")
 def entropy(outputs: Outputs, *, fit: Outputs | None = None) -> np.ndarray:
     """Softmax entropy H (in nats), as κ = −log H: the ranking of −H, never rounded to 0.
 

@@ -153,7 +153,14 @@ def _mean_log_softmax_checked(name: str, model, inputs, n_passes, seed, batch_si
 LIMITS = {"n_passes": at_least(1), "seed": at_least(0), "batch_size": at_least(1)}
 
 
-@builtin("mc_dropout", needs={"model"}, stochastic=True, version="2", limits=LIMITS)
+@builtin(
+    "mc_dropout",
+    needs={"model"},
+    stochastic=True,
+    version="2",
+    limits=LIMITS,
+    confidence_scale="probability",
+)
 def mc_dropout(
     outputs: Outputs | None,
     *,
@@ -172,7 +179,14 @@ def mc_dropout(
     return log_odds_of_top(log_p)
 
 
-@builtin("mc_dropout_entropy", needs={"model"}, stochastic=True, version="2", limits=LIMITS)
+@builtin(
+    "mc_dropout_entropy",
+    needs={"model"},
+    stochastic=True,
+    version="2",
+    limits=LIMITS,
+    confidence_scale="negative_entropy",
+)
 def mc_dropout_entropy(
     outputs: Outputs | None,
     *,

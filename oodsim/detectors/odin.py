@@ -76,6 +76,7 @@ def odin_confidence(
         "epsilon": at_least(0),
         "batch_size": at_least(1),
     },
+    confidence_scale="probability",
 )
 def odin(
     outputs: Outputs | None,

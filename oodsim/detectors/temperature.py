@@ -81,6 +81,7 @@ def fitted_temperature(fit: Outputs, *, temperature: float | None = None) -> dic
     version="2",
     fit_params=fitted_temperature,
     limits={"temperature": greater_than(0)},
+    confidence_scale="probability",
 )
 def temperature(
     outputs: Outputs, *, fit: Outputs | None = None, temperature: float | None = None

@@ -1,8 +1,10 @@
 """C-OOD severity levels (Galil, Dabbah, El-Yaniv, Algorithm 1) as small pure functions.
 
 Per (model, κ): split each OOD class's samples into estimation and test parts; the severity of a
-class is its mean κ over the estimation part (high κ = hard to detect); sort the classes by
-severity, slide a window of G classes over them, and pick the windows at the percentiles
+class is its mean *confidence* over the estimation part (high = hard to detect), the confidence
+being κ on the paper's scale (the detector's ``confidence_scale``: probability for softmax
+response, −H for entropy, κ itself otherwise; see :mod:`oodsim.detectors.scales`); sort the
+classes by severity, slide a window of G classes over them, and pick the windows at the percentiles
 0, 10, ..., 100 %. Level i's benchmark is the test samples of its G classes plus all ID test
 samples. Level 0 is the easiest, level L−1 the hardest.
 """
@@ -15,6 +17,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from oodsim import metrics as _metrics
+from oodsim.detectors.scales import to_confidence
 from oodsim.errors import SpecError, UnknownNameError
 
 DEFAULT_METRICS = ("auroc", "aupr_in", "aupr_out", "fpr95")
@@ -87,7 +90,8 @@ def split_estimation_test(
 
 
 def class_severity(kappa: np.ndarray, class_index: np.ndarray, n_classes: int) -> np.ndarray:
-    """Mean κ per class: shape ``(..., n_classes)`` for κ of shape ``(..., n)``.
+    """Mean confidence per class: shape ``(..., n_classes)`` for ``kappa`` of shape ``(..., n)``
+    (κ already mapped to the paper's scale: :func:`oodsim.detectors.scales.to_confidence`).
 
     ``class_index`` (n,) holds each sample's class in ``[0, n_classes)``; a class without
     samples gets NaN (which :func:`severity_levels` refuses).
@@ -334,10 +338,11 @@ class SeverityBenchmark:
     """Everything one severity run produced, for inspection and reporting."""
 
     split: EstimationTestSplit
-    class_severity: np.ndarray
+    class_severity: np.ndarray  # (kept classes,), on ``scale``
     levels: list[np.ndarray]
-    level_severity: np.ndarray
+    level_severity: np.ndarray  # (L,), on ``scale``
     metrics: dict[str, np.ndarray]
+    scale: str = "kappa"
 
     def level_classes(self, i: int) -> np.ndarray:
         """OOD class labels of level ``i``."""
@@ -355,12 +360,14 @@ def severity_benchmark(
     n_est: int = 150,
     n_test: int = 50,
     metrics: Sequence[str] = DEFAULT_METRICS,
+    scale: str = "kappa",
 ) -> SeverityBenchmark:
     """Algorithm 1 end to end for one (model, κ): split, severities, levels, metrics.
 
     ``id_kappa`` are the ID test samples (e.g. the ImageNet validation set); ``ood_kappa``
     and ``ood_labels`` all OOD samples with their class labels. ``group_size`` is usually
-    the number of ID classes.
+    the number of ID classes. Class severity is the mean of ``to_confidence(κ, scale)`` (the
+    detector's ``confidence_scale``); the metrics use κ itself (a ranking: the same either way).
     """
     ood_kappa = np.asarray(ood_kappa)
     if ood_kappa.shape != (len(ood_labels),):
@@ -373,7 +380,8 @@ def severity_benchmark(
             f"at most the {split.classes.size} OOD classes with >= {n_est + n_test} samples "
             f"({len(split.dropped)} smaller classes dropped)",
         )
-    severity = class_severity(ood_kappa[split.est_index], split.est_class, split.classes.size)
+    confidence = to_confidence(ood_kappa[split.est_index], scale)
+    severity = class_severity(confidence, split.est_class, split.classes.size)
     levels = severity_levels(severity, group_size, n_levels)
     values = level_metrics(
         id_kappa,
@@ -382,4 +390,6 @@ def severity_benchmark(
         ood_class=split.test_class,
         metrics=metrics,
     )
-    return SeverityBenchmark(split, severity, levels, level_severity(severity, levels), values)
+    return SeverityBenchmark(
+        split, severity, levels, level_severity(severity, levels), values, scale
+    )

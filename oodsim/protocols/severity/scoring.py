@@ -37,7 +37,7 @@ from oodsim.protocols.severity.plan import (
     ood_units,
     streams_of,
 )
-from oodsim.protocols.severity.sources import child_sequence, subsample
+from oodsim.protocols.severity.sources import child_sequence, ood_class_names, subsample
 from oodsim.protocols.severity.spec import PoolSpec, SeveritySpec, detector_info
 from oodsim.results import Layout, SeedResult
 from oodsim.seeds import SeedStreams
@@ -48,6 +48,7 @@ VARIABLES: dict[str, tuple[str, ...]] = {
     "score": ("method", "metric", "severity"),
     "level_severity": ("method", "severity"),
     "level_classes": ("method", "severity"),
+    "class_severity": ("method", "ood_class"),
     "id_accuracy": (),
     "id_auroc": ("method",),
     "n_pool_classes": (),
@@ -58,24 +59,38 @@ VARIABLES: dict[str, tuple[str, ...]] = {
 _STRINGS = ("level_classes", "dropped_classes", "degenerate")
 
 
+def ood_classes(spec: SeveritySpec) -> list[str]:
+    """Every OOD class of every pool, by the name ``level_classes`` gives it, in pool order
+    (a class that two pools share is listed once)."""
+    names = [n for pool in spec.datasets for source in pool.ood for n in ood_class_names(source)]
+    return list(dict.fromkeys(names))
+
+
 def layout(spec: SeveritySpec) -> Layout:
     """``score`` (method, metric, severity, model[, dataset]) and the level variables;
-    ``level_quantile`` (severity,): the percentile of each level's window."""
+    ``class_severity`` (method, ood_class, ...): each class's mean confidence on the detector's
+    ``confidence_scale`` (NaN for a class a pool lacks or drops); ``level_quantile``
+    (severity,): the percentile of each level's window; ``confidence_scale`` (method,)."""
     coords: dict[str, list[Any]] = {
         "method": [d.label for d in spec.detectors],
         "metric": list(spec.metrics),
         "severity": list(spec.levels),
         "model": [m.label for m in spec.models],
+        "ood_class": ood_classes(spec),
     }
     tail: tuple[str, ...] = ("model",)
     if spec.varies_dataset:
         coords["dataset"] = [d.label for d in spec.datasets]
         tail += ("dataset",)
     quantile = np.arange(spec.n_levels) / (spec.n_levels - 1)
+    scales = [detector_info(d).confidence_scale for d in spec.detectors]
     return Layout(
         coords,
         {name: dims + tail for name, dims in VARIABLES.items()},
-        static={"level_quantile": (("severity",), quantile)},
+        static={
+            "level_quantile": (("severity",), quantile),
+            "confidence_scale": (("method",), np.array(scales, dtype=str)),
+        },
     )
 
 
@@ -245,9 +260,10 @@ class _Pool:
         )
 
     def score(
-        self, spec: SeveritySpec, streams: SeedStreams, pool: PoolSpec
+        self, spec: SeveritySpec, streams: SeedStreams, pool: PoolSpec, classes: Sequence[str]
     ) -> dict[str, np.ndarray]:
-        """The per-seed variables of this (model, dataset): levels and metrics of every κ."""
+        """The per-seed variables of this (model, dataset): levels and metrics of every κ;
+        ``classes`` are the labels of the result's ``ood_class`` coordinate."""
         group_size = spec.group_size or self.n_id_classes
         split = child_sequence(streams, "estimation_split", pool.key)  # same for every κ, model
         known = self.id_targets >= 0
@@ -256,11 +272,13 @@ class _Pool:
             "score": np.full((n_det, len(spec.metrics), n_levels), np.nan),
             "level_severity": np.full((n_det, n_levels), np.nan),
             "level_classes": np.full((n_det, n_levels), "", dtype=object),
+            "class_severity": np.full((n_det, len(classes)), np.nan),
             "id_accuracy": float(self.id_correct[known].mean()) if known.any() else np.nan,
             "id_auroc": np.full(n_det, np.nan),
             "group_size": group_size,
         }
         dropped: dict[str, int] = {}
+        column = {name: c for c, name in enumerate(classes)}
         for j in range(n_det):
             bench = levels.severity_benchmark(
                 self.id_kappa[j],
@@ -272,9 +290,12 @@ class _Pool:
                 n_est=spec.n_est,
                 n_test=spec.n_test,
                 metrics=spec.metrics,
+                scale=detector_info(spec.detectors[j]).confidence_scale,
             )
             out["score"][j] = np.stack([bench.metrics[m] for m in spec.metrics])
             out["level_severity"][j] = bench.level_severity
+            kept = [column[self.names[c]] for c in bench.split.classes]
+            out["class_severity"][j, kept] = bench.class_severity
             for i in range(n_levels):
                 classes = [self.names[c] for c in bench.level_classes(i)]
                 out["level_classes"][j, i] = json.dumps(classes)
@@ -310,7 +331,8 @@ def score(spec: SeveritySpec, seed: int, store: Store) -> SeedResult:
     """Every variable of :func:`layout` for one seed, from the store. A seed in which a
     ``trained`` model is degenerate is excluded (``failure``) unless its experiment keeps it."""
     streams = streams_of(spec, seed)
-    shape = layout(spec).shape
+    shaped = layout(spec)
+    shape, classes = shaped.shape, shaped.coords["ood_class"]
     values: dict[str, np.ndarray] = {}
     excluded = []
     for i, ref in enumerate(spec.models):
@@ -319,7 +341,8 @@ def score(spec: SeveritySpec, seed: int, store: Store) -> SeedResult:
             excluded.append(f"model {ref.label}: {reason}")
         model = _ModelKappa.compute(spec, ref, seed, streams, store)
         for d, pool in enumerate(spec.datasets):
-            part = _Pool.gather(spec, pool, ref, seed, streams, model).score(spec, streams, pool)
+            gathered = _Pool.gather(spec, pool, ref, seed, streams, model)
+            part = gathered.score(spec, streams, pool, classes)
             part["degenerate"] = reason
             for name, value in part.items():
                 if name not in values:

@@ -248,6 +248,22 @@ def source_items(
     )
 
 
+def ood_class_names(source: SourceSpec) -> tuple[str, ...]:
+    """The names the OOD classes of ``source`` carry in results (``level_classes``, the
+    ``ood_class`` coordinate): ``"<label>/<class>"`` for a dataset or folder, the label alone
+    for a noise source (one class). The same names scoring builds from the stored outputs."""
+    if source.is_noise:
+        return (source.label,)
+    if source.kind == "dataset":
+        data = load_dataset(source.name, source.root, False, source.image_size)
+        names = [data.class_names[c] for c in pick_classes(source, data.class_names)]
+    elif source.kind == "image_folder":
+        names = list(folder_classes(source))
+    else:
+        raise SpecError("kind", source.kind, "a dataset, folder or noise source in an OOD pool")
+    return tuple(f"{source.label}/{name}" for name in names)
+
+
 def trained_data(ref: ModelRef) -> ImageData:
     """The dataset that a ``trained`` model's open set experiment names (from the registry)."""
     ds = ref.experiment.dataset
