@@ -11,7 +11,7 @@ import attrs
 import numpy as np
 import pytest
 from PIL import Image
-from sklearn.metrics import auc, precision_recall_curve, roc_auc_score
+from sklearn.metrics import auc, average_precision_score, precision_recall_curve, roc_auc_score
 
 import oodsim
 from oodsim.data.imagenet_classes import imagenet1k_wnids, imagenet_o_wnids
@@ -20,6 +20,7 @@ from oodsim.models.zoo import ModelRef
 from oodsim.protocols import imagenet_o
 from oodsim.protocols.imagenet_o import PROTOCOL, ImageNetOSpec
 from oodsim.results import store_counts
+from oodsim.results_io import save_results
 from oodsim.seeds import SeedStreams
 from oodsim.specs import SeedsSpec, StoppingSpec
 from oodsim.store import Store
@@ -89,6 +90,53 @@ def test_chance_level_of_a_random_detector() -> None:
     assert got["auroc"] == pytest.approx(0.5, abs=0.03)
 
 
+def test_ap_is_sklearns_average_precision_and_aupr_is_the_trapezoid() -> None:
+    """``ap`` (the authors' code) and ``aupr`` (the card) on the same inputs, with ties."""
+    rng = np.random.default_rng(3)
+    id_kappa = np.round(rng.normal(1.0, 1.0, (2, 400)), 1)  # rounded: tied scores
+    ood_kappa = np.round(rng.normal(0.0, 1.0, (2, 80)), 1)
+    got = imagenet_o.ood_metrics(id_kappa, ood_kappa, ["aupr", "ap", "auroc"])
+    is_ood = np.r_[np.zeros(400), np.ones(80)]
+    for row in range(2):
+        anomaly = -np.r_[id_kappa[row], ood_kappa[row]]
+        precision, recall, _ = precision_recall_curve(is_ood, anomaly)
+        assert got["aupr"][row] == pytest.approx(auc(recall, precision), abs=1e-12)
+        assert got["ap"][row] == pytest.approx(average_precision_score(is_ood, anomaly), abs=1e-12)
+        assert got["ap"][row] != pytest.approx(got["aupr"][row], abs=1e-6)  # two conventions
+    # evaluate_logits returns both, from −max softmax as in the recipe and the authors' code
+    id_logits, ood_logits = rng.normal(0, 3, (300, 200)), rng.normal(0, 3, (60, 200))
+    result = imagenet_o.evaluate_logits(id_logits, ood_logits)
+    anomaly = -np.r_[_softmax(id_logits).max(axis=1), _softmax(ood_logits).max(axis=1)]
+    gold = np.r_[np.zeros(300), np.ones(60)]
+    assert result["ap"] == pytest.approx(average_precision_score(gold, anomaly), abs=1e-12)
+    assert result["aupr"] == pytest.approx(_sklearn_aupr(id_logits, ood_logits), abs=1e-12)
+
+
+def test_bootstrap_interval_of_evaluate_logits_is_the_percentile_of_the_replicates() -> None:
+    rng = np.random.default_rng(4)
+    id_logits, ood_logits = rng.normal(0, 3, (200, 200)), rng.normal(0, 3, (40, 200))
+    plain = imagenet_o.evaluate_logits(id_logits, ood_logits)
+    got = imagenet_o.evaluate_logits(id_logits, ood_logits, n_bootstrap=300, seed=7)
+    assert {k: got[k] for k in plain} == plain  # the numbers stay those of the full test set
+    assert got["interval"] == "95% bootstrap interval (test-set sampling)"
+    assert got["seed_meaning"] == "bootstrap replicate of the fixed test set"
+    assert (got["n_bootstrap"], got["confidence"]) == (300, 0.95)
+    # by hand: replicate s resamples ID and OOD with the bootstrap stream of seed s
+    id_k, ood_k = imagenet_o.max_softmax(id_logits), imagenet_o.max_softmax(ood_logits)
+    replicates = []
+    for s in range(7, 307):
+        id_index, ood_index = imagenet_o.bootstrap_indices(SeedStreams(s), 200, 40)
+        replicates.append(imagenet_o.ood_metrics(id_k[id_index], ood_k[ood_index], ["ap"])["ap"])
+    want = np.quantile(replicates, [0.025, 0.975])
+    assert got["intervals"]["ap"] == pytest.approx(want.tolist(), abs=1e-12)
+    for name, (lower, upper) in got["intervals"].items():
+        assert lower <= upper and name in plain
+    with pytest.raises(SpecError, match="n_bootstrap"):
+        imagenet_o.evaluate_logits(id_logits, ood_logits, n_bootstrap=1)
+    with pytest.raises(SpecError, match="confidence"):
+        imagenet_o.evaluate_logits(id_logits, ood_logits, n_bootstrap=5, confidence=95)
+
+
 def test_evaluate_rejects_wrong_width() -> None:
     with pytest.raises(SpecError, match="1000"):
         imagenet_o.evaluate_logits(np.zeros((2, 999)), np.zeros((2, 999)))
@@ -143,6 +191,7 @@ def test_whole_path_from_image_folders(folders, tmp_path, model) -> None:
     )
     assert set(got) == {
         "aupr",
+        "ap",
         "auroc",
         "fpr95",
         "chance",
@@ -223,6 +272,21 @@ def test_cli_command_runs_folders_and_logits(folders, tmp_path, capsys) -> None:
     )
     assert args.func(args) == 0
     assert f"AUPR {100 * first['aupr']:.2f} %" in capsys.readouterr().out
+    args = main.parse_args(
+        [
+            "imagenet-o",
+            "--id-logits",
+            str(tmp_path / "l" / "id_logits.npy"),
+            "--ood-logits",
+            str(tmp_path / "l" / "ood_logits.npy"),
+            "--bootstrap",
+            "50",
+        ]
+    )
+    assert args.func(args) == 0
+    out = capsys.readouterr().out
+    assert f"AUPR {100 * first['aupr']:.2f} % [" in out  # full test set, then the interval
+    assert "95% bootstrap interval (test-set sampling) over 50 bootstrap replicates" in out
 
 
 def test_cli_names_the_inputs_it_needs() -> None:
@@ -248,8 +312,9 @@ def test_shipped_spec_loads_without_the_data_and_preflight_says_where_it_looked(
     assert len(spec.models) >= 3
     assert {m.prefix for m in spec.models} == {"timm", "torchvision"}
     assert [d.label for d in spec.detectors] == ["msp"]
-    assert spec.metrics == ("aupr", "auroc", "fpr95")
-    assert spec.bootstrap and len(spec.seeds.all()) > 1
+    assert spec.metrics == ("aupr", "ap", "auroc", "fpr95")
+    assert spec.bootstrap and len(spec.seeds.all()) >= 1000
+    assert spec.stopping.rule == "fixed"  # a fixed number of bootstrap replicates
     assert PROTOCOL.from_data(json.loads(spec.to_json()), None) == spec  # round trip
     with pytest.raises(DataNotFoundError, match="/data/imagenet/val"):
         PROTOCOL.preflight(spec, Store(tmp_path / "cache"))
@@ -297,6 +362,7 @@ def test_key_is_the_content_not_the_paths_or_the_batch_size(tmp_path) -> None:
         ({"detectors": ["mahalanobis"]}, SpecError, "logits alone"),
         ({"detectors": [{"name": "energy", "temperature": [1, 2]}]}, SpecError, "grid"),
         ({"metrics": ["accuracy"]}, UnknownNameError, "aupr"),
+        ({"metrics": ["oscr"]}, UnknownNameError, "'ap'"),  # needs per-image correctness
         ({"metrics": "aupr"}, SpecError, "a list"),
         ({"detectors": "msp"}, SpecError, "a list"),
         ({"metrics": ["aupr", "aupr"]}, SpecError, "distinct"),
@@ -304,7 +370,8 @@ def test_key_is_the_content_not_the_paths_or_the_batch_size(tmp_path) -> None:
         ({"batch_size": 0}, SpecError, "batch_size"),
         ({"on_failure": "skip"}, UnknownNameError, "abort"),
         ({"seeds": {"m": 3}}, UnknownNameError, "'n'"),
-        ({"stopping": {"rule": "ci_width", "metric": "aupr_in"}}, SpecError, "stopping.metric"),
+        ({"stopping": {"rule": "fixed", "severity": "0"}}, SpecError, "stopping.severity"),
+        ({"stopping": {"rule": "ci_width", "metric": "aupr"}}, SpecError, "stopping.rule"),
         ({"id_root": 3}, SpecError, "id_root"),
     ],
 )
@@ -383,6 +450,11 @@ def test_spec_runs_on_the_engine_and_aupr_equals_evaluate_logits(engine_run) -> 
         for metric in ("aupr", "auroc", "fpr95"):
             assert got.sel(metric=metric).values.tolist() == [want[metric]] * 2
         assert got.sel(metric="aupr").values[0] != pytest.approx(1 / 3, abs=1e-9)
+    # without bootstrap every seed is the full test set: the score is the point estimate
+    assert results["full_score"].equals(results["score"])
+    assert results["seed_meaning"].item() == imagenet_o.SEED_MEANING[False]
+    table = imagenet_o.bootstrap_interval(results)
+    assert np.isnan(table["lower"]).all() and table.attrs["interval"].startswith("none")
 
 
 def test_engine_logits_match_the_single_model_path(engine_run, tmp_path) -> None:
@@ -425,19 +497,95 @@ def test_bootstrap_seeds_differ_and_draw_from_the_bootstrap_stream(engine_run) -
     assert (fixed.isel(seed=0) == fixed.isel(seed=3)).all()
 
 
-def test_a_stopping_rule_watches_the_bootstrap_seeds(engine_run) -> None:
+def test_bootstrap_seeds_give_a_test_set_sampling_interval(engine_run, tmp_path, capsys) -> None:
     spec, _, cache = engine_run
-    stopping = StoppingSpec(
-        rule="ci_width", metric="aupr_out", epsilon=10.0, min_seeds=2, batch_size=2
+    boot = attrs.evolve(spec, bootstrap=True, seeds=SeedsSpec(n=8))
+    results = oodsim.run(boot, cache=cache, progress=False)  # logits cached: no cluster
+    assert results["seed_meaning"].item() == "bootstrap replicate of the fixed test set"
+    table = imagenet_o.bootstrap_interval(results)
+    assert table.attrs["interval"] == "95% bootstrap interval (test-set sampling)"
+    assert table.attrs["seed_meaning"] == "bootstrap replicate of the fixed test set"
+    assert table.attrs == {
+        **PROTOCOL.result_attrs(boot),
+        "confidence": 0.95,
+    }
+    score = results["score"].sel(severity="all")
+    for ref in MODELS:
+        where = {"method": "msp", "model": ref.label}
+        # the point estimate is the full test set (not the mean of the replicates) ...
+        want = imagenet_o.evaluate_logits(*_stored(spec, cache, ref), n_bootstrap=8, seed=0)
+        cell = table.sel({**where, "severity": "all"})
+        for metric in ("aupr", "auroc", "fpr95"):
+            assert cell["estimate"].sel(metric=metric).item() == want[metric]
+            # ... and the interval the percentiles of the seeds' replicates, which are the
+            # same resamples evaluate_logits draws for seeds 0 ... 7
+            values = score.sel({**where, "metric": metric}).values
+            lower, upper = np.quantile(values, [0.025, 0.975])
+            assert cell["lower"].sel(metric=metric).item() == pytest.approx(lower, abs=1e-12)
+            assert cell["upper"].sel(metric=metric).item() == pytest.approx(upper, abs=1e-12)
+            assert [lower, upper] == pytest.approx(want["intervals"][metric], abs=1e-12)
+        assert int(cell["n"].sel(metric="aupr")) == 8
+    # saved and printed by `oodsim imagenet-o --results`: point estimate [interval], labelled
+    save_results(results, tmp_path / "r.zarr")
+    main = _cli()
+    args = main.parse_args(["imagenet-o", "--results", str(tmp_path / "r.zarr")])
+    assert args.func(args) == 0
+    out = capsys.readouterr().out
+    assert out.startswith(
+        "ImageNet-O: point estimate on the full test set [95% bootstrap interval "
+        "(test-set sampling) over 8 seeds, each a bootstrap replicate of the fixed test set]"
     )
-    boot = attrs.evolve(
-        spec, bootstrap=True, seeds=SeedsSpec(n=10), metrics=("aupr", "aupr_out"), stopping=stopping
+    first = table.sel({"method": "msp", "model": MODELS[0].label, "severity": "all"})
+    aupr = first.sel(metric="aupr")
+    assert (
+        f"{aupr['estimate'].item():.3f} [{aupr['lower'].item():.3f}, {aupr['upper'].item():.3f}]"
+        in out
     )
-    results = oodsim.run(boot, cache=cache, progress=False)
-    assert results.sizes["seed"] == 2  # the interval is narrower than 10 after the first batch
-    assert json.loads(results.attrs["stopping"])["stop"] is True
-    aupr = results["score"].sel(severity="all")
-    assert np.array_equal(aupr.sel(metric="aupr").values, aupr.sel(metric="aupr_out").values)
+
+
+STOPPING_LINE = (
+    "oodsim: error: stopping.rule: 'ranking' is not allowed; expected 'fixed' with bootstrap = "
+    "true. A stopping rule over bootstrap replicates measures the resampling error of one fixed "
+    "test set, not uncertainty about the population; run a fixed number of replicates instead "
+    "(e.g. [seeds] n = 1000 and no [stopping] table)"
+)
+
+
+def test_a_stopping_rule_on_bootstrap_seeds_is_refused_before_any_compute(
+    folders, tmp_path, capsys
+) -> None:
+    """The bad-input style of tests/test_bad_input.py: `oodsim run` on the spec prints one
+    error line saying why and writes nothing, before the data or any model is looked at."""
+    from oodsim.cli.main import main as cli_main
+
+    id_root, ood_root, _ = folders
+    text = (
+        'protocol = "imagenet_o"\n'
+        f'id_root = "{id_root}"\nood_root = "{ood_root}"\n'
+        'models = ["timm:test_resnet"]\nmetrics = ["aupr", "ap"]\nbootstrap = true\n'
+        "[seeds]\nn = 40\n"
+        '[stopping]\nrule = "ranking"\nmetric = "aupr"\n'
+    )
+    (tmp_path / "spec.toml").write_text(text)
+    cache = tmp_path / "cache"
+    code = cli_main(
+        ["run", str(tmp_path / "spec.toml"), "--cache", str(cache), "--out", str(tmp_path / "r")]
+        + ["--workers", "1", "--quiet"]
+    )
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and err == [STOPPING_LINE]
+    assert not cache.exists() and not (tmp_path / "r").exists()
+    # the same refusal wherever a spec is made: load, the constructor, attrs.evolve
+    with pytest.raises(SpecError, match="resampling error of one fixed test set"):
+        oodsim.load(tmp_path / "spec.toml")
+    spec = ImageNetOSpec(id_root=id_root, ood_root=ood_root, models=MODELS, bootstrap=True)
+    rule = StoppingSpec(rule="ci_width", metric="aupr")
+    with pytest.raises(SpecError, match="^stopping.rule: 'ci_width' .* with bootstrap = true"):
+        attrs.evolve(spec, stopping=rule)
+    # without bootstrap every seed is the same test set: nothing for a rule to watch either
+    with pytest.raises(SpecError, match="same fixed test set"):
+        attrs.evolve(spec, bootstrap=False, stopping=rule)
+    assert attrs.evolve(spec, stopping=StoppingSpec()).stopping.rule == "fixed"
 
 
 # --------------------------------------------------------------------------- the docs

@@ -16,7 +16,13 @@ Three ways in:
   1000-way logits of the ID and OOD files and stores them (kind ``imagenet_o_logits``, keyed by
   the model, the file listing and the inference version; the same for every seed), and scores
   each seed from the store. With ``bootstrap = true`` a seed scores a bootstrap resample of the
-  ID and the OOD images (stream ``bootstrap``); without it every seed scores the full sets.
+  ID and the OOD images (stream ``bootstrap``): a replicate of the one fixed test set; without
+  it every seed scores the full sets. :func:`bootstrap_interval` turns the replicates into the
+  point estimate on the full test set and its percentile interval (test-set sampling
+  uncertainty). Stopping rules are refused when the spec is made (:data:`STOPPING_REFUSED`).
+
+Two AUPRs: ``aupr`` is the card's trapezoid ``auc(recall, precision)``, ``ap`` the authors'
+code's ``average_precision_score``; both with ImageNet-O as positives and score −max softmax.
 """
 
 from __future__ import annotations
@@ -73,11 +79,38 @@ from oodsim.store import Store
 LOGITS = "imagenet_o_logits"  # store kind: (n, 1000) logits of one model on one file set
 LOGITS_VERSION = "1"  # bump when the stored arrays change: it enters their keys
 FILES = "imagenet_o_files"  # tag of a file listing's identity
-#: metric names of this protocol: the paper's ``aupr`` (= ``aupr_out``) and every κ metric
+#: metric names of this protocol: the card's ``aupr`` (trapezoid ``auc(recall, precision)``,
+#: OOD positive; = ``aupr_out``), the authors' code's ``ap`` (sklearn's step
+#: ``average_precision_score``, OOD positive) and every κ metric of :mod:`oodsim.metrics` that
+#: needs only κ and is_ood (ImageNet-O carries no per-image prediction correctness)
 AUPR = "aupr"
-METRIC_NAMES = (AUPR, *_metrics.KAPPA_METRICS)
+AP = "ap"
+
+
+def _kappa_only(name: str) -> bool:
+    info = getattr(_metrics, "METRIC_INFO", {}).get(name)
+    return not getattr(info, "needs_correct", False)
+
+
+METRIC_NAMES = (
+    AUPR,
+    AP,
+    *(m for m in _metrics.KAPPA_METRICS if m not in (AUPR, AP) and _kappa_only(m)),
+)
 DEFAULT_METRICS = (AUPR, "auroc", "fpr95")
 BOOTSTRAP_STREAM = "bootstrap"
+#: what a seed of an ImageNet-O run is (``seed_meaning`` of its results)
+SEED_MEANING = {
+    True: "bootstrap replicate of the fixed test set",
+    False: "the full fixed test set (every seed scores the same images: identical numbers)",
+}
+#: what the spread over bootstrap seeds measures
+UNCERTAINTY = "test-set sampling"
+STOPPING_REFUSED = (
+    "a stopping rule over bootstrap replicates measures the resampling error of one fixed "
+    "test set, not uncertainty about the population; run a fixed number of replicates instead "
+    "(e.g. [seeds] n = 1000 and no [stopping] table)"
+)
 
 # --------------------------------------------------------------------------- the recipe
 
@@ -147,13 +180,86 @@ def _as_subset_logits(
 def ood_metrics(
     id_kappa: np.ndarray, ood_kappa: np.ndarray, names: Sequence[str], context: str = "ImageNet-O"
 ) -> dict[str, np.ndarray]:
-    """Metrics of κ ``(..., n_id)`` vs ``(..., n_ood)`` (OOD = positive for ``aupr``), each of
-    shape ``(...)``. ``aupr`` is the paper's metric, :func:`oodsim.metrics.aupr_out`."""
+    """Metrics of κ ``(..., n_id)`` vs ``(..., n_ood)``, each of shape ``(...)``.
+
+    ``aupr`` is the card's metric: :func:`oodsim.metrics.aupr_out` (OOD positive, ranked by
+    −κ, trapezoid ``auc(recall, precision)`` over ``precision_recall_curve``). ``ap`` is the
+    number of the authors' code (``calibration_tools.get_measures``): sklearn's
+    ``average_precision_score(is_ood, -κ)``, i.e. ``aupr_out(..., method="step")``.
+    """
     kappa = np.concatenate([id_kappa, ood_kappa], axis=-1)
     is_ood = np.r_[np.zeros(id_kappa.shape[-1], bool), np.ones(ood_kappa.shape[-1], bool)]
-    requests = tuple(dict.fromkeys("aupr_out" if n == AUPR else n for n in names))
-    values = _metrics.evaluate(kappa, is_ood, requests, context=context)
+    requests = tuple(dict.fromkeys("aupr_out" if n == AUPR else n for n in names if n != AP))
+    values = _metrics.evaluate(kappa, is_ood, requests, context=context) if requests else {}
+    if AP in names:
+        values[AP] = _metrics.aupr_out(kappa, is_ood, method="step", context=context)
     return {n: values["aupr_out" if n == AUPR else n] for n in names}
+
+
+#: the metrics :func:`evaluate_logits` returns
+EVALUATE_METRICS = (AUPR, AP, "auroc", "fpr95")
+_REPLICATE_BLOCK = 256  # bootstrap replicates scored at once (bounds the index arrays)
+
+
+def interval_label(confidence: float = 0.95) -> str:
+    """The name of the percentile interval over bootstrap seeds, e.g.
+    ``"95% bootstrap interval (test-set sampling)"``."""
+    return f"{confidence:.0%} bootstrap interval ({UNCERTAINTY})"
+
+
+def result_labels(bootstrap: bool, confidence: float = 0.95) -> dict[str, str]:
+    """What the numbers of an ImageNet-O run are, for results ``attrs`` and printed tables:
+    ``seed_meaning``, ``point_estimate`` and ``interval``."""
+    return {
+        "seed_meaning": SEED_MEANING[bool(bootstrap)],
+        "point_estimate": "the metric on the full test set",
+        "interval": interval_label(confidence)
+        if bootstrap
+        else "none: without bootstrap = true there is no test-set sampling interval",
+    }
+
+
+def _check_confidence(confidence: float) -> None:
+    if isinstance(confidence, bool) or not 0.0 < confidence < 1.0:
+        raise SpecError("confidence", confidence, "a number in (0, 1), e.g. 0.95")
+
+
+def percentile_interval(
+    values: np.ndarray, confidence: float = 0.95, axis: int = 0
+) -> tuple[np.ndarray, np.ndarray]:
+    """The bootstrap percentile interval: the (1 − c)/2 and (1 + c)/2 quantiles of the
+    replicate values along ``axis`` (NaN replicates, i.e. failed seeds, are skipped)."""
+    _check_confidence(confidence)
+    lower, upper = np.nanquantile(
+        np.asarray(values, dtype=float), [(1 - confidence) / 2, (1 + confidence) / 2], axis=axis
+    )
+    return lower, upper
+
+
+def bootstrap_replicates(
+    id_kappa: np.ndarray, ood_kappa: np.ndarray, names: Sequence[str], seeds: Sequence[int]
+) -> dict[str, np.ndarray]:
+    """Metrics of κ ``(..., n_id)`` / ``(..., n_ood)`` on the bootstrap resample of each seed,
+    each of shape ``(len(seeds), ...)``: seed *s* draws :func:`bootstrap_indices` from
+    ``SeedStreams(s)``, exactly as seed *s* of a spec with ``bootstrap = true`` does."""
+    id_kappa, ood_kappa = np.asarray(id_kappa), np.asarray(ood_kappa)
+    n_id, n_ood = id_kappa.shape[-1], ood_kappa.shape[-1]
+    seeds = list(seeds)
+    blocks: dict[str, list[np.ndarray]] = {name: [] for name in names}
+    for start in range(0, len(seeds), _REPLICATE_BLOCK):
+        drawn = [
+            bootstrap_indices(SeedStreams(s), n_id, n_ood) for s in seeds[start:][:_REPLICATE_BLOCK]
+        ]
+        id_index = np.stack([i for i, _ in drawn])  # (replicates, n_id)
+        ood_index = np.stack([o for _, o in drawn])
+        values = ood_metrics(
+            np.moveaxis(id_kappa[..., id_index], -2, 0),
+            np.moveaxis(ood_kappa[..., ood_index], -2, 0),
+            names,
+        )
+        for name in names:
+            blocks[name].append(np.asarray(values[name]))
+    return {name: np.concatenate(parts) for name, parts in blocks.items()}
 
 
 def evaluate_logits(
@@ -162,26 +268,55 @@ def evaluate_logits(
     *,
     id_classes: Sequence[str] | None = None,
     class_wnids: Sequence[str] | None = None,
-) -> dict[str, float]:
+    n_bootstrap: int = 0,
+    seed: int = 0,
+    confidence: float = 0.95,
+) -> dict[str, Any]:
     """ImageNet-O metrics from ID and OOD logits.
 
     Logits are ``(n, 1000)`` ImageNet-1k outputs in the sorted-wnid order of timm's list
     (pass ``class_wnids`` for another order or label space), or ``(n, 200)`` already
     restricted. ``id_classes`` defaults to the bundled 200 ImageNet-O classes. Returns
-    ``aupr`` (OOD positive, score −max softmax ranked by its log-odds, trapezoid; the paper's
-    metric), ``auroc`` (ID positive), ``fpr95``, ``chance`` (the OOD share: the AUPR of a
-    random detector), ``n_id`` and ``n_ood``.
+    ``aupr`` (the card's metric: OOD positive, score −max softmax ranked by its log-odds,
+    trapezoid ``auc(recall, precision)``), ``ap`` (the authors' code: sklearn's
+    ``average_precision_score``, OOD positive), ``auroc`` (ID positive), ``fpr95``,
+    ``chance`` (the OOD share: the AUPR of a random detector), ``n_id`` and ``n_ood``.
+
+    ``n_bootstrap`` > 0 adds the percentile interval of every metric over that many bootstrap
+    replicates of the test set (seeds ``seed``, ``seed + 1``, ...: the same resamples as a spec
+    with ``bootstrap = true`` and those seeds): ``intervals`` ({metric: [lower, upper]}),
+    ``n_bootstrap``, ``confidence`` and the labels of :func:`result_labels` (``interval``
+    names it: ``"95% bootstrap interval (test-set sampling)"``). The interval is
+    test-set sampling uncertainty of these numbers; the numbers themselves stay those of the
+    full test set.
     """
     classes = imagenet_o_wnids() if id_classes is None else tuple(sorted(set(id_classes)))
     id_kappa = max_softmax(_as_subset_logits(id_logits, classes, class_wnids, "id_logits"))
     ood_kappa = max_softmax(_as_subset_logits(ood_logits, classes, class_wnids, "ood_logits"))
-    values = ood_metrics(id_kappa, ood_kappa, DEFAULT_METRICS)
-    return {
+    values = ood_metrics(id_kappa, ood_kappa, EVALUATE_METRICS)
+    result: dict[str, Any] = {
         **{name: float(value) for name, value in values.items()},
         "chance": ood_kappa.size / (id_kappa.size + ood_kappa.size),
         "n_id": int(id_kappa.size),
         "n_ood": int(ood_kappa.size),
     }
+    if isinstance(n_bootstrap, bool) or not isinstance(n_bootstrap, int) or n_bootstrap < 0:
+        raise SpecError("n_bootstrap", n_bootstrap, "0 (no interval) or a number of replicates")
+    if n_bootstrap == 1:
+        raise SpecError("n_bootstrap", n_bootstrap, "0 (no interval) or at least 2 replicates")
+    if n_bootstrap:
+        _check_confidence(confidence)
+        replicates = bootstrap_replicates(
+            id_kappa, ood_kappa, EVALUATE_METRICS, range(seed, seed + n_bootstrap)
+        )
+        bounds = {name: percentile_interval(v, confidence) for name, v in replicates.items()}
+        result |= {
+            "intervals": {name: [float(lo), float(hi)] for name, (lo, hi) in bounds.items()},
+            "n_bootstrap": n_bootstrap,
+            "confidence": confidence,
+            **result_labels(True, confidence),
+        }
+    return result
 
 
 # --------------------------------------------------------------------------- image folders
@@ -264,6 +399,8 @@ def evaluate_folders(
     batch_size: int = 64,
     device: str | None = None,
     save_logits: str | Path | None = None,
+    n_bootstrap: int = 0,
+    seed: int = 0,
 ) -> dict[str, Any]:
     """ImageNet-O metrics of one zoo model from the two image folders, in this process.
 
@@ -271,6 +408,7 @@ def evaluate_folders(
     preprocessing reads every image. Returns :func:`evaluate_logits`'s dict plus ``model``,
     ``n_id_classes`` and ``weights`` (where they came from). ``save_logits``: a folder for
     ``id_logits.npy`` / ``ood_logits.npy`` (re-evaluate later with :func:`evaluate_logits`).
+    ``n_bootstrap``, ``seed``: the test-set sampling interval of :func:`evaluate_logits`.
     Several models, seeds and a cache: run an :class:`ImageNetOSpec` with ``oodsim.run``.
     """
     classes = imagenet_o_wnids() if id_classes is None else tuple(sorted(set(id_classes)))
@@ -289,7 +427,12 @@ def evaluate_folders(
         np.save(folder / "id_logits.npy", logits[0])
         np.save(folder / "ood_logits.npy", logits[1])
     result: dict[str, Any] = evaluate_logits(
-        logits[0], logits[1], id_classes=classes, class_wnids=loaded.class_wnids
+        logits[0],
+        logits[1],
+        id_classes=classes,
+        class_wnids=loaded.class_wnids,
+        n_bootstrap=n_bootstrap,
+        seed=seed,
     )
     return {**result, "model": ref.label, "n_id_classes": len(present), "weights": loaded.source}
 
@@ -327,10 +470,14 @@ class ImageNetOSpec(Seeded, _Keyed):
     they stay out of the key, and the cached logits are keyed by the listing of the files
     actually read (relative path and byte size of each). ``detectors`` are logit detectors
     applied to the 200 restricted logits (default ``msp``: the paper's −max softmax);
-    ``metrics`` are ``aupr`` (the paper's, OOD positive, trapezoid) and the κ metrics of
-    :mod:`oodsim.metrics`. ``bootstrap``: each seed scores a bootstrap resample of the ID and
-    the OOD images (stream ``bootstrap``); without it every seed scores the full sets, so
-    seeds differ only with ``bootstrap = true``. ``batch_size`` is an execution setting.
+    ``metrics`` are ``aupr`` (the card's: OOD positive, trapezoid ``auc(recall, precision)``),
+    ``ap`` (the authors' code: sklearn's ``average_precision_score``, OOD positive) and the κ
+    metrics of :mod:`oodsim.metrics`. ``bootstrap``: each seed scores a bootstrap resample of
+    the ID and the OOD images (stream ``bootstrap``), a replicate of the one fixed test set
+    whose spread is its sampling uncertainty (:func:`bootstrap_interval`); without it every
+    seed scores the full sets, so seeds differ only with ``bootstrap = true``. Stopping rules
+    are refused either way (:data:`STOPPING_REFUSED`): run a fixed number of replicates.
+    ``batch_size`` is an execution setting.
     """
 
     TAG = "imagenet_o"
@@ -379,6 +526,22 @@ class ImageNetOSpec(Seeded, _Keyed):
                 raise UnknownNameError("metrics", metric, METRIC_NAMES)
         if not self.metrics or len(set(self.metrics)) != len(self.metrics):
             raise SpecError("metrics", self.metrics, "a non-empty list of distinct metric names")
+        if self.stopping.rule != "fixed":
+            if self.bootstrap:
+                raise SpecError(
+                    "stopping.rule",
+                    self.stopping.rule,
+                    "'fixed' with bootstrap = true",
+                    STOPPING_REFUSED[0].upper() + STOPPING_REFUSED[1:],
+                )
+            raise SpecError(
+                "stopping.rule",
+                self.stopping.rule,
+                "'fixed': without bootstrap every ImageNet-O seed scores the same fixed test "
+                "set (identical numbers, nothing for a rule to watch)",
+                "Run one seed, or bootstrap = true with a fixed number of replicates for a "
+                "test-set sampling interval",
+            )
         self.check_stopping((NO_SEVERITY,))
 
     def to_dict(self) -> dict[str, Any]:
@@ -549,7 +712,35 @@ def score_logits(
     seed: int,
     logits: Sequence[tuple[np.ndarray, np.ndarray]],
 ) -> np.ndarray:
-    """Scores ``(method, metric, model)`` of one seed from each model's (ID, OOD) logits."""
+    """Scores ``(method, metric, model)`` of one seed from each model's (ID, OOD) logits: of
+    the seed's bootstrap resample with ``bootstrap = true``, else of the full test set."""
+    id_kappa, ood_kappa = logits_kappa(spec, logits)
+    if spec.bootstrap:
+        id_kappa, ood_kappa = resample(spec, seed, id_kappa, ood_kappa)
+    return metric_array(spec, id_kappa, ood_kappa)
+
+
+def resample(
+    spec: ImageNetOSpec, seed: int, id_kappa: np.ndarray, ood_kappa: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """κ ``(..., n_id)`` / ``(..., n_ood)`` of the seed's bootstrap resample (the same images
+    for every model and detector: comparisons are paired)."""
+    streams = SeedStreams(seed, dict(spec.seeds.pinned))
+    id_index, ood_index = bootstrap_indices(streams, id_kappa.shape[-1], ood_kappa.shape[-1])
+    return id_kappa[..., id_index], ood_kappa[..., ood_index]
+
+
+def metric_array(spec: ImageNetOSpec, id_kappa: np.ndarray, ood_kappa: np.ndarray) -> np.ndarray:
+    """The spec's metrics of κ ``(model, method, n)`` as ``(method, metric, model)``."""
+    values = ood_metrics(id_kappa, ood_kappa, spec.metrics)  # each (model, method)
+    return np.stack([values[name].T for name in spec.metrics], axis=1)
+
+
+def logits_kappa(
+    spec: ImageNetOSpec, logits: Sequence[tuple[np.ndarray, np.ndarray]]
+) -> tuple[np.ndarray, np.ndarray]:
+    """κ ``(model, method, n_id)`` and ``(model, method, n_ood)`` of every detector on the
+    logits restricted to the 200 classes."""
     columns = subset_columns(imagenet1k_wnids(), imagenet_o_wnids())
     n_id, n_ood = len(logits[0][0]), len(logits[0][1])
     kappa = np.empty((len(spec.models), len(spec.detectors), n_id + n_ood))
@@ -562,13 +753,56 @@ def score_logits(
                 raise SeedFailed(
                     f"detector {detector.label} on {spec.models[m].label}: {error}"
                 ) from None
-    id_kappa, ood_kappa = kappa[..., :n_id], kappa[..., n_id:]
-    if spec.bootstrap:
-        streams = SeedStreams(seed, dict(spec.seeds.pinned))
-        id_index, ood_index = bootstrap_indices(streams, n_id, n_ood)
-        id_kappa, ood_kappa = id_kappa[..., id_index], ood_kappa[..., ood_index]
-    values = ood_metrics(id_kappa, ood_kappa, spec.metrics)  # each (model, method)
-    return np.stack([values[name].T for name in spec.metrics], axis=1)
+    return kappa[..., :n_id], kappa[..., n_id:]
+
+
+def bootstrap_interval(results: Any, confidence: float = 0.95) -> Any:
+    """Point estimate and test-set sampling interval of every score of an ImageNet-O run.
+
+    ``estimate``: the metric on the full test set (``full_score``; every seed holds the same
+    value). ``lower``/``upper``: the percentile interval of the seeds' scores, each seed a
+    bootstrap replicate of the fixed test set (NaN without ``bootstrap = true``); ``n``: the
+    replicates used (failed seeds are left out). ``attrs`` say what the numbers are
+    (:func:`result_labels`) and ``confidence``.
+
+    The interval is the sampling uncertainty of the test-set numbers (how much they would
+    move with another test set drawn like this one), not the Monte Carlo error of a mean over
+    seeds, and not a statement about other models or data: more seeds make its ends more
+    precise, never narrower.
+    """
+    import xarray as xr
+
+    _check_confidence(confidence)
+    if results.attrs.get("protocol") != PROTOCOL.name:
+        raise SpecError("results", results.attrs.get("protocol"), "results of an ImageNet-O run")
+    boot = bool(json.loads(results.attrs["spec"])["bootstrap"])
+    ok = results["failure"].astype(str) == ""
+    score = results["score"].where(ok)
+    if "full_score" in results.data_vars:
+        full = results["full_score"].where(ok).max("seed", skipna=True)
+    elif not boot:  # results of an older version: every seed scored the full sets
+        full = score.max("seed", skipna=True)
+    else:
+        raise SpecError(
+            "results",
+            "no full_score",
+            "results of this version (run the spec again: the logits are cached, "
+            "only the cheap scoring is redone)",
+        )
+    if boot:
+        lower, upper = percentile_interval(score.values, confidence, axis=0)
+    else:
+        lower = upper = np.full(full.shape, np.nan)
+    dims = full.dims
+    return xr.Dataset(
+        {
+            "estimate": full,
+            "lower": (dims, lower),
+            "upper": (dims, upper),
+            "n": score.count("seed"),
+        },
+        attrs={**result_labels(boot, confidence), "confidence": confidence},
+    )
 
 
 # --------------------------------------------------------------------------- the plug-in
@@ -620,12 +854,17 @@ class ImageNetOProtocol(Protocol):
             )
             for ref in spec.models
         ]
-        scores = score_logits(spec, seed, logits)[:, :, None, :]  # severity axis
+        id_kappa, ood_kappa = logits_kappa(spec, logits)
+        full = metric_array(spec, id_kappa, ood_kappa)[:, :, None, :]  # severity axis
+        scores = full
+        if spec.bootstrap:
+            scores = metric_array(spec, *resample(spec, seed, id_kappa, ood_kappa))[:, :, None, :]
         n_id, n_ood = len(id_set.files), len(ood_set.files)
         return SeedResult(
             seed,
             {
                 "score": scores,
+                "full_score": full,
                 "n_id": n_id,
                 "n_ood": n_ood,
                 "chance": n_ood / (n_id + n_ood),
@@ -642,12 +881,20 @@ class ImageNetOProtocol(Protocol):
         }
         variables = {
             "score": ("method", "metric", "severity", "model"),
+            "full_score": ("method", "metric", "severity", "model"),
             "n_id": (),
             "n_ood": (),
             "chance": (),
             "n_id_classes": (),
         }
-        return Layout(coords, variables)
+        # what a seed is, in the results themselves (see result_attrs for the attrs)
+        static = {"seed_meaning": ((), np.array(SEED_MEANING[spec.bootstrap]))}
+        return Layout(coords, variables, static=static)
+
+    def result_attrs(self, spec: ImageNetOSpec) -> dict[str, str]:
+        """Labels for the results' ``attrs`` (:func:`result_labels`): what a seed is, what the
+        point estimate is and which interval the seeds give."""
+        return result_labels(spec.bootstrap)
 
 
 PROTOCOL = ImageNetOProtocol()
