@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 import pickle
+import warnings
 
 import numpy as np
 import pytest
@@ -43,6 +44,12 @@ def sk_fpr_at_tpr(kappa: np.ndarray, is_ood: np.ndarray, tpr: float) -> float:
     return fpr[np.argmax(tpr_curve >= tpr)]
 
 
+def sk_fpr_at_tpr_ood(kappa: np.ndarray, is_ood: np.ndarray, tpr: float) -> float:
+    """OOD positive, ranked by -κ: the sklearn recipe fpr95_ood is defined by."""
+    fpr, tpr_curve, _ = roc_curve(is_ood, -kappa, drop_intermediate=False)
+    return fpr[np.argmax(tpr_curve >= tpr)]
+
+
 # (name, our function, keyword arguments, oracle(kappa, is_ood))
 CASES = [
     ("auroc", metrics.auroc, {}, sk_auroc),
@@ -53,6 +60,11 @@ CASES = [
     ("fpr95", metrics.fpr_at_tpr, {}, lambda k, o: sk_fpr_at_tpr(k, o, 0.95)),
     ("fpr50", metrics.fpr_at_tpr, {"tpr": 0.5}, lambda k, o: sk_fpr_at_tpr(k, o, 0.5)),
     ("fpr100", metrics.fpr_at_tpr, {"tpr": 1.0}, lambda k, o: sk_fpr_at_tpr(k, o, 1.0)),
+    ("ap_in", metrics.ap_in, {}, lambda k, o: average_precision_score(~o, k)),
+    ("ap_out", metrics.ap_out, {}, lambda k, o: average_precision_score(o, -k)),
+    ("fpr95_ood", metrics.fpr95_ood, {}, lambda k, o: sk_fpr_at_tpr_ood(k, o, 0.95)),
+    ("fpr50_ood", metrics.fpr_at_tpr_ood, {"tpr": 0.5}, lambda k, o: sk_fpr_at_tpr_ood(k, o, 0.5)),
+    ("fpr100_ood", metrics.fpr_at_tpr_ood, {"tpr": 1.0}, lambda k, o: sk_fpr_at_tpr_ood(k, o, 1)),
 ]
 CASE_IDS = [case[0] for case in CASES]
 
@@ -317,7 +329,7 @@ def test_bad_inputs_and_options_raise() -> None:
         with pytest.raises(ValueError, match="tpr"):
             metrics.fpr_at_tpr(kappa, is_ood, tpr=tpr)
     with pytest.raises(UnknownNameError, match="Did you mean 'auroc'"):
-        metrics.get_metric("aurco")
+        metrics.get_metric("auroc_")
     with pytest.raises(UnknownNameError, match="accuracy"):
         metrics.evaluate(kappa, is_ood, ["auroc", "accuracy"])
 
@@ -347,11 +359,381 @@ def test_accuracy_shapes() -> None:
 
 
 def test_registry() -> None:
-    assert metrics.available_metrics() == ("accuracy", "aupr_in", "aupr_out", "auroc", "fpr95")
+    assert metrics.available_metrics() == (
+        "accuracy",
+        "ap_in",
+        "ap_out",
+        "aupr_in",
+        "aupr_out",
+        "aurc",
+        "auroc",
+        "fpr95",
+        "fpr95_ood",
+        "oscr",
+    )
     assert set(metrics.KAPPA_METRICS) == set(metrics.METRICS) - {"accuracy"}
     assert metrics.get_metric("fpr95") is metrics.METRICS["fpr95"]
     kappa, is_ood = np.array([0.3, 0.1, 0.2, 0.4]), np.array([False, True, False, True])
     assert metrics.METRICS["fpr95"](kappa, is_ood) == metrics.fpr_at_tpr(kappa, is_ood, tpr=0.95)
+    assert metrics.DEFAULT_KAPPA_METRICS == ("auroc", "aupr_in", "aupr_out", "fpr95")
     assert metrics.evaluate(kappa, is_ood) == {
-        name: metrics.METRICS[name](kappa, is_ood) for name in metrics.KAPPA_METRICS
+        name: metrics.METRICS[name](kappa, is_ood) for name in metrics.DEFAULT_KAPPA_METRICS
     }
+
+
+# --------------------------------------------------------------------------- named conventions
+#
+# fpr95_ood, ap_in and ap_out ride on CASES above (every sklearn test, tiny tie patterns,
+# batching); here: pytorch-ood's numbers, OSCR and AURC against plain loops, evaluate(correct=).
+
+
+def pod_metrics(kappa: np.ndarray, is_ood: np.ndarray) -> dict[str, float]:
+    """pytorch-ood's OODMetrics on outlier scores -κ (OOD marked by label -1)."""
+    torch = pytest.importorskip("torch")
+    pod = pytest.importorskip("pytorch_ood.metrics")
+    scores = torch.as_tensor(-np.asarray(kappa))
+    labels = torch.as_tensor(np.where(is_ood, -1, 0))
+    with warnings.catch_warnings():  # its AUTC (not compared) warns on constant scores
+        warnings.simplefilter("ignore", UserWarning)
+        return pod.OODMetrics().update(scores, labels).compute()
+
+
+def pod_fpr_at_tpr(kappa: np.ndarray, is_ood: np.ndarray, tpr: float) -> float:
+    torch = pytest.importorskip("torch")
+    pod = pytest.importorskip("pytorch_ood.metrics")
+    scores, labels = torch.as_tensor(-np.asarray(kappa)), torch.as_tensor(np.where(is_ood, -1, 0))
+    return float(pod.functional.fpr_at_tpr(scores, labels, tpr))
+
+
+def loop_oscr(kappa: np.ndarray, is_ood: np.ndarray, correct: np.ndarray) -> float:
+    """OSCR by hand: one (FPR, CCR) point per unique threshold t (accept κ >= t), trapezoid."""
+    id_right = ~is_ood & correct
+    points = [(0.0, 0.0)]
+    for t in sorted(set(kappa.tolist()), reverse=True):
+        accepted = kappa >= t
+        points.append(
+            (
+                np.sum(accepted & is_ood) / np.sum(is_ood),
+                np.sum(accepted & id_right) / np.sum(~is_ood),
+            )
+        )
+    return sum((x1 - x0) * (y1 + y0) / 2 for (x0, y0), (x1, y1) in zip(points, points[1:]))
+
+
+def pod_oscr(kappa: np.ndarray, is_ood: np.ndarray, correct: np.ndarray) -> float:
+    """pytorch-ood's oscr_score: outlier scores -κ, labels -1 for OOD, predictions right or not."""
+    torch = pytest.importorskip("torch")
+    pod = pytest.importorskip("pytorch_ood.metrics")
+    labels = np.where(is_ood, -1, 1)
+    predictions = np.where(correct, labels, 2)
+    return pod.oscr_score(
+        torch.as_tensor(-np.asarray(kappa)), torch.as_tensor(predictions), torch.as_tensor(labels)
+    )
+
+
+def loop_aurc(kappa: np.ndarray, correct: np.ndarray) -> float:
+    """The plain AURC loop: sort by κ descending, mean over i of (wrong among top i) / i."""
+    wrong = ~correct[np.argsort(-kappa, kind="stable")]
+    return float(np.mean([wrong[:i].sum() / i for i in range(1, kappa.size + 1)]))
+
+
+def loop_aurc_expected(kappa: np.ndarray, correct: np.ndarray) -> float:
+    """AURC with ties in expectation, by hand: each run of tied κ adds its wrong predictions
+    evenly, so coverage (above + s) of a run of r with w wrong has (wrong_above + s·w/r) wrong."""
+    total, above, wrong_above = 0.0, 0, 0
+    for t in sorted(set(kappa.tolist()), reverse=True):
+        run = kappa == t
+        r, w = int(run.sum()), int(np.sum(~correct[run]))
+        total += sum((wrong_above + s * w / r) / (above + s) for s in range(1, r + 1))
+        above, wrong_above = above + r, wrong_above + w
+    return total / kappa.size
+
+
+@st.composite
+def judged_sets(draw: st.DrawFn, max_n: int = 40) -> tuple:
+    """(kappa, is_ood, correct) for one set: random, float32, few values, small integers."""
+    n = draw(st.integers(2, max_n))
+    correct = np.array(draw(st.lists(st.booleans(), min_size=n, max_size=n)), dtype=bool)
+    return draw(scores(n)), draw(labels(n)), correct
+
+
+def tie_heavy_rows(rng: np.random.Generator, n: int) -> np.ndarray:
+    """Rows of κ: continuous, rounded to 1 decimal, integers 0..3, and all equal."""
+    normal = rng.normal(size=n)
+    return np.stack([normal, np.round(normal, 1), rng.integers(0, 4, n).astype(float), np.ones(n)])
+
+
+@settings(max_examples=60, deadline=None)
+@given(scored_sets(max_n=40))
+def test_fpr95_ood_and_auprs_match_pytorch_ood_oodmetrics(data: tuple) -> None:
+    kappa, is_ood = data
+    pod = pod_metrics(kappa, is_ood)
+    assert metrics.fpr95_ood(kappa, is_ood) == pod["FPR95TPR"]  # same counts, same division
+    assert abs(metrics.auroc(kappa, is_ood) - pod["AUROC"]) <= TOL
+    assert abs(metrics.aupr_in(kappa, is_ood) - pod["AUPR-IN"]) <= TOL
+    assert abs(metrics.aupr_out(kappa, is_ood) - pod["AUPR-OUT"]) <= TOL
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_named_conventions_on_tie_heavy_rows_match_sklearn_and_pytorch_ood(seed: int) -> None:
+    """Continuous, 1-decimal, integer and all-equal κ: one batched call per metric vs oracles."""
+    rng = np.random.default_rng(seed)
+    n = 500
+    is_ood = rng.random(n) < 0.3
+    is_ood[:2] = True, False
+    kappa = tie_heavy_rows(rng, n) + 0.5 * ~is_ood
+    kappa[-1] = 1.0  # keep the all-equal row all equal
+    fpr_ood, ap_i, ap_o = (
+        metrics.fpr95_ood(kappa, is_ood),
+        metrics.ap_in(kappa, is_ood),
+        metrics.ap_out(kappa, is_ood),
+    )
+    for row in range(kappa.shape[0]):
+        k = kappa[row]
+        assert (
+            fpr_ood[row] == sk_fpr_at_tpr_ood(k, is_ood, 0.95) == pod_metrics(k, is_ood)["FPR95TPR"]
+        )
+        assert abs(ap_i[row] - average_precision_score(~is_ood, k)) <= TOL
+        assert abs(ap_o[row] - average_precision_score(is_ood, -k)) <= TOL
+    assert fpr_ood[-1] == 1.0  # all tied: catching any OOD sample flags every ID sample
+
+
+@settings(max_examples=60, deadline=None)
+@given(scored_sets(max_n=30), st.floats(0, 1, exclude_min=True))
+def test_fpr_ood_at_any_tpr_matches_roc_curve_and_pytorch_ood(data: tuple, tpr: float) -> None:
+    kappa, is_ood = data
+    got = metrics.fpr_at_tpr_ood(kappa, is_ood, tpr=tpr)
+    assert got == sk_fpr_at_tpr_ood(kappa, is_ood, tpr) == pod_fpr_at_tpr(kappa, is_ood, tpr)
+
+
+def test_fpr95_conventions_differ_and_are_named() -> None:
+    """ID positive (fpr95) and OOD positive (fpr95_ood) are different numbers on one set:
+    ID κ spread over 0..19, OOD κ packed in [5, 6)."""
+    kappa = np.r_[np.arange(20.0), 5 + np.arange(20) / 20]
+    is_ood = np.r_[np.zeros(20, bool), np.ones(20, bool)]
+    # keeping 19 of 20 ID samples needs t = 1: every OOD sample is accepted
+    assert metrics.fpr95(kappa, is_ood) == sk_fpr_at_tpr(kappa, is_ood, 0.95) == 1.0
+    # catching 19 of 20 OOD samples flags κ <= 5.9: the 6 ID samples 0..5
+    assert metrics.fpr95_ood(kappa, is_ood) == sk_fpr_at_tpr_ood(kappa, is_ood, 0.95) == 0.3
+
+
+@settings(max_examples=150, deadline=None)
+@given(judged_sets())
+def test_oscr_matches_loop_and_pytorch_ood(data: tuple) -> None:
+    kappa, is_ood, correct = data
+    got = metrics.oscr(kappa, is_ood, correct)
+    assert abs(got - loop_oscr(kappa, is_ood, correct)) <= TOL
+    assert abs(got - pod_oscr(kappa, is_ood, correct)) <= TOL
+
+
+@settings(max_examples=100, deadline=None)
+@given(scored_sets(max_n=40))
+def test_oscr_with_every_id_sample_correct_is_auroc(data: tuple) -> None:
+    kappa, is_ood = data
+    correct = np.ones(kappa.size, dtype=bool)
+    got = metrics.oscr(kappa, is_ood, correct)
+    assert got == metrics.auroc(kappa, is_ood)  # the same sum, term for term
+    assert abs(got - roc_auc_score(~is_ood, kappa)) <= TOL
+    # OOD samples' correctness is ignored
+    assert metrics.oscr(kappa, is_ood, ~is_ood) == got
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_oscr_on_tie_heavy_rows(seed: int) -> None:
+    rng = np.random.default_rng(seed)
+    n = 300
+    is_ood = rng.random(n) < 0.4
+    is_ood[:2] = True, False
+    correct = rng.random(n) < 0.8
+    kappa = tie_heavy_rows(rng, n)
+    got = metrics.oscr(kappa, is_ood, correct)
+    for row in range(kappa.shape[0]):
+        assert abs(got[row] - loop_oscr(kappa[row], is_ood, correct)) <= TOL
+        assert abs(got[row] - pod_oscr(kappa[row], is_ood, correct)) <= TOL
+    accuracy = np.mean(correct[~is_ood])
+    assert abs(got[-1] - accuracy / 2) <= TOL  # all tied: one diagonal segment to (1, acc)
+
+
+def test_oscr_known_values() -> None:
+    kappa = np.array([0.9, 0.8, 0.7, 0.6])
+    is_ood = np.array([False, True, False, True])
+    assert metrics.oscr(kappa, is_ood, [True, True, False, True]) == 0.5  # CCR 1/2 from FPR 0
+    assert metrics.oscr(kappa, is_ood, [True, True, True, True]) == 0.75  # = AUROC
+    assert metrics.oscr(kappa, is_ood, [False, True, False, True]) == 0.0
+    assert metrics.oscr(np.zeros(4), is_ood, [True, True, False, False]) == 0.25  # acc / 2
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    st.integers(1, 40).flatmap(
+        lambda n: st.tuples(scores(n), st.lists(st.booleans(), min_size=n, max_size=n))
+    )
+)
+def test_aurc_matches_loops(data: tuple) -> None:
+    kappa, correct = data[0], np.array(data[1], dtype=bool)
+    got = metrics.aurc(kappa, correct)
+    assert abs(got - loop_aurc_expected(kappa, correct)) <= TOL
+    if np.unique(kappa).size == kappa.size:  # no ties: the plain sorted loop
+        assert abs(got - loop_aurc(kappa, correct)) <= TOL
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.integers(1, 300), st.randoms())
+def test_aurc_without_ties_is_the_plain_loop(n: int, rnd) -> None:
+    rng = np.random.default_rng(rnd.getrandbits(32))
+    kappa, correct = rng.permutation(n).astype(float), rng.random(n) < rng.random()
+    assert abs(metrics.aurc(kappa, correct) - loop_aurc(kappa, correct)) <= TOL
+
+
+@pytest.mark.parametrize("n", [1, 2, 3, 4, 5])
+def test_aurc_is_the_mean_over_every_order_of_ties(n: int) -> None:
+    """Every κ in {0, 1}^n with every correctness pattern: AURC equals the plain loop averaged
+    over all n! orders of the samples (so over all orders of each run of ties)."""
+    grid = np.array(list(itertools.product([0.0, 1.0], repeat=n)))
+    orders = [np.array(p) for p in itertools.permutations(range(n))]
+    for correct in itertools.product([False, True], repeat=n):
+        correct = np.array(correct)
+        got = metrics.aurc(grid, correct)
+        for row, kappa in enumerate(grid):
+            mean = np.mean([loop_aurc(kappa[p], correct[p]) for p in orders])
+            assert abs(got[row] - mean) <= TOL, (kappa, correct)
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_aurc_on_tie_heavy_rows(seed: int) -> None:
+    rng = np.random.default_rng(seed)
+    n = 400
+    correct = rng.random(n) < 0.7
+    kappa = tie_heavy_rows(rng, n) + 0.5 * correct
+    kappa[-1] = 1.0
+    got = metrics.aurc(kappa, correct)
+    for row in range(kappa.shape[0]):
+        assert abs(got[row] - loop_aurc_expected(kappa[row], correct)) <= TOL
+    assert abs(got[0] - loop_aurc(kappa[0], correct)) <= TOL  # continuous: no ties
+    assert abs(got[-1] - np.mean(~correct)) <= TOL  # all tied: the error rate at every coverage
+
+
+def test_aurc_known_values_and_direction() -> None:
+    correct = np.array([True, True, False, True])
+    kappa = np.array([0.9, 0.8, 0.7, 0.6])
+    assert abs(metrics.aurc(kappa, correct) - (0 + 0 + 1 / 3 + 1 / 4) / 4) <= TOL
+    assert metrics.aurc(kappa, np.ones(4, bool)) == 0.0
+    assert metrics.aurc(kappa, np.zeros(4, bool)) == 1.0
+    ranked_well = metrics.aurc(np.array([3.0, 2.0, 1.0, 0.0]), np.array([1, 1, 1, 0]))
+    ranked_badly = metrics.aurc(np.array([0.0, 1.0, 2.0, 3.0]), np.array([1, 1, 1, 0]))
+    assert ranked_well < ranked_badly  # lower is better
+
+
+@st.composite
+def judged_batches(draw: st.DrawFn) -> tuple:
+    """(kappa (a, b, n), is_ood (n,) or (a, b, n), correct (n,) or (a, b, n))."""
+    kappa, is_ood = draw(batches())
+    shape = kappa.shape if draw(st.booleans()) else kappa.shape[-1:]
+    correct = np.array(
+        draw(st.lists(st.booleans(), min_size=int(np.prod(shape)), max_size=int(np.prod(shape))))
+    ).reshape(shape)
+    return kappa, is_ood, correct
+
+
+@settings(max_examples=100, deadline=None)
+@given(judged_batches())
+def test_oscr_aurc_batched_and_evaluate_equal_row_loop(data: tuple) -> None:
+    kappa, is_ood, correct = data
+    together = metrics.evaluate(kappa, is_ood, metrics.KAPPA_METRICS, correct=correct)
+    oscr = metrics.oscr(kappa, is_ood, correct)
+    aurc = metrics.aurc(kappa, correct)
+    assert oscr.shape == aurc.shape == kappa.shape[:-1]
+    for index in np.ndindex(kappa.shape[:-1]):
+        row_ood = is_ood if is_ood.ndim == 1 else is_ood[index]
+        row_correct = correct if correct.ndim == 1 else correct[index]
+        assert oscr[index] == metrics.oscr(kappa[index], row_ood, row_correct)
+        assert aurc[index] == metrics.aurc(kappa[index], row_correct)
+        assert together["oscr"][index] == oscr[index]
+        ids = ~row_ood
+        assert together["aurc"][index] == metrics.aurc(kappa[index][ids], row_correct[ids])
+        for name in metrics.DEFAULT_KAPPA_METRICS + ("ap_in", "ap_out", "fpr95_ood"):
+            assert together[name][index] == metrics.METRICS[name](kappa[index], row_ood)
+
+
+@pytest.mark.parametrize("shared_labels", [True, False])
+def test_oscr_aurc_over_many_blocks(shared_labels: bool) -> None:
+    rng = np.random.default_rng(11)
+    rows, n = 700, 3000  # several internal blocks, the last one partial
+    kappa = rng.normal(size=(rows, n)).astype(np.float32)
+    kappa[::2] = np.round(kappa[::2], 1)
+    shape = (n,) if shared_labels else (rows, n)
+    is_ood, correct = rng.random(shape) < 0.4, rng.random(shape) < 0.8
+    together = metrics.evaluate(kappa, is_ood, ("oscr", "aurc", "auroc"), correct=correct)
+    for row in (0, 1, 348, 349, 350, 699):
+        row_ood = is_ood if shared_labels else is_ood[row]
+        row_correct = correct if shared_labels else correct[row]
+        assert together["oscr"][row] == metrics.oscr(kappa[row], row_ood, row_correct)
+        assert abs(together["oscr"][row] - loop_oscr(kappa[row], row_ood, row_correct)) <= TOL
+        ids = ~row_ood
+        expected = loop_aurc_expected(kappa[row][ids], row_correct[ids])
+        assert abs(together["aurc"][row] - expected) <= TOL
+
+
+def test_evaluate_without_correct_names_the_metric() -> None:
+    kappa, is_ood = np.array([0.3, 0.1, 0.2, 0.4]), np.array([False, True, False, True])
+    for name in ("oscr", "aurc"):
+        with pytest.raises(ValueError, match=f"'{name}' needs correct=.*seed 3"):
+            metrics.evaluate(kappa, is_ood, ["auroc", name], context="seed 3")
+    with pytest.raises(ValueError, match="'oscr' needs correct="):
+        metrics.oscr(kappa, is_ood, None)
+    with pytest.raises(ValueError, match="'aurc' needs correct="):
+        metrics.aurc(kappa, None)
+    with pytest.raises(ValueError, match=r"correct of shape \(3,\).*\(4,\)"):
+        metrics.evaluate(kappa, is_ood, ["oscr"], correct=[True, False, True])
+    with pytest.raises(ValueError, match="correct must be boolean"):
+        metrics.aurc(kappa, [0, 2, 1, 1])
+
+
+def test_evaluate_aurc_alone_needs_id_samples_only() -> None:
+    kappa = np.array([[0.3, 0.1, 0.2, 0.4], [0.5, 0.6, 0.7, 0.8]])
+    is_ood = np.array([[False, True, False, True], [False, False, False, False]])
+    correct = np.array([True, False, False, True])
+    got = metrics.evaluate(kappa, is_ood, ["aurc"], correct=correct)["aurc"]
+    assert got[0] == metrics.aurc([0.3, 0.2], [True, False])
+    assert got[1] == metrics.aurc(kappa[1], correct)
+    with pytest.raises(ValueError, match="no OOD"):
+        metrics.evaluate(kappa, is_ood, ["aurc", "oscr"], correct=correct)
+    with pytest.raises(ValueError, match="no ID .*AURC needs ID samples"):
+        metrics.evaluate(kappa, ~is_ood[1], ["aurc"], correct=correct)
+
+
+def test_existing_metrics_unchanged_by_correct() -> None:
+    rng = np.random.default_rng(5)
+    kappa, is_ood = np.round(rng.normal(size=(6, 50)), 1), rng.random(50) < 0.5
+    plain = metrics.evaluate(kappa, is_ood)
+    with_correct = metrics.evaluate(
+        kappa, is_ood, metrics.KAPPA_METRICS, correct=rng.random(50) < 0.5
+    )
+    for name, values in plain.items():
+        np.testing.assert_array_equal(values, with_correct[name])
+
+
+def test_metric_info_records() -> None:
+    from oodsim.stats import LOWER_IS_BETTER, higher_is_better
+
+    info = metrics.METRIC_INFO
+    assert set(info) == set(metrics.METRICS)
+    for name, record in info.items():
+        assert record.name == name and record.function is metrics.METRICS[name]
+        assert record.range == (0.0, 1.0) == metrics.metric_range(name)
+        assert record.inputs in metrics.METRIC_INPUTS and record.reproduces
+        assert higher_is_better(name) == record.higher_is_better
+        assert higher_is_better(name.upper()) == record.higher_is_better
+    lower = {name for name, record in info.items() if not record.higher_is_better}
+    assert lower == {"fpr95", "fpr95_ood", "aurc"} and lower <= LOWER_IS_BETTER
+    assert {info["oscr"].inputs, info["aurc"].inputs} == {"kappa+is_ood+correct", "kappa+correct"}
+    assert info["oscr"].needs_correct and info["aurc"].needs_correct
+    assert not info["auroc"].needs_correct and info["accuracy"].inputs == "predictions+labels"
+    for alias in ("fpr", "FPR@95TPR", "fpr_at_95tpr", "FPR95TPR"):
+        assert not higher_is_better(alias)
+    assert higher_is_better("aupr") and higher_is_better("some_protocol_metric")
+    assert metrics.metric_range("aupr") == metrics.metric_range("ap") == (0.0, 1.0)
+    assert metrics.metric_range("unknown") is None
+    with pytest.raises(OodsimError):
+        metrics.MetricInfo(name="x", function=len, higher_is_better=True, inputs="kappa")
+    assert set(metrics.__all__) >= {"fpr95_ood", "ap_in", "ap_out", "oscr", "aurc", "METRIC_INFO"}

@@ -8,15 +8,26 @@ from collections.abc import Iterator, Sequence
 import numpy as np
 import xarray as xr
 
-from oodsim.metrics import KAPPA_METRICS, METRICS
+from oodsim.metrics import KAPPA_METRICS, METRIC_INFO, METRICS
 
-#: Metrics for which a lower value is better; every other metric is "higher is better".
-LOWER_IS_BETTER: frozenset[str] = frozenset({"fpr95", "fpr", "fpr@95tpr", "fpr_at_95tpr"})
+#: Metrics for which a lower value is better: those :data:`oodsim.metrics.METRIC_INFO` marks so
+#: (fpr95, fpr95_ood, aurc) and common aliases of FPR names; every other metric is "higher is
+#: better".
+LOWER_IS_BETTER: frozenset[str] = frozenset(
+    {name for name, info in METRIC_INFO.items() if not info.higher_is_better}
+    | {"fpr", "fpr@95tpr", "fpr_at_95tpr", "fpr95tpr"}
+)
 
 
 def higher_is_better(metric: str) -> bool:
-    """Whether a larger value of ``metric`` means a better detector (False only for FPR-type)."""
-    return str(metric).lower() not in LOWER_IS_BETTER
+    """Whether a larger value of ``metric`` means a better detector: the metric's record in
+    :data:`oodsim.metrics.METRIC_INFO` decides, else False only for the names in
+    :data:`LOWER_IS_BETTER` (case-insensitive)."""
+    name = str(metric)
+    info = METRIC_INFO.get(name) or METRIC_INFO.get(name.lower())
+    if info is not None:
+        return info.higher_is_better
+    return name.lower() not in LOWER_IS_BETTER
 
 
 def is_ood_metric(metric: str) -> bool:
