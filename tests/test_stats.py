@@ -84,12 +84,15 @@ def test_estimate_bounded_metrics_stay_in_unit_interval_with_four_seeds() -> Non
     results["score"].loc[{"metric": "fpr95"}] = 1 - results["score"].sel(metric="fpr95")
     plain = estimate(results, value_range=None)
     assert (plain["upper"] > 1).any() and (plain["lower"] < 0).any()
-    est = estimate(results)
+    est = estimate(results, method="t")
     assert est.attrs["interval"] == "t (logit scale)"
+    default = estimate(results)  # a seed on the bound: the two-part interval, also inside
+    assert default.attrs["interval"] == "bound-aware"
     for metric in ("auroc", "aupr_in", "aupr_out", "fpr95", "accuracy"):
         for bound in ("lower", "upper"):
-            values = est[bound].sel(metric=metric).values
-            assert np.isfinite(values).all() and ((values >= 0) & (values <= 1)).all(), metric
+            for e in (est, default):
+                values = e[bound].sel(metric=metric).values
+                assert np.isfinite(values).all() and ((values >= 0) & (values <= 1)).all(), metric
     cell = {"method": "odin", "metric": "auroc", "severity": "all"}
     got = est.sel(cell)
     expected = _logit_t(results["score"].sel(cell).values)
@@ -105,8 +108,13 @@ def test_bounded_interval_edge_cases() -> None:
         coords={"method": ["perfect", "zero", "mid"], "metric": "auroc"},
     )
     est = estimate(score)  # one metric selected: its range comes from the scalar coordinate
-    assert est["lower"].values.tolist()[:2] == [1.0, 0.0]
-    assert est["upper"].values.tolist()[:2] == [1.0, 0.0]
+    # every value on a bound: an interval of positive width that holds the bound (the logit-t
+    # interval of method="t" is the point [1, 1] / [0, 0]; tests/test_bounded_intervals.py)
+    assert est["upper"].values.tolist()[:2] == [1.0, est["upper"].values[1]]
+    assert est["lower"].values.tolist()[:2] == [est["lower"].values[0], 0.0]
+    assert est["lower"].values[0] < 1.0 and est["upper"].values[1] > 0.0
+    point = estimate(score, method="t")
+    assert point["lower"].values.tolist()[:2] == point["upper"].values.tolist()[:2] == [1.0, 0.0]
     assert 0 < est["lower"].values[2] < 0.6 < est["upper"].values[2] < 1
     np.testing.assert_allclose(
         estimate(score, value_range=(0.0, 1.0))["upper"], est["upper"], rtol=1e-12

@@ -12,12 +12,20 @@ from scipy.special import expit, logit
 from oodsim.metrics import metric_range
 from oodsim.stats._common import as_score, check_alpha
 
-IntervalMethod = Literal["t", "bootstrap"]
+IntervalMethod = Literal["auto", "t", "betting", "bootstrap"]
+#: The interval methods of :func:`estimate`; ``"auto"`` (the bound-aware interval) is the default.
+INTERVAL_METHODS: tuple[str, ...] = ("auto", "t", "betting", "bootstrap")
 #: ``(low, high)`` bounds of the values; ``"metric"``: each metric's own (:func:`metric_range`).
 ValueRange = tuple[float, float] | Literal["metric"] | None
 
-#: Largest number of float64 elements a vectorized bootstrap block may hold (~128 MiB).
+#: Largest number of float64 elements a vectorized bootstrap or betting block may hold (~128 MiB).
 _BLOCK = 2**24
+#: Cap c on the bets of the betting interval: a bet on "mean > m" is at most c / m (and on
+#: "mean < m" at most c / (1 - m)), so no seed can take more than a share c of the capital
+#: (Waudby-Smith & Ramdas 2023 suggest 1/2 or 3/4).
+_BET_CAP = 0.75
+#: Bisection steps for each end of the betting interval (2**-50 of the range).
+_BISECTIONS = 50
 
 
 def estimate(
@@ -25,7 +33,7 @@ def estimate(
     *,
     dim: str = "seed",
     confidence: float = 0.95,
-    method: IntervalMethod = "t",
+    method: IntervalMethod = "auto",
     n_boot: int = 2000,
     rng: np.random.Generator | int | None = None,
     value_range: ValueRange = "metric",
@@ -35,20 +43,37 @@ def estimate(
     Returns a Dataset with the dims of the score less ``dim`` and the variables ``mean``,
     ``std`` (ddof=1), ``sem``, ``lower``, ``upper``, ``n`` (finite values used) and
     ``n_excluded`` (NaN values skipped: failed seeds). Cells with fewer than two finite values
-    get NaN intervals.
+    get NaN intervals. ``attrs["interval"]`` names the interval: ``"bound-aware"``,
+    ``"t (logit scale)"``, ``"betting"``, ``"bootstrap"`` or ``"t"`` (no cell has a range).
 
-    ``method="t"`` gives the Student-t interval of the mean; for a bounded metric (every metric
-    of oodsim lies in [0, 1], see :func:`oodsim.metrics.metric_range`) it is built on the logit
-    scale, ``expit(logit(p̂) ± t · sem / (p̂(1 − p̂)))``, so it never leaves the range and is
-    skewed away from the bound as the mean of a bounded score is. ``"bootstrap"`` gives the
-    percentile interval of ``n_boot`` resampled means (the same resampled seed sets for every
-    cell), which stays inside the range of the data. ``value_range`` bounds the values:
-    ``"metric"`` (default) takes each metric's range from the ``metric`` coordinate, a tuple
-    applies to every cell, None gives the plain symmetric t interval.
+    ``value_range`` bounds the values: ``"metric"`` (default) takes each metric's range from
+    the ``metric`` coordinate (every oodsim metric lies in [0, 1], see
+    :func:`oodsim.metrics.metric_range`), a tuple applies to every cell, None declares the
+    values unbounded. Cells without a range get the plain Student-t interval
+    ``mean ± t · sem`` under every method but ``"bootstrap"``. For bounded cells:
+
+    - ``"auto"`` (default, ``"bound-aware"``): per cell, the logit-scale t interval of
+      :func:`t_interval` when every value lies strictly inside the range and they are not all
+      equal; the two-part interval of :func:`two_part_interval` when some values sit on one
+      bound (e.g. seeds with AUROC exactly 1.0, or FPR exactly 0.0, all of them included);
+      the betting interval (below) when values sit on both bounds or are all equal inside the
+      range. It never has zero width for n >= 2 and, for values on a bound, always contains
+      that bound.
+    - ``"t"``: the logit-scale t interval everywhere, ``expit(logit(p̂) ± t · sem /
+      (p̂(1 − p̂)))``; a cell whose values all sit on a bound gets the point interval, and
+      values on the bound make it far too narrow (see docs/statistics.md).
+    - ``"betting"``: the hedged-capital betting interval of Waudby-Smith & Ramdas (2023,
+      *Estimating means of bounded random variables by betting*, JRSS-B, Theorem 3, with
+      their fixed-n predictable plug-in bets capped at ``c = 3/4``): exact at every n for any
+      distribution on the range, hence wide (seeds in the given order; see
+      :func:`betting_interval`).
+    - ``"bootstrap"``: the percentile interval of ``n_boot`` resampled means (the same
+      resampled seed sets for every cell), which stays inside the range of the data (a point
+      for a constant cell).
     """
     check_alpha(confidence, "confidence")
-    if method not in ("t", "bootstrap"):
-        raise ValueError(f"method must be 't' or 'bootstrap', got {method!r}")
+    if method not in INTERVAL_METHODS:
+        raise ValueError(f"method must be one of {', '.join(INTERVAL_METHODS)}; got {method!r}")
     score = as_score(results_or_score)
     if dim not in score.dims:
         raise ValueError(f"dimension {dim!r} not in score dims {score.dims}")
@@ -61,12 +86,23 @@ def estimate(
     data_vars = {name: template.copy(data=value) for name, value in out.items()}
     for name in ("n", "n_excluded"):
         data_vars[name].attrs["description"] = f"{name} of values along {dim!r}"
-    bounded = method == "t" and bool(np.isfinite(low).any())
-    attrs = {"confidence": confidence, "interval": "t (logit scale)" if bounded else method}
+    attrs = {
+        "confidence": confidence,
+        "interval": interval_label(method, bool(np.isfinite(low).any())),
+    }
     attrs["dim"] = dim
     if method == "bootstrap":
         attrs["n_boot"] = int(n_boot)
     return xr.Dataset(data_vars, attrs=attrs)
+
+
+def interval_label(method: str, bounded: bool = True) -> str:
+    """``attrs["interval"]`` of :func:`estimate` for ``method`` (with some cell bounded or not)."""
+    if method == "bootstrap":
+        return "bootstrap"
+    if not bounded:
+        return "t"
+    return {"auto": "bound-aware", "t": "t (logit scale)", "betting": "betting"}[method]
 
 
 def _range_arrays(
@@ -124,7 +160,8 @@ def t_interval(
     mean to ``p̂ = (mean − low) / (high − low)`` and take ``p̂``'s interval as
     ``expit(logit(p̂) ± t · se_p / (p̂(1 − p̂)))`` (delta method), then map back: the interval
     lies inside ``[low, high]``, and a mean on a bound (every value on it) gives a point. NaN
-    where ``n < 2``.
+    where ``n < 2``. This is the ``method="t"`` interval of :func:`estimate`; the default
+    (``"auto"``) replaces it where values sit on a bound or are all equal.
     """
     mean, sem, n = np.asarray(mean, float), np.asarray(sem, float), np.asarray(n)
     q = sps.t.ppf(0.5 + confidence / 2, np.maximum(n - 1, 1))
@@ -163,12 +200,27 @@ def _estimate_array(
         mean = np.where(n > 0, filled.sum(axis=-1) / n, np.nan)
         centered = np.where(finite, x - mean[..., None], 0.0)
         var = np.where(n > 1, (centered**2).sum(axis=-1) / (n - 1), np.nan)
+        # equal values have no spread, whatever rounding their mean had
+        same = np.where(finite, x, -np.inf).max(axis=-1) == np.where(finite, x, np.inf).min(axis=-1)
+        var = np.where(same & (n > 1), 0.0, var)
         std = np.sqrt(var)
         sem = std / np.sqrt(n)
-    if method == "t":
-        lower, upper = t_interval(mean, sem, n, confidence, low, high)
-    else:
+    if method == "bootstrap":
         lower, upper = _bootstrap_interval(x, finite, n, confidence, n_boot, rng)
+    else:
+        lower, upper = t_interval(mean, sem, n, confidence, low, high)
+        if method != "t":
+            low = np.broadcast_to(np.asarray(low, float), n.shape)
+            high = np.broadcast_to(np.asarray(high, float), n.shape)
+            bounded = np.isfinite(low) & np.isfinite(high) & (n > 1)
+            if bounded.any():
+                width = np.where(bounded, high - low, 1.0)
+                p = np.clip((x - np.where(bounded, low, 0.0)[..., None]) / width[..., None], 0, 1)
+                stats = _bound_stats(p, finite)
+                kind = _interval_kind(method, bounded, stats)
+                lo_p, hi_p = _unit_interval(kind, n, stats, confidence, p, finite)
+                lower = np.where(kind > 0, low + width * lo_p, lower)
+                upper = np.where(kind > 0, low + width * hi_p, upper)
     return {
         "mean": mean,
         "std": std,
@@ -178,6 +230,199 @@ def _estimate_array(
         "n": n.astype(np.int64),
         "n_excluded": (x.shape[-1] - n).astype(np.int64),
     }
+
+
+# Interval kinds of bounded cells (0: keep the t interval computed already).
+_T, _TWO_PART, _BETTING = 0, 1, 2
+
+
+def _bound_stats(p: np.ndarray, finite: np.ndarray) -> dict[str, np.ndarray]:
+    """What the bound-aware choice needs of values ``p`` in [0, 1] along the last axis: whether
+    some sit on 0 / on 1, whether all are equal, and for each side the number of values off
+    that bound with the mean and standard error of their distance from it."""
+    out = {
+        "at_low": (finite & (p == 0.0)).any(axis=-1),
+        "at_high": (finite & (p == 1.0)).any(axis=-1),
+        "constant": np.where(finite, p, -np.inf).max(axis=-1)
+        == np.where(finite, p, np.inf).min(axis=-1),
+    }
+    for side, d in (("low", p), ("high", 1.0 - p)):
+        off = finite & (d > 0.0)
+        k = off.sum(axis=-1)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            nu = np.where(off, d, 0.0).sum(axis=-1) / k
+            var = (np.where(off, d - nu[..., None], 0.0) ** 2).sum(axis=-1) / (k - 1)
+            out[f"k_{side}"], out[f"nu_{side}"] = k, nu
+            out[f"nu_sem_{side}"] = np.sqrt(np.where(k > 1, var, np.nan) / k)
+    return out
+
+
+def _interval_kind(
+    method: IntervalMethod, bounded: np.ndarray, stats: dict[str, np.ndarray]
+) -> np.ndarray:
+    """Per cell: ``_T``, ``_TWO_PART`` or ``_BETTING`` (see :func:`estimate`)."""
+    if method == "betting":
+        return np.where(bounded, _BETTING, _T)
+    at_low, at_high = stats["at_low"], stats["at_high"]
+    one_bound = at_low ^ at_high
+    betting = (at_low & at_high) | (stats["constant"] & ~at_low & ~at_high)
+    return np.where(bounded & one_bound, _TWO_PART, np.where(bounded & betting, _BETTING, _T))
+
+
+def _unit_interval(
+    kind: np.ndarray,
+    n: np.ndarray,
+    stats: dict[str, np.ndarray],
+    confidence: float,
+    p: np.ndarray,
+    finite: np.ndarray,
+) -> tuple[np.ndarray, np.ndarray]:
+    """Interval on the [0, 1] scale of the cells of ``kind`` two-part or betting (NaN elsewhere)."""
+    lower, upper = np.full(n.shape, np.nan), np.full(n.shape, np.nan)
+    two = kind == _TWO_PART
+    if two.any():
+        high = stats["at_high"]
+        side = {
+            key: np.where(high, stats[f"{key}_high"], stats[f"{key}_low"])
+            for key in ("k", "nu", "nu_sem")
+        }
+        lo_d, hi_d = two_part_interval(n, side["k"], side["nu"], side["nu_sem"], confidence)
+        lower = np.where(two, np.where(high, 1.0 - hi_d, lo_d), lower)
+        upper = np.where(two, np.where(high, 1.0 - lo_d, hi_d), upper)
+    bet = kind == _BETTING
+    if bet.any():
+        lo_b, hi_b = _betting_rows(p[bet], finite[bet], confidence)
+        lower[bet], upper[bet] = lo_b, hi_b
+    return lower, upper
+
+
+def two_part_interval(
+    n: np.ndarray,
+    k: np.ndarray,
+    nu: np.ndarray,
+    nu_sem: np.ndarray,
+    confidence: float,
+) -> tuple[np.ndarray, np.ndarray]:
+    """Interval for the mean distance ``μ_d = q · ν`` of [0, 1] values from the bound some of
+    them sit on (the two-part or "delta" model of zero-inflated data, Aitchison 1955).
+
+    Of ``n`` values, ``k`` lie off the bound: ``q`` is the chance that a value does, ``ν`` the
+    mean distance of those that do (estimated by ``nu`` with standard error ``nu_sem``), and
+    the mean of the values is ``bound ∓ q · ν``. For ``k >= 2`` the interval combines the
+    Clopper-Pearson interval of ``q`` (exact) with the logit-scale t interval of ``ν``
+    (:func:`t_interval` on the ``k`` distances) by MOVER on the log scale (Zou & Donner 2008;
+    Zou, Huang & Zhang 2009): ``log μ̂_d ∓ sqrt(Σ (log θ̂ − log θ_bound)²)``. For ``k < 2``
+    nothing is known of ``ν`` but ``ν <= 1``, so the interval is ``[0, q_up]`` with
+    ``q_up`` the exact Clopper-Pearson upper bound of ``q`` (a bound on ``μ_d`` because the
+    values lie within 1 of the bound); for ``k = 0`` (every value on the bound) that is
+    ``1 − ((1 − c)/2) ** (1/n)``, the "rule of three" limit. Every interval has positive
+    width and contains 0 (the bound) when ``k < 2``.
+    """
+    n, k = np.asarray(n), np.asarray(k)
+    nu, nu_sem = np.asarray(nu, float), np.asarray(nu_sem, float)
+    a = 1.0 - confidence
+    with np.errstate(invalid="ignore", divide="ignore"):
+        q = k / n
+        q_low = np.where(k > 0, sps.beta.ppf(a / 2, np.maximum(k, 1), n - k + 1), 0.0)
+        q_up = np.where(k < n, sps.beta.ppf(1 - a / 2, k + 1, np.maximum(n - k, 1)), 1.0)
+        nu_low, nu_up = t_interval(nu, nu_sem, k, confidence, 0.0, 1.0)
+        log_mu = np.log(q) + np.log(nu)
+        lower = np.exp(log_mu - np.hypot(np.log(q) - np.log(q_low), np.log(nu) - np.log(nu_low)))
+        upper = np.exp(log_mu + np.hypot(np.log(q_up) - np.log(q), np.log(nu_up) - np.log(nu)))
+    many = k >= 2
+    lower = np.where(many, np.nan_to_num(lower, nan=0.0), 0.0)
+    upper = np.where(many, np.minimum(np.nan_to_num(upper, nan=1.0), 1.0), q_up)
+    bad = n < 2
+    return np.where(bad, np.nan, lower), np.where(bad, np.nan, upper)
+
+
+def betting_interval(
+    values: np.ndarray, confidence: float = 0.95, value_range: tuple[float, float] = (0.0, 1.0)
+) -> tuple[np.ndarray, np.ndarray]:
+    """Betting confidence interval for the mean of bounded values, along the last axis
+    (NaN = missing; the order of the values is the betting order).
+
+    Waudby-Smith & Ramdas (2023), Theorem 3: for a candidate mean ``m`` a gambler bets on
+    "mean > m" with capital ``K⁺(m) = Π (1 + λᵢ (xᵢ − m))`` and on "mean < m" with
+    ``K⁻(m) = Π (1 − λᵢ (xᵢ − m))``; ``m`` is rejected once either capital reaches
+    ``2 / (1 − c)`` at any time (Ville's inequality: under mean ``m`` each capital is a
+    nonnegative martingale). The bets are their predictable plug-in ones for a known sample
+    size ``n``, ``λᵢ = sqrt(2 log(2/α) / (n σ̂²ᵢ₋₁))``, capped at ``3/4 / m`` (resp.
+    ``3/4 / (1 − m)``). Both capitals are monotone in ``m``, so each end is found by
+    bisection. Exact at every ``n`` for any distribution on ``value_range``, hence wide near a
+    bound (with 10 values near 1 the data cannot rule out a rare value near 0). NaN where
+    fewer than two values are finite.
+    """
+    check_alpha(confidence, "confidence")
+    lo, hi = map(float, value_range)
+    if not (np.isfinite(lo) and np.isfinite(hi) and hi > lo):
+        raise ValueError(
+            f"value_range must be finite (low, high) with high > low, got {value_range}"
+        )
+    x = np.asarray(values, dtype=float)
+    shape = x.shape[:-1]
+    finite = np.isfinite(x)
+    _check_in_range(x, np.full(shape, lo), np.full(shape, hi))
+    p = (x - lo) / (hi - lo)
+    lower, upper = _betting_rows(
+        p.reshape(-1, x.shape[-1]), finite.reshape(-1, x.shape[-1]), confidence
+    )
+    return (lo + (hi - lo) * lower).reshape(shape), (lo + (hi - lo) * upper).reshape(shape)
+
+
+def _betting_rows(
+    p: np.ndarray, finite: np.ndarray, confidence: float
+) -> tuple[np.ndarray, np.ndarray]:
+    """The betting interval of each row of ``p`` (values in [0, 1], NaN where not finite)."""
+    rows, size = p.shape
+    lower, upper = np.full(rows, np.nan), np.full(rows, np.nan)
+    step = max(1, _BLOCK // (8 * max(size, 1)))
+    for start in range(0, rows, step):
+        block = slice(start, start + step)
+        lower[block], upper[block] = _betting_block(p[block], finite[block], confidence)
+    return lower, upper
+
+
+def _betting_block(
+    p: np.ndarray, finite: np.ndarray, confidence: float
+) -> tuple[np.ndarray, np.ndarray]:
+    order = np.argsort(~finite, axis=-1, kind="stable")  # finite values first, order kept
+    y = np.take_along_axis(np.where(finite, p, 0.5), order, axis=-1)
+    n = finite.sum(axis=-1)
+    valid = np.arange(y.shape[-1]) < n[:, None]
+    alpha = 1.0 - confidence
+    threshold = np.log(2.0 / alpha)
+    t = np.arange(1, y.shape[-1] + 1, dtype=float)
+    mu = (0.5 + np.cumsum(np.where(valid, y, 0.0), axis=-1)) / (t + 1)
+    sigma2 = (0.25 + np.cumsum(np.where(valid, (y - mu) ** 2, 0.0), axis=-1)) / (t + 1)
+    sigma2_prev = np.concatenate([np.full((len(y), 1), 0.25), sigma2[:, :-1]], axis=-1)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        lam = np.where(
+            valid, np.sqrt(2.0 * threshold / (np.maximum(n, 1)[:, None] * sigma2_prev)), 0.0
+        )
+
+    def rejected(m: np.ndarray, sign: float) -> np.ndarray:
+        reach = m if sign > 0 else 1.0 - m
+        with np.errstate(divide="ignore"):
+            bet = np.minimum(lam, _BET_CAP / reach[:, None])
+        log_capital = np.cumsum(np.log1p(sign * bet * (y - m[:, None])), axis=-1)
+        return log_capital.max(axis=-1) >= threshold
+
+    # K+ falls as m rises: the lower end is the smallest m not rejected; K- rises with m.
+    a, b = np.zeros(len(y)), np.ones(len(y))
+    for _ in range(_BISECTIONS):
+        mid = (a + b) / 2
+        hit = rejected(mid, 1.0)
+        a, b = np.where(hit, mid, a), np.where(hit, b, mid)
+    lower = a
+    a, b = np.zeros(len(y)), np.ones(len(y))
+    for _ in range(_BISECTIONS):
+        mid = (a + b) / 2
+        hit = rejected(mid, -1.0)
+        a, b = np.where(hit, a, mid), np.where(hit, mid, b)
+    upper = b
+    few = n < 2
+    return np.where(few, np.nan, lower), np.where(few, np.nan, upper)
 
 
 def _bootstrap_interval(
@@ -219,15 +464,20 @@ def running_interval(
     values: np.ndarray,
     confidence: float = 0.95,
     value_range: tuple[float, float] | None = None,
+    method: Literal["auto", "t", "betting"] = "auto",
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """Running mean and t interval after each finite value of a 1-D sequence.
+    """Running mean and interval after each finite value of a 1-D sequence.
 
     Returns ``(n, mean, lower, upper)``, one entry per finite value in order (NaNs skipped),
     with NaN bounds while fewer than two values are in. This is the curve a stopping rule
-    watches as seeds land. With ``value_range`` (e.g. :func:`oodsim.metrics.metric_range`) the
-    interval is the bounded one of :func:`t_interval`, as in :func:`estimate`.
+    watches as seeds land. Without ``value_range`` it is the plain Student-t interval; with
+    one (e.g. :func:`oodsim.metrics.metric_range`) each point is the interval
+    :func:`estimate` gives for the values so far with the same ``method`` (default the
+    bound-aware one).
     """
     check_alpha(confidence, "confidence")
+    if method not in ("auto", "t", "betting"):
+        raise ValueError(f"method must be 'auto', 't' or 'betting', got {method!r}")
     v = np.asarray(values, dtype=float).ravel()
     v = v[np.isfinite(v)]
     n = np.arange(1, len(v) + 1)
@@ -244,4 +494,43 @@ def running_interval(
     if value_range is not None:
         _check_in_range(v[None, :], np.array([low]), np.array([high]))
     lower, upper = t_interval(mean, np.sqrt(var / n), n, confidence, low, high)
+    if value_range is None or method == "t":
+        return n, mean, lower, upper
+    width = float(high) - float(low)
+    p = np.clip((v - float(low)) / width, 0.0, 1.0)
+    stats = _running_bound_stats(p)
+    kind = _interval_kind(method, n > 1, stats)
+    need = np.flatnonzero(kind > 0)
+    if need.size:
+        # Each prefix as one row (values beyond it missing), in blocks of bounded memory.
+        lo_p, hi_p = np.full(len(v), np.nan), np.full(len(v), np.nan)
+        step = max(1, _BLOCK // (8 * len(v)))
+        for start in range(0, need.size, step):
+            rows = need[start : start + step]
+            inside = np.arange(len(v)) < n[rows, None]
+            sub = {key: value[rows] for key, value in stats.items()}
+            lo_r, hi_r = _unit_interval(
+                kind[rows], n[rows], sub, confidence, np.where(inside, p, np.nan), inside
+            )
+            lo_p[rows], hi_p[rows] = lo_r, hi_r
+        lower = np.where(kind > 0, float(low) + width * lo_p, lower)
+        upper = np.where(kind > 0, float(low) + width * hi_p, upper)
     return n, mean, lower, upper
+
+
+def _running_bound_stats(p: np.ndarray) -> dict[str, np.ndarray]:
+    """:func:`_bound_stats` of every prefix of the 1-D values ``p`` in [0, 1], by running sums."""
+    out = {
+        "at_low": np.maximum.accumulate(p == 0.0),
+        "at_high": np.maximum.accumulate(p == 1.0),
+        "constant": np.maximum.accumulate(p) == np.minimum.accumulate(p),
+    }
+    for side, d in (("low", p), ("high", 1.0 - p)):
+        off = d > 0.0
+        k = np.cumsum(off)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            nu = np.cumsum(np.where(off, d, 0.0)) / k
+            ss = np.cumsum(np.where(off, d**2, 0.0)) - k * nu**2
+            var = np.where(k > 1, np.maximum(ss, 0.0) / (k - 1), np.nan)
+        out[f"k_{side}"], out[f"nu_{side}"], out[f"nu_sem_{side}"] = k, nu, np.sqrt(var / k)
+    return out

@@ -18,7 +18,7 @@ import numpy as np
 
 from oodsim.errors import UnknownNameError
 from oodsim.stats._common import check_alpha, complete_rows
-from oodsim.stats.estimates import t_interval
+from oodsim.stats.estimates import _estimate_array, interval_label
 
 Boundary = Literal["bernstein", "normal_mixture"]
 BOUNDARIES: tuple[str, ...] = ("bernstein", "normal_mixture")
@@ -124,43 +124,62 @@ def decide_ci_width(
     min_seeds: int = 2,
     max_seeds: int | None = None,
     value_range: tuple[float, float] | None = (0.0, 1.0),
+    method: Literal["auto", "t", "betting"] = "auto",
 ) -> StopDecision:
-    """Stop when every method's Student-t interval half-width is below ``epsilon``.
+    """Stop when every method's interval half-width is below ``epsilon``.
 
     Answers "is each expected score known to ± epsilon?". The interval is the one
-    :func:`~oodsim.stats.estimate` reports (:func:`~oodsim.stats.t_interval`: on the logit scale
-    for values in ``value_range``, default [0, 1] like every oodsim metric; symmetric for
-    None), and its half-width is half its length. NaN (failed) seeds are skipped per method;
-    ``min_seeds`` counts the seeds usable for every method (at least 2 are needed). Stopping on
-    a small observed spread slightly lowers the coverage of the final interval; a ``min_seeds``
-    of 10 or more keeps that effect small.
+    :func:`~oodsim.stats.estimate` reports with the same ``method``: by default the
+    bound-aware interval for values in ``value_range`` (default [0, 1] like every oodsim
+    metric): logit-scale t for values inside the range, the two-part interval where seeds sit
+    on a bound, the betting interval where all are equal; the plain symmetric t interval for
+    ``value_range=None``. Its half-width is half its length. The rule never stops on a
+    degenerate interval: a method whose interval has zero width (a constant sample under
+    ``method="t"`` or ``value_range=None``) or no interval counts as not known, whatever
+    ``epsilon`` is. With the default, ``n`` seeds all scoring exactly 1.0 (or 0.0) give the
+    interval ``[((1 - confidence)/2) ** (1/n), 1]``, so ``epsilon=0.01`` stops after 183 such
+    seeds, not 10.
+
+    NaN (failed) seeds are skipped per method; ``min_seeds`` counts the seeds usable for every
+    method (at least 2 are needed). Stopping on a small observed spread slightly lowers the
+    coverage of the final interval; a ``min_seeds`` of 10 or more keeps that effect small.
     """
     check_alpha(confidence, "confidence")
     if epsilon <= 0:
         raise ValueError(f"epsilon must be positive, got {epsilon}")
+    if method not in ("auto", "t", "betting"):
+        raise ValueError(f"method must be 'auto', 't' or 'betting', got {method!r}")
     v = np.asarray(values, dtype=float)
     v = v[:, None] if v.ndim == 1 else v
     n_seeds = v.shape[0]
     _bounds_check(n_seeds, min_seeds, max_seeds)
-    finite = np.isfinite(v)
-    n = finite.sum(axis=0)
+    n = np.isfinite(v).sum(axis=0)
     usable = int(n.min()) if v.size else 0
+    degenerate = 0
     if usable >= 2:
-        filled = np.where(finite, v, 0.0)
-        mean = filled.sum(axis=0) / n
-        var = (np.where(finite, v - mean, 0.0) ** 2).sum(axis=0) / (n - 1)
         low, high = value_range if value_range is not None else (np.nan, np.nan)
-        lower, upper = t_interval(mean, np.sqrt(var / n), n, confidence, low, high)
-        statistic = float(((upper - lower) / 2).max())
+        x = v.T  # methods x seeds
+        out = _estimate_array(x, confidence, method, 0, np.random.default_rng(0), low, high)
+        length = out["upper"] - out["lower"]
+        degenerate = int((~(length > 0)).sum())  # zero width or NaN: nothing is known
+        statistic = float(np.nanmax(length) / 2) if np.isfinite(length).any() else float("nan")
     else:
         statistic = float("nan")
-    met = usable >= 2 and statistic < epsilon
+    met = usable >= 2 and degenerate == 0 and statistic < epsilon
     pct = f"{confidence:.0%}"
+    kind = interval_label(method, value_range is not None)
+    if degenerate:
+        wait = (
+            f"{degenerate} method(s) with a zero-width {pct} {kind} interval (constant scores): "
+            "not known to any precision"
+        )
+    else:
+        wait = f"largest {pct} half-width {statistic:.4g} >= epsilon={epsilon:g}"
     return _finish(
         "ci_width",
         met,
         f"largest {pct} half-width {statistic:.4g} < epsilon={epsilon:g}",
-        f"largest {pct} half-width {statistic:.4g} >= epsilon={epsilon:g}",
+        wait,
         statistic,
         n_seeds,
         usable,
