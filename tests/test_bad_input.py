@@ -91,7 +91,7 @@ def with_dataset(text: str, body: str) -> str:
             '"msp", "temprature"',
             ["detector: 'temprature'", "Did you mean 'temperature'"],
         ),
-        ('metrics = ["auroc"', 'metrics = ["aurco"', ["metrics: 'aurco'", "Did you mean 'auroc'"]),
+        ('metrics = ["auroc"', 'metrics = ["aroc"', ["metrics: 'aroc'", "Did you mean 'auroc'"]),
         (
             "[seeds]\nn = 50",
             "[seeds]\nn = 50\npinned = { clas_split = 1 }",

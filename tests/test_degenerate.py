@@ -10,36 +10,74 @@ import attrs
 import numpy as np
 import pytest
 from scipy import stats as sps
+from sklearn.metrics import balanced_accuracy_score
 
 import oodsim
 from oodsim.detectors import confidence, get_detector
 from oodsim.detectors.temperature import T_BOUNDS, fit_temperature
 from oodsim.outputs import Outputs
-from oodsim.protocols.degenerate import chance_accuracy, degenerate_reason, is_degenerate_failure
+from oodsim.protocols.degenerate import (
+    balanced_accuracy,
+    degenerate_reason,
+    independence_p_value,
+    is_degenerate_failure,
+)
 from oodsim.specs import DegenerateSpec
 from oodsim.stats import estimate
 from tests.conftest import cli_run_on, digits_toml, small_digits
 
 
-@pytest.mark.parametrize("n_hits", [0, 40, 55, 60, 90, 240])
-def test_binomial_rule_matches_scipy(n_hits: int) -> None:
-    """The rule is scipy's one-sided binomial test against the majority-class accuracy."""
-    labels = np.repeat(np.arange(6), 40)  # 240 balanced test labels: chance 1/6
-    predictions = np.where(np.arange(240) < n_hits, labels, (labels + 1) % 6)
-    reason = degenerate_reason(predictions, labels, alpha=1e-3)
-    oracle = sps.binomtest(n_hits, 240, 1 / 6, alternative="greater").pvalue
-    assert (reason == "") == (oracle < 1e-3)
-    if reason:
-        assert f"{n_hits / 240:.3f}" in reason and "0.167" in reason and f"{oracle:.2g}" in reason
+def test_balanced_accuracy_is_sklearns() -> None:
+    rng = np.random.default_rng(0)
+    labels = rng.choice(4, 300, p=[0.7, 0.2, 0.05, 0.05])
+    predictions = np.where(rng.random(300) < 0.5, labels, rng.integers(0, 6, 300))  # 4, 5: unseen
+    assert balanced_accuracy(predictions, labels) == pytest.approx(
+        balanced_accuracy_score(labels, predictions), abs=1e-12
+    )
 
 
-def test_chance_is_the_majority_class_share() -> None:
+@pytest.mark.parametrize("share", [0.0, 0.15, 0.3, 0.6])
+def test_independence_p_value_agrees_with_scipy_permutation_test(share: float) -> None:
+    """The p-value is a one-sided permutation test of the balanced accuracy; scipy's own
+    permutation test (another random stream) agrees within Monte Carlo error."""
+    rng = np.random.default_rng(1)
+    labels = rng.integers(0, 5, 120)
+    predictions = np.where(rng.random(120) < share, labels, rng.integers(0, 5, 120))
+    ours = independence_p_value(predictions, labels)
+    oracle = sps.permutation_test(
+        (predictions,),
+        lambda p: balanced_accuracy_score(labels, p),
+        permutation_type="pairings",
+        n_resamples=4999,
+        alternative="greater",
+        random_state=7,
+    ).pvalue
+    assert abs(ours - oracle) < 0.02 + 0.1 * oracle
+    assert independence_p_value(predictions, labels) == ours  # deterministic
+
+
+def test_an_imbalanced_but_informative_classifier_is_kept() -> None:
+    """The issue's case: balanced accuracy 0.59 on an imbalanced set. Plain accuracy is below the
+    majority share (the old rule flagged it, p = 1); the balanced rule keeps it."""
+    labels = np.array([0] * 900 + [1] * 100)
+    predictions = labels.copy()
+    predictions[:450] = 1  # half of the majority class right, 68 of the 100 minority ones
+    predictions[900:932] = 0
+    assert balanced_accuracy(predictions, labels) == pytest.approx(0.59)
+    assert np.mean(predictions == labels) < 0.9  # below "always predict class 0"
+    assert degenerate_reason(predictions, labels, alpha=1e-3) == ""
+
+
+def test_collapsed_and_input_blind_classifiers_are_degenerate() -> None:
     labels = np.array([0] * 70 + [1] * 20 + [2] * 10)
-    assert chance_accuracy(labels) == 0.7
     always_zero = np.zeros(100, int)  # a collapsed model predicting the majority class
-    assert degenerate_reason(always_zero, labels, alpha=1e-3).startswith("test accuracy 0.700")
+    reason = degenerate_reason(always_zero, labels, alpha=1e-3)
+    assert reason.startswith("validation balanced accuracy 0.333 (n = 100)")
+    assert "chance 0.333" in reason and "p = 1" in reason
+    blind = np.random.default_rng(3).integers(0, 3, 100)  # ignores its input
+    assert degenerate_reason(blind, labels, alpha=1e-3) != ""
     with pytest.raises(ValueError):
-        chance_accuracy(np.array([]))
+        balanced_accuracy(np.array([]), np.array([]))
 
 
 def test_fitted_temperature_is_reported_and_scores_the_same() -> None:
@@ -103,5 +141,5 @@ def test_run_summary_names_degenerate_seeds(
     assert "2 of 2 simulations excluded from the estimates above:" in out
     assert "2 x degenerate: classifier not above chance" in out
     for seed in (0, 1):
-        assert f"    seed {seed}: test accuracy 0." in out
+        assert f"    seed {seed}: validation balanced accuracy 0." in out
     assert "2 simulations (2 excluded)" in out

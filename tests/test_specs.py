@@ -82,7 +82,7 @@ def test_unknown_detector_metric_and_parameters() -> None:
     with pytest.raises(UnknownNameError, match="Did you mean 'energy'"):
         DetectorSpec(name="enrgy")
     with pytest.raises(UnknownNameError, match="Did you mean 'auroc'"):
-        ExperimentSpec(dataset=DatasetSpec(name="digits"), metrics=("aurc",))
+        ExperimentSpec(dataset=DatasetSpec(name="digits"), metrics=("aroc",))
     with pytest.raises(UnknownNameError, match="temperature"):
         DetectorSpec(name="temperature", params={"temprature": 2.0})
 

@@ -313,6 +313,7 @@ def run(
     extra: dict[str, Any] = {"wall_seconds": round(time.perf_counter() - started, 3)}
     if decision is not None:
         extra["stopping"] = json.dumps(decision.as_dict())
+    extra |= protocol.result_attrs(spec)
     result = build(spec, protocol.name, layout, results, events, extra)
     if out is not None:
         save_results(result, out)
@@ -397,7 +398,7 @@ def check_stopping(
     """Apply the spec's stopping rule to the results so far (in submission order).
     Reaching ``max_seeds`` always stops."""
     # stats pulls in scipy: only runs with a stopping rule need it
-    from oodsim.stats import decide
+    from oodsim.stats import decide, higher_is_better
 
     rule = spec.stopping
     params: dict[str, Any] = {"min_seeds": rule.min_seeds, "max_seeds": spec.max_seeds}
@@ -407,7 +408,7 @@ def check_stopping(
         params |= {
             "alpha": rule.alpha,
             "batch_size": rule.batch_size,
-            "higher_is_better": rule.metric != "fpr95",
+            "higher_is_better": higher_is_better(rule.metric),
             "method_names": [str(m) for m in layout.coords["method"]],
         }
     decision = decide(rule.rule, stopping_values(layout, results, rule), **params)

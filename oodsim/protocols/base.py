@@ -97,6 +97,11 @@ class Protocol:
         """Dimensions and coordinates of this spec's result."""
         raise NotImplementedError
 
+    def result_attrs(self, spec: Any) -> Mapping[str, str]:
+        """Labels the results carry in ``attrs`` beyond the engine's provenance (e.g. what a
+        seed of ImageNet-O is, and which interval its seeds give)."""
+        return {}
+
     def detector_names(self, spec: Any) -> Iterable[str]:
         """Registry names of the spec's detectors (driver-registered ones are shipped)."""
         return (d.name for d in spec.detectors)

@@ -1,23 +1,27 @@
-"""Degenerate simulations: a trained classifier whose closed-set accuracy is not above chance.
+"""Degenerate simulations: a trained classifier whose predictions are not above chance.
 
 A training run that collapses (the network predicts one class, or learns nothing) still gives
 every detector a κ and every metric a number, and those numbers would enter every mean and win
 probability unnoticed. The rule, documented in docs/specs.md (``[degenerate]``):
 
-- *chance* is the accuracy of always predicting the most frequent class of the ID test set
-  (``1 / n_known`` for balanced classes), the best a classifier that learned nothing can do;
-- the seed is degenerate when a one-sided binomial test of its ``hits`` correct predictions out
-  of ``n`` against chance does not reject at level ``alpha``: ``P(X ≥ hits) ≥ alpha`` for
-  ``X ~ Binomial(n, chance)``.
+- it is judged on the **validation split** (``in_val``), never on the test samples the OOD
+  metrics are computed on, so the verdict is not selected on the numbers it then filters;
+- the statistic is the **balanced accuracy** (mean recall over the classes present), whose
+  chance level is ``1 / K`` for *any* classifier that ignores its input, however imbalanced the
+  classes (plain accuracy would call a classifier that always predicts the majority class
+  "70 % accurate", and one with balanced accuracy 0.59 on an imbalanced set "at chance");
+- the seed is degenerate when a one-sided permutation test of label–prediction independence
+  (the labels' and predictions' counts held fixed) does not reject at level ``alpha``:
+  ``p = (1 + #{permuted balanced accuracy ≥ observed}) / (1 + B)``, with B = 9,999
+  permutations from a fixed stream (the same predictions always give the same verdict).
 
-With ``alpha = 0.001`` and a few hundred test images that flags a model within a few points of
-chance, and never a model that merely trained badly (42 % on six classes is kept).
+Excluding degenerate seeds changes the estimand from E[score] to E[score | the classifier is
+above chance]; ``[degenerate] keep = true`` keeps the first, and ``oodsim run`` prints both.
 """
 
 from __future__ import annotations
 
 import numpy as np
-from scipy import stats
 
 from oodsim.results import DEGENERATE
 
@@ -25,28 +29,74 @@ from oodsim.results import DEGENERATE
 #: ``on_failure = "abort"`` goes on).
 PREFIX = DEGENERATE
 
+#: Permutations of the independence test: p-values down to 1e-4, below the default alpha.
+N_PERMUTATIONS = 9_999
+_BLOCK_ELEMENTS = 1 << 22  # permuted predictions per block (~4 M booleans)
 
-def chance_accuracy(labels: np.ndarray) -> float:
-    """Accuracy of always predicting the most frequent label."""
-    labels = np.asarray(labels)
+
+def _encoded(predictions: np.ndarray, labels: np.ndarray) -> tuple[np.ndarray, np.ndarray, int]:
+    """Labels as positions 0..K-1 of the classes present; predictions of other classes as -1."""
+    predictions, labels = np.asarray(predictions).ravel(), np.asarray(labels).ravel()
     if labels.size == 0:
-        raise ValueError("chance accuracy needs at least one label")
-    return float(np.unique(labels, return_counts=True)[1].max() / labels.size)
+        raise ValueError("balanced accuracy needs at least one label")
+    if predictions.shape != labels.shape:
+        raise ValueError(
+            f"predictions of shape {predictions.shape} and labels of shape {labels.shape} differ"
+        )
+    classes, codes = np.unique(labels, return_inverse=True)
+    position = np.searchsorted(classes, predictions)
+    inside = (position < classes.size) & (
+        classes[np.minimum(position, classes.size - 1)] == predictions
+    )
+    return np.where(inside, position, -1), codes.ravel(), classes.size
+
+
+def _balanced(hits: np.ndarray, codes: np.ndarray, n_classes: int) -> np.ndarray:
+    """Balanced accuracy of rows of hit indicators (..., n) against class codes (n,)."""
+    one_hot = np.zeros((codes.size, n_classes))
+    one_hot[np.arange(codes.size), codes] = 1.0
+    per_class = hits @ one_hot / one_hot.sum(axis=0)
+    return per_class.mean(axis=-1)
+
+
+def balanced_accuracy(predictions: np.ndarray, labels: np.ndarray) -> float:
+    """Mean recall over the classes present in ``labels`` (sklearn's
+    ``balanced_accuracy_score``); chance is ``1 / K`` for a classifier that ignores its input."""
+    predicted, codes, n_classes = _encoded(predictions, labels)
+    return float(_balanced((predicted == codes).astype(float), codes, n_classes))
+
+
+def independence_p_value(
+    predictions: np.ndarray, labels: np.ndarray, n_permutations: int = N_PERMUTATIONS
+) -> float:
+    """One-sided permutation p-value of the balanced accuracy under label–prediction
+    independence: the share of ``n_permutations`` shuffles of the predictions (plus the
+    observed one) whose balanced accuracy reaches the observed. Deterministic (seed 0)."""
+    predicted, codes, n_classes = _encoded(predictions, labels)
+    observed = _balanced((predicted == codes).astype(float), codes, n_classes)
+    rng = np.random.default_rng(0)
+    block = max(1, _BLOCK_ELEMENTS // codes.size)
+    reached = 0
+    for start in range(0, n_permutations, block):
+        rows = min(block, n_permutations - start)
+        shuffled = rng.permuted(np.broadcast_to(predicted, (rows, codes.size)), axis=1)
+        permuted = _balanced((shuffled == codes).astype(float), codes, n_classes)
+        reached += int(np.count_nonzero(permuted >= observed - 1e-12))
+    return (1 + reached) / (1 + n_permutations)
 
 
 def degenerate_reason(predictions: np.ndarray, labels: np.ndarray, alpha: float) -> str:
-    """Why a classifier with these test ``predictions`` is degenerate, or "" when it is
-    clearly above chance (binomial p-value below ``alpha``)."""
-    predictions, labels = np.asarray(predictions), np.asarray(labels)
-    n = labels.size
-    hits = int(np.count_nonzero(predictions == labels))
-    chance = chance_accuracy(labels)
-    p_value = float(stats.binom.sf(hits - 1, n, chance))  # P(X >= hits) by chance
+    """Why a classifier with these validation ``predictions`` is degenerate, or "" when its
+    balanced accuracy is clearly above chance (permutation p-value below ``alpha``)."""
+    predicted, codes, n_classes = _encoded(predictions, labels)
+    score = float(_balanced((predicted == codes).astype(float), codes, n_classes))
+    p_value = independence_p_value(predictions, labels)
     if p_value < alpha:
         return ""
     return (
-        f"test accuracy {hits / n:.3f} ({hits}/{n}) is not above chance {chance:.3f} "
-        f"(one-sided binomial p = {p_value:.2g} >= alpha = {alpha:g})"
+        f"validation balanced accuracy {score:.3f} (n = {codes.size}) is not above chance "
+        f"{1 / n_classes:.3f} (permutation test of independence p = {p_value:.2g} >= "
+        f"alpha = {alpha:g})"
     )
 
 

@@ -32,7 +32,7 @@ from oodsim.data.splits import SUBSETS, OpenSetSplit, make_split, split_classes
 from oodsim.detectors import confidence, get_detector
 from oodsim.errors import SpecError
 from oodsim.keys import digest
-from oodsim.metrics import METRICS, NonFiniteScoreError
+from oodsim.metrics import NonFiniteScoreError, evaluate
 from oodsim.models import versions
 from oodsim.models.architectures import BUILTINS
 from oodsim.models.registry import get_architecture
@@ -534,7 +534,12 @@ class _Scored:
 
 
 def score(spec: ExperimentSpec, sim: _Simulation) -> _Scored:
-    """Metric values of shape (method, metric, ood) from cached outputs, and per-seed facts."""
+    """Metric values of shape (method, metric, ood) from cached outputs, and per-seed facts.
+
+    Every κ metric of a test set is computed in one :func:`oodsim.metrics.evaluate` call on
+    the ID test samples followed by that set's OOD samples (``correct``: whether the classifier
+    got each ID sample right, for OSCR and AURC); the degenerate verdict is taken on the
+    validation split, never on the test samples the metrics use."""
     prepared = _Prepared.load(spec, sim)
     scored = [
         checked_kappa(d.label, sim.seed, partial(prepared.kappa, sim, d)) for d in spec.detectors
@@ -543,29 +548,31 @@ def score(spec: ExperimentSpec, sim: _Simulation) -> _Scored:
     sizes = np.cumsum([0] + [len(o) for o in prepared.outputs])
     id_part = slice(sizes[0], sizes[1])
     predicted = prepared.id_test.logits.argmax(axis=1)
-    accuracy = float(np.mean(predicted == prepared.id_test.labels))
+    correct = predicted == prepared.id_test.labels
+    kappa_metrics = [m for m in spec.metrics if m != "accuracy"]
     result = np.empty((len(spec.detectors), len(spec.metrics), len(spec.ood)))
     for j in range(len(spec.ood)):
         ood_part = slice(sizes[j + 1], sizes[j + 2])
         both = np.concatenate([kappa[:, id_part], kappa[:, ood_part]], axis=1)
-        is_ood = np.r_[
-            np.zeros(id_part.stop - id_part.start, bool),
-            np.ones(ood_part.stop - ood_part.start, bool),
-        ]
+        n_ood = ood_part.stop - ood_part.start
+        is_ood = np.r_[np.zeros(correct.size, bool), np.ones(n_ood, bool)]
+        try:
+            values = kappa_metrics and evaluate(
+                both, is_ood, kappa_metrics, correct=np.r_[correct, np.ones(n_ood, bool)]
+            )
+        except NonFiniteScoreError as error:
+            bad = [d.label for d, k in zip(spec.detectors, both) if not np.isfinite(k).all()]
+            raise SimulationFailed(
+                f"detector {', '.join(bad)} gave non-finite κ on seed {sim.seed}: {error}"
+            ) from None
         for m, metric in enumerate(spec.metrics):
-            if metric == "accuracy":
-                result[:, m, j] = accuracy
-                continue
-            try:
-                result[:, m, j] = METRICS[metric](both, is_ood)
-            except NonFiniteScoreError as error:
-                bad = [d.label for d, k in zip(spec.detectors, both) if not np.isfinite(k).all()]
-                raise SimulationFailed(
-                    f"detector {', '.join(bad)} gave non-finite κ on seed {sim.seed}: {error}"
-                ) from None
+            result[:, m, j] = float(correct.mean()) if metric == "accuracy" else values[metric]
+    val_predicted = prepared.split_arrays["in_val.logits"].argmax(axis=1)
     return _Scored(
         result,
-        degenerate_reason(predicted, prepared.id_test.labels, spec.degenerate.alpha),
+        degenerate_reason(
+            val_predicted, prepared.split_arrays["in_val.labels"], spec.degenerate.alpha
+        ),
         [json.dumps(used, sort_keys=True, default=_plain) for _, used in scored],
     )
 

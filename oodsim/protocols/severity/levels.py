@@ -261,8 +261,12 @@ def level_metrics(
     *,
     ood_class: np.ndarray | None = None,
     metrics: Sequence[str] = DEFAULT_METRICS,
+    id_correct: np.ndarray | None = None,
 ) -> dict[str, np.ndarray]:
     """Metrics of every severity level: ``{name: array of shape (L,)}``.
+
+    ``id_correct`` (whether the model classified each ID sample right) is needed by the
+    metrics that use it (``oscr``, ``aurc``; see :data:`oodsim.metrics.METRIC_INFO`).
 
     A level's benchmark is all of ``id_kappa`` plus the OOD samples of its classes.
     ``ood_kappa`` is flat with ``ood_class`` (class position per sample) or (K, n) with one
@@ -281,7 +285,7 @@ def level_metrics(
         out["auroc"] = level_auroc(id_kappa, ood_kappa, levels, ood_class=ood_class)
     others = tuple(name for name in metrics if name != "auroc")
     if others:
-        out.update(_other_metrics(id_kappa, ood_kappa, ood_class, levels, others))
+        out.update(_other_metrics(id_kappa, ood_kappa, ood_class, levels, others, id_correct))
     return {name: out[name] for name in metrics}
 
 
@@ -291,8 +295,17 @@ def _other_metrics(
     ood_class: np.ndarray,
     levels: Sequence[np.ndarray],
     names: tuple[str, ...],
+    id_correct: np.ndarray | None = None,
 ) -> dict[str, np.ndarray]:
     """Per-level metrics via oodsim.metrics, batching levels of equal size into one call."""
+
+    def correct(n_ood: int) -> np.ndarray | None:
+        return (
+            None
+            if id_correct is None
+            else np.r_[np.asarray(id_correct, bool), np.ones(n_ood, bool)]
+        )
+
     order = np.argsort(ood_class, kind="stable")
     n_classes = _n_classes(ood_class, levels)
     bounds = np.searchsorted(ood_class[order], np.arange(n_classes + 1))
@@ -308,12 +321,15 @@ def _other_metrics(
             axis=1,
         )
         is_ood = np.r_[np.zeros(id_kappa.size, bool), np.ones(n_ood, bool)]
-        return _metrics.evaluate(kappa, is_ood, names, context="severity levels")
+        return _metrics.evaluate(
+            kappa, is_ood, names, correct=correct(n_ood), context="severity levels"
+        )
     per_level = [
         _metrics.evaluate(
             np.r_[id_kappa, ood_kappa[s]],
             np.r_[np.zeros(id_kappa.size, bool), np.ones(s.size, bool)],
             names,
+            correct=correct(s.size),
             context=f"severity level {i}",
         )
         for i, s in enumerate(samples)
@@ -361,6 +377,7 @@ def severity_benchmark(
     n_test: int = 50,
     metrics: Sequence[str] = DEFAULT_METRICS,
     scale: str = "kappa",
+    id_correct: np.ndarray | None = None,
 ) -> SeverityBenchmark:
     """Algorithm 1 end to end for one (model, κ): split, severities, levels, metrics.
 
@@ -389,6 +406,7 @@ def severity_benchmark(
         levels,
         ood_class=split.test_class,
         metrics=metrics,
+        id_correct=id_correct,
     )
     return SeverityBenchmark(
         split, severity, levels, level_severity(severity, levels), values, scale

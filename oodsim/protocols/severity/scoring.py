@@ -291,6 +291,7 @@ class _Pool:
                 n_test=spec.n_test,
                 metrics=spec.metrics,
                 scale=detector_info(spec.detectors[j]).confidence_scale,
+                id_correct=self.id_correct,
             )
             out["score"][j] = np.stack([bench.metrics[m] for m in spec.metrics])
             out["level_severity"][j] = bench.level_severity
@@ -312,7 +313,7 @@ class _Pool:
 
 def _degenerate(ref: ModelRef, seed: int, store: Store) -> tuple[str, bool]:
     """Whether a ``trained`` model collapsed in ``seed`` (see :mod:`oodsim.protocols.degenerate`,
-    judged on its own closed-set test split) and whether its experiment keeps such seeds;
+    judged on its own validation split) and whether its experiment keeps such seeds;
     ("", True) for pretrained models."""
     if ref.prefix != "trained":
         return "", True
@@ -320,8 +321,8 @@ def _degenerate(ref: ModelRef, seed: int, store: Store) -> tuple[str, bool]:
     entry = (open_set.OUTPUTS, open_set.outputs_key(plan.checkpoint_key(ref, seed)))
     arrays = stored(store, *entry, f"outputs of model {ref.label} in seed {seed}").arrays
     reason = degenerate_reason(
-        arrays["in_test.logits"].argmax(axis=1),
-        arrays["in_test.labels"],
+        arrays["in_val.logits"].argmax(axis=1),
+        arrays["in_val.labels"],
         experiment.degenerate.alpha,
     )
     return reason, experiment.degenerate.keep
