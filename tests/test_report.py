@@ -87,8 +87,14 @@ def test_write_report_writes_plots_and_tables(tmp_path: Path) -> None:
     assert "- seeds: 30 (100-129); 29 in the estimates, 1 excluded" in text
     assert "  - 1 seed, training diverged: 103\n" in text
     # Win probabilities: OOD metrics only, and the sampling is stated.
-    assert "independent draws per method" in text
-    assert "| method | auroc | aupr_in | aupr_out | fpr95 |\n" in text
+    assert "- independent: each method averages its own 5 seeds" in text
+    assert "- paired: one draw of 5 seeds shared by all methods" in text
+    assert "95% bootstrap percentile interval: the 30 seeds resampled 400 times" in text
+    assert (
+        "| method | auroc independent | auroc paired | aupr_in independent | aupr_in paired "
+        "| aupr_out independent | aupr_out paired | fpr95 independent | fpr95 paired |\n"
+    ) in text
+    assert "study's reading" not in text
     assert "accuracy: left out, the same for every detector" in text
     mean = estimate(results)["mean"].sel({"method": "odin", "metric": "auroc", "severity": "all"})
     assert f"| odin | {mean.item():.4f} [" in text
@@ -135,7 +141,8 @@ def test_win_probability_pairing_in_report_plot_and_cli(
 
     results = make_results(n_seeds=12)
     text = write_report(results, tmp_path, n_draws=500, pairing="paired").read_text()
-    assert "paired draws, the same seeds for every method" in text
+    assert "- paired: one draw of 5 seeds shared by all methods" in text
+    assert "- independent:" not in text and "| method | auroc paired | aupr_in paired |" in text
     assert_png(tmp_path / "win_probability.png")
     with pytest.raises(ValueError, match="not an OOD metric"):
         plot_win_probability(results, tmp_path / "w.png", "accuracy", n_draws=100)
@@ -144,7 +151,13 @@ def test_win_probability_pairing_in_report_plot_and_cli(
     assert_png(tmp_path / "acc" / "win_probability.png")
     _print_win_probabilities(results, "accuracy")
     printed = capsys.readouterr().out
-    assert "P(best mean auroc in a 5-seed comparison; independent draws per method):" in printed
+    assert "P(best mean auroc in a 5-seed comparison; 10000 draws) [95% bootstrap" in printed
+    assert "independent: each method averages its own 5 seeds" in printed
+    assert "paired: every method averages the same 5 seeds" in printed
+    header = next(line for line in printed.splitlines() if line.split()[:1] == ["method"])
+    assert header.split() == ["method", "independent", "paired"]
+    for method in ("msp", "odin", "energy"):  # every method, however small its probability
+        assert any(line.split()[:1] == [method] for line in printed.splitlines())
 
 
 def test_summary_names_the_spec_the_data_and_every_excluded_seed(tmp_path: Path) -> None:

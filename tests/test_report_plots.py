@@ -117,10 +117,11 @@ def test_a_method_looks_the_same_in_every_figure(tmp_path: Path, figures: list[F
         for method, style in expected.items():
             assert handles[method].get_color() == style["color"]
             assert handles[method].get_marker() == style["marker"]
-    bars = panels(figures[2])[0].patches
-    assert [b.get_facecolor() for b in bars] == [
+    bars = panels(figures[2])[0].patches  # both pairings: independent bars, then paired ones
+    assert [b.get_facecolor() for b in bars] == 2 * [
         pytest.approx(np.array(style["color"])) for style in expected.values()
     ]
+    assert [str(b.get_hatch() or "") for b in bars] == 3 * ["////"] + 3 * [""]
 
 
 def test_required_simulations_has_a_colour_bar_and_marks_unseparated_pairs(

@@ -152,11 +152,14 @@ def _print_failures(results) -> None:
 
 
 def _print_win_probabilities(results, metric: str, k: int = 5) -> None:
-    """P(each method has the best mean over k random seeds, drawn independently per method),
-    per cell (OOD set, level, model); only for an OOD metric (accuracy is the same for every
-    detector), the first one of the results when ``metric`` is not one."""
+    """P(each method has the best mean over k random seeds), per cell (OOD set, level, model),
+    for both ways of drawing the seeds side by side (independent per method, paired), each
+    with a bootstrap interval over the seeds; every method is listed, however small. Only for
+    an OOD metric (accuracy is the same for every detector), the first one of the results when
+    ``metric`` is not one."""
     # loaded by the command that needs it, so `oodsim --help` stays fast
-    from oodsim.stats import PAIRING_LABELS, is_ood_metric, win_probabilities
+    from oodsim.report.tables import win_interval_note, win_intervals, win_table
+    from oodsim.stats import PAIRING_LABELS, PAIRINGS, is_ood_metric
 
     if results.sizes["method"] < 2 or results.sizes["seed"] < k:
         return
@@ -165,28 +168,16 @@ def _print_win_probabilities(results, metric: str, k: int = 5) -> None:
         metric = next((m for m in names if is_ood_metric(m)), None)
         if metric is None:
             return
-    pairing = "independent"
-    probability = win_probabilities(results, metric=metric, k=k, rng=0, pairing=pairing)
-    print(f"\nP(best mean {metric} in a {k}-seed comparison; {PAIRING_LABELS[pairing]}):")
-    for labels, row in _rows(probability):
-        cells = "  ".join(
-            f"{m}={p:.2f}" for m, p in zip(row["method"].values, row.values) if p >= 0.005
-        )
-        print(f"  {labels}{cells}")
-
-
-def _rows(probability):
-    probability = probability.squeeze(
-        [d for d in probability.dims if d != "method" and probability.sizes[d] == 1], drop=True
+    n_draws = 10_000
+    wins = win_intervals(results, metric, k, n_draws, 0, PAIRINGS)
+    print(
+        f"\nP(best mean {metric} in a {k}-seed comparison; {n_draws} draws) "
+        f"{win_interval_note(wins, results.sizes['seed'])}:"
     )
-    extra = [d for d in probability.dims if d != "method"]
-    if not extra:
-        yield "", probability
-        return
-    stacked = probability.stack(cell=extra)
-    for i in range(stacked.sizes["cell"]):
-        row = stacked.isel(cell=i)
-        yield " ".join(f"{d}={row[d].item()}" for d in extra) + ": ", row
+    for p in PAIRINGS:
+        print("  " + PAIRING_LABELS[p].replace("k seeds", f"{k} seeds"))
+    table = win_table(results, k, n_draws, 0, markdown=False, metric=metric, wins=wins)
+    print("\n".join("  " + line for line in table.splitlines()))
 
 
 def _cmd_report(args: argparse.Namespace) -> int:

@@ -40,12 +40,13 @@ from oodsim.report.figures import (
 )
 from oodsim.stats import (
     PAIRING_LABELS,
+    PAIRINGS,
     as_score,
     required_simulations_table,
     running_interval,
-    win_probabilities,
 )
 from oodsim.stats._common import metrics_of, ood_metrics, select_metric
+from oodsim.stats.win import win_probability_intervals
 
 #: Points of a density curve.
 _GRID = 256
@@ -152,40 +153,113 @@ def plot_win_probability(
     k: int = 5,
     n_draws: int = 10_000,
     rng: np.random.Generator | int | None = 0,
-    pairing: str = "independent",
+    pairing: str = "both",
+    *,
+    n_boot: int = 400,
 ) -> Path:
-    """Bar chart of the probability that each method has the best mean over ``k`` seeds
-    (``pairing`` as in :func:`oodsim.stats.win_probability`, named in the title). Only OOD
+    """Bar chart of the probability that each method has the best mean over ``k`` seeds, with
+    its bootstrap interval over the seeds as an error bar
+    (:func:`oodsim.stats.win.win_probability_intervals`; the replicates get
+    ``min(1000, n_draws)`` draws). ``pairing="both"`` (default) draws two bars per method,
+    independent (hatched) and paired (solid), side by side; ``"independent"`` or ``"paired"``
+    one. Every bar is labelled, a positive probability below 0.005 as ``<0.01``. Only OOD
     metrics: ``accuracy`` is the same for every detector and raises ValueError."""
+    if pairing != "both" and pairing not in PAIRINGS:
+        raise ValueError(f"pairing must be 'both' or one of {', '.join(PAIRINGS)}, got {pairing!r}")
+    pairings = PAIRINGS if pairing == "both" else (pairing,)
     score = as_score(results)
     metric = metric or default_metric(score)
     require_ood(score, [metric], "a win-probability plot")
-    wp = win_probabilities(results, metric, k=k, n_draws=n_draws, rng=rng, pairing=pairing)
+    wins = win_probability_intervals(
+        results,
+        metric,
+        k=k,
+        n_draws=n_draws,
+        rng=rng,
+        pairings=pairings,
+        n_boot=n_boot,
+        boot_draws=min(1_000, int(n_draws)),
+    )
     styles = method_styles(method_names(score))
+    width_of = 0.8 / len(pairings)
 
     def draw(ax: Axes, labels: dict[str, object], cell: xr.DataArray) -> None:
         methods = method_names(cell)
-        bars = ax.bar(
-            range(len(methods)),
-            cell.values,
-            color=[styles[m]["color"] for m in methods],
-            edgecolor="k",
-            linewidth=0.5,
-        )
-        shown = [f"{v:.2f}" if v >= 0.005 else "" for v in cell.values]
-        ax.bar_label(bars, labels=shown, fontsize=7, padding=1)
-        ax.set_xticks(range(len(methods)), methods, rotation=45, ha="right", fontsize=8)
-        ax.set_ylim(0, 1.1)
+        x = np.arange(len(methods))
+        for q, p in enumerate(pairings):
+            w = wins.sel({**labels, "pairing": p})
+            value = w["win_probability"].values
+            spread = np.stack([value - w["lower"].values, w["upper"].values - value])
+            bars = ax.bar(
+                x + (q - (len(pairings) - 1) / 2) * width_of,
+                value,
+                width=width_of,
+                color=[styles[m]["color"] for m in methods],
+                edgecolor="k",
+                linewidth=0.5,
+                hatch=_HATCH[p] if len(pairings) > 1 else None,
+                yerr=np.clip(np.nan_to_num(spread), 0, None),
+                error_kw={"elinewidth": 0.7, "capsize": 1.5, "ecolor": "0.25"},
+            )
+            top = np.fmax(np.nan_to_num(value), np.nan_to_num(w["upper"].values))
+            rotation = 90 if len(pairings) > 1 else 0
+            for xi, yi, v in zip(bars_x(bars), top, value, strict=True):
+                ax.annotate(
+                    _bar_text(v),
+                    (xi, yi),
+                    xytext=(0, 2),
+                    textcoords="offset points",
+                    ha="center",
+                    va="bottom",
+                    fontsize=6,
+                    rotation=rotation,
+                )
+        ax.set_xticks(x, methods, rotation=45, ha="right", fontsize=8)
+        ax.set_ylim(0, 1.18)
         ax.set_ylabel("P(best mean)")
 
-    width = max(4.8, 1.2 + 0.42 * wp.sizes["method"])
+    wp = wins["win_probability"].sel(pairing=pairings[0], drop=True)
+    width = max(4.8, 1.2 + (0.42 + 0.2 * (len(pairings) - 1)) * wp.sizes["method"])
     fig, _ = panels(wp, ("method",), draw, width=width, height=4.0)
+    if len(pairings) > 1:
+        handles = [
+            Patch(
+                facecolor="white",
+                edgecolor="k",
+                hatch=_HATCH[p],
+                label=PAIRING_LABELS[p].replace("k seeds", f"{k} seeds"),
+            )
+            for p in pairings
+        ]
+        fig.legend(handles=handles, loc="outside lower center", fontsize=8, frameon=False)
+    drawn = (
+        ""
+        if len(pairings) > 1
+        else f"{PAIRING_LABELS[pairings[0]].replace('k seeds', f'{k} seeds')}; "
+    )
     suptitle(
         fig,
         f"Probability of the best mean {metric} in a {k}-seed experiment "
-        f"({PAIRING_LABELS[pairing]}, {n_draws} draws)",
+        f"({drawn}{n_draws} draws; error bars: {wins.attrs['confidence']:.0%} bootstrap interval "
+        f"over the {score.sizes['seed']} seeds)",
     )
     return save(fig, path)
+
+
+def bars_x(bars: Any) -> list[float]:
+    """The centre of each bar of a bar container."""
+    return [b.get_x() + b.get_width() / 2 for b in bars]
+
+
+#: How a win-probability bar shows its pairing when both are drawn.
+_HATCH = {"independent": "////", "paired": ""}
+
+
+def _bar_text(value: float) -> str:
+    """A bar's label: two decimals, ``<0.01`` for a positive value that would read 0.00."""
+    if not np.isfinite(value):
+        return ""
+    return "<0.01" if 0 < value < 0.005 else f"{value:.2f}"
 
 
 def _colorbar_ticks(norm: LogNorm) -> list[int]:

@@ -33,9 +33,11 @@ from oodsim.report.tables import (
     render,
     required_table,
     variance_table,
+    win_interval_note,
+    win_intervals,
     win_table,
 )
-from oodsim.stats import PAIRING_LABELS, PAIRINGS, as_score, estimate
+from oodsim.stats import PAIRINGS, as_score, estimate
 from oodsim.stats._common import is_ood_metric, metrics_of, ood_metrics
 
 #: write_report draws every metric's distribution only up to this many panels.
@@ -67,7 +69,7 @@ def _win_text(
     k: int,
     n_draws: int,
     rng: object,
-    pairing: str,
+    pairings: tuple[str, ...],
     ood: list[str],
 ) -> str:
     """The win-probability section of ``summary.md``: what was drawn, then the table."""
@@ -76,16 +78,26 @@ def _win_text(
         return f"Not computed: the results have {score.sizes['seed']} seeds, fewer than k = {k}."
     if not ood:
         return "Not computed: the results have no OOD metric."
+    wins = win_intervals(results, ood, k, n_draws, rng, pairings)
     how = {
-        "independent": f"each method's {k} seeds drawn from its own seeds, as in the study",
-        "paired": f"one draw of {k} seeds shared by all methods",
-    }[pairing]
+        "independent": f"each method averages its own {k} seeds, drawn apart from the others'",
+        "paired": f"one draw of {k} seeds shared by all methods, as one {k}-seed experiment "
+        "running every method on the same seeds",
+    }
+    ways = "\n".join(f"- {p}: {how[p]}" for p in pairings)
     skipped = [name for name in metrics_of(score, None) if name not in ood]
     note = f" {', '.join(skipped)}: left out, the same for every detector." if skipped else ""
+    both = (
+        ' The study\'s text can be read either way (docs/statistics.md, "Which k seeds"); '
+        "the two differ when seeds shift every method alike."
+        if len(pairings) > 1
+        else ""
+    )
     return (
-        f"Probability that a method has the best mean in a {k}-seed experiment "
-        f"({PAIRING_LABELS[pairing]}: {how}; {n_draws} draws without replacement, "
-        f"ties split).{note}\n\n" + win_table(results, k, n_draws, rng, pairing)
+        f"Probability that a method has the best mean in a {k}-seed experiment ({n_draws} "
+        f"draws without replacement, ties split) "
+        f"{win_interval_note(wins, score.sizes['seed'])}.{note}{both}\n\n{ways}\n\n"
+        + win_table(results, k, n_draws, rng, wins=wins)
     )
 
 
@@ -97,8 +109,8 @@ class _Options:
     k: int
     alpha: float
     n_draws: int
-    rng: np.random.Generator
-    pairing: str
+    rng: np.random.Generator | int | None  # a seed restarts in every part (same numbers)
+    pairings: tuple[str, ...]
 
 
 def _figures(results: xr.Dataset | xr.DataArray, out: Path, opts: _Options) -> list[Path]:
@@ -123,7 +135,7 @@ def _figures(results: xr.Dataset | xr.DataArray, out: Path, opts: _Options) -> l
                 k,
                 opts.n_draws,
                 opts.rng,
-                opts.pairing,
+                "both" if len(opts.pairings) > 1 else opts.pairings[0],
             )
         )
     return figures
@@ -191,7 +203,7 @@ def _summary(
         "",
         "## Win probability",
         "",
-        _win_text(results, opts.k, opts.n_draws, opts.rng, opts.pairing, ood),
+        _win_text(results, opts.k, opts.n_draws, opts.rng, opts.pairings, ood),
         "",
         "## Required simulations",
         "",
@@ -227,7 +239,7 @@ def write_report(
     alpha: float = 0.05,
     n_draws: int = 10_000,
     rng: np.random.Generator | int | None = 0,
-    pairing: str = "independent",
+    pairing: str = "both",
     *,
     overwrite: bool = False,
     source: str | Path | None = None,
@@ -238,8 +250,10 @@ def write_report(
 
     ``metric`` (default auroc) drives the per-metric plots and the required-simulations table;
     an accuracy-type metric, the same for every detector, is replaced by the first OOD metric.
-    Win probabilities cover the OOD metrics only and draw seeds as ``pairing`` says (see
-    :func:`oodsim.stats.win_probability`). ``source``: the results' path, named in the summary.
+    Win probabilities cover the OOD metrics only; ``pairing`` is ``"both"`` (default: the
+    independent and the paired draws side by side, each with a bootstrap interval over the
+    seeds, :func:`oodsim.stats.win.win_probability_intervals`) or one of them.
+    ``source``: the results' path, named in the summary.
 
     ``out_dir`` gets a :data:`~oodsim.report.folder.REPORT_MARKER` naming the results. A folder
     holding a report of the same results (same spec key) is refreshed: files of the old report
@@ -247,8 +261,9 @@ def write_report(
     :class:`~oodsim.report.folder.ReportFolderError` unless ``overwrite``; then oodsim's files
     are written over, and nothing else is deleted.
     """
-    if pairing not in PAIRINGS:
-        raise ValueError(f"pairing must be one of {', '.join(PAIRINGS)}, got {pairing!r}")
+    if pairing != "both" and pairing not in PAIRINGS:
+        raise ValueError(f"pairing must be 'both' or one of {', '.join(PAIRINGS)}, got {pairing!r}")
+    pairings = PAIRINGS if pairing == "both" else (pairing,)
     score = as_score(results)
     metric = metric or default_metric(score)
     if not is_ood_metric(metric):
@@ -256,7 +271,7 @@ def write_report(
     out = Path(out_dir)
     marker = marker_for(results, source)
     previous = claim(out, marker, overwrite)
-    opts = _Options(metric, k, alpha, n_draws, np.random.default_rng(rng), pairing)
+    opts = _Options(metric, k, alpha, n_draws, rng, pairings)
     shown, note = _shown(results)
     written = _figures(shown, out, opts)
     lines = _summary(results, opts, source)

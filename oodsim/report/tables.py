@@ -21,9 +21,9 @@ from oodsim.stats import (
     estimate,
     required_simulations_table,
     variance_components_table,
-    win_probabilities,
 )
 from oodsim.stats._common import cell_label, iter_cells, metrics_of, ood_metrics
+from oodsim.stats.win import PAIRINGS, win_probability_intervals
 
 
 def fmt(value: float, digits: int = 3) -> str:
@@ -115,23 +115,91 @@ def format_summary_table(
     return title + "\n" + table
 
 
-def win_table(
-    results: xr.Dataset | xr.DataArray, k: int, n_draws: int, rng: object, pairing: str
-) -> str:
-    """Win probabilities of every OOD metric (``accuracy`` is the same for every detector)."""
-    score = as_score(results)
-    wp = win_probabilities(
-        results, ood_metrics(score), k=k, n_draws=n_draws, rng=rng, pairing=pairing
+def fmt_probability(value: float, digits: int = 3) -> str:
+    """A probability with ``digits`` decimals; a positive one that would round to zero reads
+    ``<0.001`` (never a bare zero or a blank for a method that did win some draws)."""
+    if value is None or not np.isfinite(value):
+        return "–"
+    floor = 0.5 * 10.0**-digits
+    return f"<{10.0**-digits:.{digits}f}" if 0 < value < floor else f"{value:.{digits}f}"
+
+
+def win_cell(wins: xr.Dataset, where: dict[str, object], digits: int = 3) -> str:
+    """``0.216 [0.141, 0.302]``: one win probability with its bootstrap interval."""
+    w = wins.sel(where)
+    return (
+        f"{fmt_probability(w['win_probability'].item(), digits)} "
+        f"[{fmt_probability(w['lower'].item(), digits)}, "
+        f"{fmt_probability(w['upper'].item(), digits)}]"
     )
-    outer = varying(wp, ("method", "metric"))
+
+
+def win_intervals(
+    results: xr.Dataset | xr.DataArray,
+    metric: str | Sequence[str] | None,
+    k: int,
+    n_draws: int,
+    rng: object,
+    pairings: Sequence[str] = PAIRINGS,
+    n_boot: int = 400,
+) -> xr.Dataset:
+    """:func:`oodsim.stats.win.win_probability_intervals` as reports use it: the bootstrap
+    replicates get at most as many draws as the estimate (``min(1000, n_draws)``)."""
+    return win_probability_intervals(
+        results,
+        metric,
+        k=k,
+        n_draws=n_draws,
+        rng=rng,
+        pairings=pairings,
+        n_boot=n_boot,
+        boot_draws=min(1_000, int(n_draws)),
+    )
+
+
+def win_interval_note(wins: xr.Dataset, n_seeds: int) -> str:
+    """What the brackets of a win table are, in words."""
+    return (
+        f"[{wins.attrs['confidence']:.0%} bootstrap percentile interval: the {n_seeds} seeds "
+        f"resampled {wins.attrs['n_boot']} times, {wins.attrs['boot_draws']} draws each]"
+    )
+
+
+def win_table(
+    results: xr.Dataset | xr.DataArray,
+    k: int,
+    n_draws: int,
+    rng: object,
+    pairings: Sequence[str] = PAIRINGS,
+    markdown: bool = True,
+    metric: str | Sequence[str] | None = None,
+    wins: xr.Dataset | None = None,
+) -> str:
+    """Win probabilities [bootstrap interval] of every OOD metric (``accuracy`` is the same for
+    every detector), or of ``metric``, one column per metric and pairing, side by side. Every
+    method has a row, however small its probability (``<0.001``, never dropped)."""
+    score = as_score(results)
+    names = ood_metrics(score) if metric is None else metric
+    if wins is None:
+        wins = win_intervals(results, names, k, n_draws, rng, pairings)
+    wp = wins["win_probability"]
+    pairings = [str(p) for p in wp["pairing"].values]
+    outer = varying(wp, ("method", "metric", "pairing"))
     metrics = metrics_of(wp, None)
-    header = [*outer, "method", *metrics]
+    header = [*outer, "method"]
+    header += [f"{name}{' ' if name else ''}{p}" for name in metrics or [""] for p in pairings]
     rows = []
-    for labels, cell in iter_cells(wp, ("method", "metric")):
+    for labels, _ in iter_cells(wp, ("method", "metric", "pairing")):
         for method in method_names(score):
-            values = [cell.sel({"method": method, "metric": name}).item() for name in metrics]
-            rows.append([str(labels[d]) for d in outer] + [method] + [fmt(v, 3) for v in values])
-    return render(header, rows, markdown=True)
+            row = [str(labels[d]) for d in outer] + [method]
+            for name in metrics or [None]:
+                for p in pairings:
+                    where = {**labels, "method": method, "pairing": p}
+                    if name is not None:
+                        where["metric"] = name
+                    row.append(win_cell(wins, where))
+            rows.append(row)
+    return render(header, rows, markdown=markdown)
 
 
 def required_table(results: xr.Dataset | xr.DataArray, metric: str, alpha: float) -> str:

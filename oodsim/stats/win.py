@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Sequence
 from typing import Literal
 
@@ -18,12 +19,14 @@ from oodsim.stats._common import (
 )
 
 Pairing = Literal["independent", "paired"]
-#: How the k seeds of one simulated experiment are drawn; the first is the default.
+#: How the k seeds of one simulated experiment are drawn. The study's text admits both (see
+#: docs/statistics.md, "Which k seeds"); ``win_probabilities`` keeps ``"independent"`` as its
+#: default only for compatibility, and reports show both (:func:`win_probability_intervals`).
 PAIRINGS: tuple[str, ...] = ("independent", "paired")
-#: The words reports and the CLI use for each pairing.
+#: The words reports and the CLI use for each pairing: what is drawn, not whose reading it is.
 PAIRING_LABELS: dict[str, str] = {
-    "independent": "independent draws per method",
-    "paired": "paired draws, the same seeds for every method",
+    "independent": "independent: each method averages its own k seeds",
+    "paired": "paired: every method averages the same k seeds",
 }
 
 #: Largest number of elements one block of draws may hold (~32 MiB of float64).
@@ -35,7 +38,7 @@ def win_probability(
     k: int = 5,
     n_draws: int = 10_000,
     replace: bool = False,
-    rng: np.random.Generator | int | None = None,
+    rng: np.random.Generator | int | None = 0,
     higher_is_better: bool = True,
     *,
     pairing: Pairing = "independent",
@@ -47,12 +50,12 @@ def win_probability(
     with the best mean wins; a tie (equal within floating-point rounding) splits the win
     equally, so the returned win shares sum to 1.
 
-    ``pairing`` says which k seeds each method gets:
+    ``pairing`` says which k seeds each method gets (the study's text can be read either way;
+    :func:`win_probability_intervals` reports both, with intervals):
 
-    - ``"independent"`` (default, the study's reading: "for each method, we can then sample
-      five trials from this pool"): every method draws its own k seeds from its own finite
-      values, independently of the other methods. Each method needs k finite seeds (one
-      with replacement).
+    - ``"independent"`` (default, kept for compatibility): every method draws its own k seeds
+      from its own finite values, independently of the other methods, as separate experiments
+      per method would. Each method needs k finite seeds (one with replacement).
     - ``"paired"``: one draw of k seeds is shared by all methods, as one k-seed experiment
       that runs every method on the same seeds would be. Seeds where any method is NaN are
       dropped first.
@@ -62,63 +65,73 @@ def win_probability(
     rarely wins; independent draws add it to each method's mean as noise, which spreads the
     wins out. Without replacement (default; the study does not say) draws are uniform
     k-subsets (Floyd's algorithm, vectorized over draws and methods); with replacement, k
-    i.i.d. seeds.
+    i.i.d. seeds. ``rng`` defaults to the fixed seed 0, so the same values give the same
+    probabilities; pass ``None`` for fresh entropy.
     """
     k, n_draws = int(k), int(n_draws)
     _check(k, n_draws, pairing)
     if pairing == "paired":
         pool = complete_rows(values)
-        sizes = np.array([len(pool)])
+        sizes = np.array([[len(pool)]])
         if len(pool) == 0 or (not replace and k > len(pool)):
             raise ValueError(
                 f"need at least {k} complete seeds to draw {k} without replacement, "
                 f"have {len(pool)}"
             )
     else:
-        pool, sizes = _compact(values)
+        pool, counts = _compact(values)
+        sizes = counts[None, :]
         need = 1 if replace else k
-        if sizes.min() < need:
-            j = int(sizes.argmin())
+        if counts.min() < need:
+            j = int(counts.argmin())
             raise ValueError(
                 f"need at least {need} finite seeds of every method to draw {k} "
-                f"{'with' if replace else 'without'} replacement; method {j} has {sizes[j]}"
+                f"{'with' if replace else 'without'} replacement; method {j} has {counts[j]}"
             )
     if not higher_is_better:
         pool = -pool
-    n_max, m = pool.shape
     rng = np.random.default_rng(rng)
-    # Rounding of a k-term sum is below k * eps * sum|terms|; anything closer is a tie.
-    scale = max(float(np.nanmax(np.abs(pool), initial=0.0)), np.finfo(float).tiny)
-    tol = 4.0 * k * k * np.finfo(float).eps * scale
-    use_floyd = replace or k <= 8 or k * k <= 16 * n_max
-    groups = len(sizes)  # 1: one draw shared by all methods; m: one draw per method
-    per_draw = k * max(m, groups) + (0 if use_floyd else n_max * groups)
-    chunk = max(1, _BLOCK // per_draw)
-    wins = np.zeros(m)
-    flat = np.ascontiguousarray(pool.T).ravel()  # method j's pool at j*n_max ...
-    offset = np.arange(m) * n_max
-    for start in range(0, n_draws, chunk):
-        size = min(chunk, n_draws - start)
-        if replace:
-            idx = rng.integers(0, _high(sizes), size=(k, size, groups))
-        elif use_floyd:
-            idx = _floyd_subsets(rng, sizes, k, size)
-        else:
-            keys = rng.random((size, groups, n_max))
-            keys[:, np.arange(n_max)[None, :] >= sizes[:, None]] = np.inf  # outside a pool
-            idx = np.moveaxis(np.argpartition(keys, k - 1, axis=2)[:, :, :k], 2, 0)
-        # Sum of the k drawn values per (draw, method), term by term in draw order.
-        if groups == 1:
-            sums = pool[idx[0, :, 0]]
-            for p in range(1, k):
-                sums += pool[idx[p, :, 0]]
-        else:
-            sums = np.take(flat, idx[0] + offset)
-            for p in range(1, k):
-                sums += np.take(flat, idx[p] + offset)
-        is_best = sums >= sums.max(axis=1, keepdims=True) - tol
-        wins += (is_best / is_best.sum(axis=1, keepdims=True)).sum(axis=0)
-    return wins / n_draws
+    return _wins(pool[None], sizes, k, n_draws, replace, rng, _tolerance(pool, k))[0]
+
+
+def win_probability_interval(
+    values: np.ndarray,
+    k: int = 5,
+    n_draws: int = 10_000,
+    replace: bool = False,
+    rng: np.random.Generator | int | None = 0,
+    higher_is_better: bool = True,
+    *,
+    pairing: Pairing = "independent",
+    n_boot: int = 400,
+    boot_draws: int = 1_000,
+    confidence: float = 0.95,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """:func:`win_probability` with a bootstrap percentile interval over the seed pool:
+    ``(estimate, lower, upper)``, each over methods.
+
+    ``estimate`` is exactly ``win_probability(values, k, n_draws, replace, rng, ...)``. The
+    interval resamples the seeds (whole rows, so the paired structure is kept) with
+    replacement ``n_boot`` times, recomputes the win probability on each resampled pool with
+    ``boot_draws`` draws, and takes the ``(1 - confidence) / 2`` and ``(1 + confidence) / 2``
+    percentiles. It says how much the probabilities depend on which seeds happen to be in the
+    pool; it also holds the Monte Carlo error of ``boot_draws`` draws (at most
+    ``0.5 / sqrt(boot_draws)`` in standard deviation), which widens it slightly. A percentile
+    interval can miss a skewed estimate; near 0 or 1 it is lopsided, as it should be. The
+    bootstrap stream is a child spawned from ``rng`` after the estimate, so the same ``rng``
+    gives the same numbers. Resampled pools where a draw is impossible (a method left with
+    fewer than ``k`` finite seeds) are skipped.
+    """
+    k, n_draws = int(k), int(n_draws)
+    _check_boot(n_boot, boot_draws, confidence)
+    estimate = win_probability(values, k, n_draws, replace, rng, higher_is_better, pairing=pairing)
+    v = np.asarray(values, dtype=float)
+    v = v[:, None] if v.ndim == 1 else v
+    boot = _spawn(rng)
+    rows = boot.integers(0, len(v), size=(int(n_boot), len(v)))
+    reps = _bootstrap_wins(v, rows, k, int(boot_draws), replace, boot, higher_is_better, pairing)
+    lower, upper = _percentiles(reps, confidence)
+    return estimate, lower, upper
 
 
 def _check(k: int, n_draws: int, pairing: str) -> None:
@@ -126,6 +139,131 @@ def _check(k: int, n_draws: int, pairing: str) -> None:
         raise ValueError(f"k and n_draws must be positive, got k={k}, n_draws={n_draws}")
     if pairing not in PAIRINGS:
         raise ValueError(f"pairing must be one of {', '.join(PAIRINGS)}, got {pairing!r}")
+
+
+def _check_boot(n_boot: int, boot_draws: int, confidence: float) -> None:
+    if int(n_boot) < 1 or int(boot_draws) < 1:
+        raise ValueError(
+            f"n_boot and boot_draws must be positive, got n_boot={n_boot}, boot_draws={boot_draws}"
+        )
+    if not 0 < confidence < 1:
+        raise ValueError(f"confidence must be in (0, 1), got {confidence}")
+
+
+def _spawn(rng: np.random.Generator | int | None) -> np.random.Generator:
+    """The bootstrap's own stream: a child of ``rng`` (for a seed, a child of that seed; for a
+    Generator, spawned from it after its draws so far), never the point estimates' stream."""
+    return np.random.default_rng(rng).spawn(1)[0]
+
+
+def _tolerance(pool: np.ndarray, k: int) -> float:
+    """Rounding of a k-term sum is below k * eps * sum|terms|; anything closer is a tie."""
+    scale = max(float(np.nanmax(np.abs(pool), initial=0.0)), np.finfo(float).tiny)
+    return 4.0 * k * k * np.finfo(float).eps * scale
+
+
+def _wins(
+    pools: np.ndarray,
+    sizes: np.ndarray,
+    k: int,
+    n_draws: int,
+    replace: bool,
+    rng: np.random.Generator,
+    tol: float,
+    floats: bool = False,
+) -> np.ndarray:
+    """(B, m) win shares of B pools at once.
+
+    ``pools`` is (B, n_max, m), higher is better; ``sizes`` is (B, 1) when one draw of rows is
+    shared by all methods (paired: rows ``< sizes[b, 0]`` are the complete ones) or (B, m) when
+    each method draws on its own (independent: method j's finite values at the top of its
+    column). A pool whose size is too small to draw from gets NaN shares. ``floats``: draw
+    indices from uniform doubles (the bootstrap; see :func:`_floyd_subsets`); the default keeps
+    the integer stream of :func:`win_probability`.
+    """
+    n_pools, n_max, m = pools.shape
+    g = sizes.shape[1]  # 1: one draw shared by all methods; m: one draw per method
+    need = 1 if replace else k
+    valid = (sizes >= need).all(axis=1)
+    draw_sizes = np.maximum(sizes, need).ravel()  # an invalid pool draws NaN padding
+    if n_max < need:
+        pools = np.concatenate([pools, np.full((n_pools, need - n_max, m), np.nan)], axis=1)
+        n_max = need
+    groups = n_pools * g
+    use_floyd = replace or k <= 8 or k * k <= 16 * n_max
+    per_draw = k * n_pools * m + (0 if use_floyd else n_max * groups)
+    chunk = max(1, _BLOCK // per_draw)
+    if g == 1:  # value (b, pos, j) of the row-major pools
+        flat = np.ascontiguousarray(pools).ravel()
+        base = (np.arange(n_pools) * n_max)[None, :, None]
+        cols = np.arange(m)[None, None, :]
+    else:  # value (b, j, pos) of the transposed pools: method j's pool is contiguous
+        flat = np.ascontiguousarray(pools.transpose(0, 2, 1)).ravel()
+        offset = np.arange(groups) * n_max
+    wins = np.zeros((n_pools, m))
+    for start in range(0, n_draws, chunk):
+        size = min(chunk, n_draws - start)
+        if replace and floats:
+            idx = (rng.random((k, size, groups)) * draw_sizes).astype(np.intp)
+        elif replace:
+            idx = rng.integers(0, _high(draw_sizes), size=(k, size, groups))
+        elif use_floyd:
+            idx = _floyd_subsets(rng, draw_sizes, k, size, floats)
+        else:
+            keys = rng.random((size, groups, n_max))
+            keys[:, np.arange(n_max)[None, :] >= draw_sizes[:, None]] = np.inf  # outside a pool
+            idx = np.moveaxis(np.argpartition(keys, k - 1, axis=2)[:, :, :k], 2, 0)
+        # Sum of the k drawn values per (draw, pool, method), term by term in draw order.
+        if g == 1:
+            sums = np.take(flat, (base + idx[0][:, :, None]) * m + cols)
+            for p in range(1, k):
+                sums += np.take(flat, (base + idx[p][:, :, None]) * m + cols)
+        else:
+            sums = np.take(flat, idx[0] + offset).reshape(size, n_pools, m)
+            for p in range(1, k):
+                sums += np.take(flat, idx[p] + offset).reshape(size, n_pools, m)
+        if not valid.all():
+            sums[:, ~valid] = 0.0  # NaN padding; these pools are reported as NaN below
+        is_best = sums >= sums.max(axis=2, keepdims=True) - tol
+        wins += (is_best / is_best.sum(axis=2, keepdims=True)).sum(axis=0)
+    wins /= n_draws
+    wins[~valid] = np.nan
+    return wins
+
+
+def _bootstrap_wins(
+    values: np.ndarray,
+    rows: np.ndarray,
+    k: int,
+    n_draws: int,
+    replace: bool,
+    rng: np.random.Generator,
+    higher_is_better: bool,
+    pairing: str,
+) -> np.ndarray:
+    """(B, m) win shares on the B resampled seed pools ``values[rows[b]]``."""
+    v = values if higher_is_better else -values
+    resampled = v[rows]  # (B, n, m): whole seeds, so each seed keeps all its methods
+    if pairing == "paired":
+        ok = np.isfinite(resampled).all(axis=2)
+        order = np.argsort(~ok, axis=1, kind="stable")
+        pools = np.take_along_axis(resampled, order[:, :, None], axis=1)
+        sizes = ok.sum(axis=1)[:, None]
+    else:
+        finite = np.isfinite(resampled)
+        order = np.argsort(~finite, axis=1, kind="stable")
+        pools = np.take_along_axis(resampled, order, axis=1)
+        sizes = finite.sum(axis=1)
+    return _wins(pools, sizes, k, n_draws, replace, rng, _tolerance(v, k), floats=True)
+
+
+def _percentiles(reps: np.ndarray, confidence: float) -> tuple[np.ndarray, np.ndarray]:
+    """Percentile interval over the replicates (axis 0), skipping NaN ones."""
+    tail = (1 - confidence) / 2
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # a method with no valid replicate
+        lower, upper = np.nanquantile(reps, [tail, 1 - tail], axis=0)
+    return lower, upper
 
 
 def _compact(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -148,14 +286,21 @@ def _high(sizes: np.ndarray) -> int | np.ndarray:
     return int(sizes[0]) if (sizes == sizes[0]).all() else sizes
 
 
-def _floyd_subsets(rng: np.random.Generator, sizes: np.ndarray, k: int, size: int) -> np.ndarray:
+def _floyd_subsets(
+    rng: np.random.Generator, sizes: np.ndarray, k: int, size: int, floats: bool = False
+) -> np.ndarray:
     """(k, size, len(sizes)) indices: for every draw r and group g, ``out[:, r, g]`` is a
-    uniform k-subset of range(sizes[g]) (Floyd's algorithm, O(size·groups·k²))."""
+    uniform k-subset of range(sizes[g]) (Floyd's algorithm, O(size·groups·k²)). ``floats``:
+    draw each index as ``floor(u * (j + 1))`` of a uniform double (non-uniform by at most
+    ``(j + 1) / 2**53``), several times faster than integers with per-group bounds."""
     out = np.empty((k, size, len(sizes)), dtype=np.intp)
     taken = np.empty((size, len(sizes)), dtype=bool)
     for i in range(k):
         j = sizes - k + i  # (groups,): Floyd's step draws from range(j + 1)
-        t = rng.integers(0, _high(j + 1), size=(size, len(sizes)))
+        if floats:
+            t = (rng.random((size, len(sizes))) * (j + 1)).astype(np.intp)
+        else:
+            t = rng.integers(0, _high(j + 1), size=(size, len(sizes)))
         taken[:] = False
         for p in range(i):
             taken |= out[p] == t
@@ -169,7 +314,7 @@ def win_probabilities(
     k: int = 5,
     n_draws: int = 10_000,
     replace: bool = False,
-    rng: np.random.Generator | int | None = None,
+    rng: np.random.Generator | int | None = 0,
     dim: str = "seed",
     *,
     pairing: Pairing = "independent",
@@ -179,11 +324,13 @@ def win_probabilities(
     One metric (a string) drops the ``metric`` dim; ``None`` or a list keeps it. The other
     dims (``severity``, ``ood``, ``model``, ``dataset``) are kept; each cell is computed on its
     own (the direction follows the metric: lower is better for FPR). ``pairing`` is
-    ``"independent"`` (default, each method draws its own k seeds, as in the study) or
-    ``"paired"`` (one draw shared by all methods); see :func:`win_probability`. Cells where a
+    ``"independent"`` (default, kept for compatibility: each method draws its own k seeds) or
+    ``"paired"`` (one draw shared by all methods); see :func:`win_probability`, and
+    :func:`win_probability_intervals` for both side by side with intervals. Cells where a
     draw is impossible (without replacement: a method with fewer than ``k`` finite seeds, or
-    fewer than ``k`` complete seeds when paired) are NaN. ``attrs`` record ``k``, ``n_draws``,
-    ``replace`` and ``pairing``.
+    fewer than ``k`` complete seeds when paired) are NaN. ``rng`` defaults to the fixed seed 0
+    (one generator for all cells, in order). ``attrs`` record ``k``, ``n_draws``, ``replace``
+    and ``pairing``.
     """
     _check(int(k), int(n_draws), pairing)
     score = as_score(results)
@@ -214,5 +361,98 @@ def win_probabilities(
         "n_draws": int(n_draws),
         "replace": bool(replace),
         "pairing": str(pairing),
+    }
+    return out
+
+
+def win_probability_intervals(
+    results: xr.Dataset | xr.DataArray,
+    metric: str | Sequence[str] | None = None,
+    k: int = 5,
+    n_draws: int = 10_000,
+    replace: bool = False,
+    rng: np.random.Generator | int | None = 0,
+    dim: str = "seed",
+    *,
+    pairings: Sequence[str] = PAIRINGS,
+    n_boot: int = 400,
+    boot_draws: int = 1_000,
+    confidence: float = 0.95,
+) -> xr.Dataset:
+    """Win probabilities under each pairing side by side, with bootstrap intervals.
+
+    Returns an ``xr.Dataset`` with ``win_probability``, ``lower`` and ``upper`` over
+    ``(pairing, method, ...)``: ``pairing`` holds ``pairings`` (default both,
+    ``"independent"`` and ``"paired"``); the other dims are those of
+    :func:`win_probabilities` (one metric as a string drops ``metric``).
+
+    - ``win_probability`` of pairing ``p`` is ``win_probabilities(results, metric, k,
+      n_draws, replace, rng, dim, pairing=p)``: for a seed (default 0), exactly the numbers of
+      that separate call, each pairing starting from the same seed; a Generator is used by
+      the pairings in turn.
+    - ``lower``/``upper``: the ``confidence`` bootstrap percentile interval over the seed
+      pool (:func:`win_probability_interval`): per cell, the seeds are resampled with
+      replacement ``n_boot`` times (whole seeds, so a seed keeps every method's score and
+      paired draws stay paired; both pairings use the same resamples), each resampled pool
+      gets ``boot_draws`` draws, and the percentiles of the ``n_boot`` probabilities are
+      taken. The bootstrap stream is a child spawned from ``rng``, so the same results and
+      ``rng`` give the same numbers.
+
+    ``attrs``: ``k``, ``n_draws``, ``replace``, ``n_boot``, ``boot_draws``, ``confidence``
+    and ``interval`` (in words). Cells where a draw is impossible are NaN, as in
+    :func:`win_probabilities`.
+    """
+    pairings = tuple(str(p) for p in pairings)
+    if not pairings or len(set(pairings)) < len(pairings):
+        raise ValueError(f"pairings must name distinct pairings, got {pairings!r}")
+    for p in pairings:
+        _check(int(k), int(n_draws), p)
+    _check_boot(n_boot, boot_draws, confidence)
+    # A seed (or None: fresh entropy, drawn once) starts every pairing afresh, as separate
+    # calls would; a Generator is shared, in turn.
+    seed = rng if isinstance(rng, np.random.Generator) else np.random.SeedSequence(rng)
+
+    def stream() -> np.random.Generator:
+        return np.random.default_rng(seed)
+
+    points = [
+        win_probabilities(results, metric, k, n_draws, replace, stream(), dim, pairing=p)
+        for p in pairings
+    ]
+    point = xr.concat(points, dim=xr.DataArray(list(pairings), dims="pairing", name="pairing"))
+    point.attrs = {}
+    boot = _spawn(stream())
+    lower = xr.full_like(point, np.nan)
+    upper = xr.full_like(point, np.nan)
+    score = as_score(results)
+    names = metrics_of(score, metric)
+    for name in names or [None]:
+        sub = score if name is None else select_metric(score, name)
+        direction = True if name is None else higher_is_better(name)
+        for labels, cell in iter_cells(sub, (dim, "method")):
+            where = dict(labels)
+            if name is not None and "metric" in point.dims:
+                where["metric"] = name
+            v = cell.transpose(dim, "method").values.astype(float)
+            rows = boot.integers(0, len(v), size=(int(n_boot), len(v)))
+            for p in pairings:
+                at = {**where, "pairing": p}
+                if not np.isfinite(point.loc[at].values).all():
+                    continue  # no draw possible in this cell
+                reps = _bootstrap_wins(
+                    v, rows, int(k), int(boot_draws), replace, boot, direction, p
+                )
+                lo, hi = _percentiles(reps, confidence)
+                lower.loc[at] = lo
+                upper.loc[at] = hi
+    out = xr.Dataset({"win_probability": point, "lower": lower, "upper": upper})
+    out.attrs = {
+        "k": int(k),
+        "n_draws": int(n_draws),
+        "replace": bool(replace),
+        "n_boot": int(n_boot),
+        "boot_draws": int(boot_draws),
+        "confidence": float(confidence),
+        "interval": "bootstrap percentile over the seed pool",
     }
     return out
