@@ -68,6 +68,8 @@ _INTERVALS = {
     "t": "Student-t interval",
     "t (logit scale)": "Student-t interval on the logit scale",
     "bootstrap": "bootstrap percentile interval",
+    "bound-aware": "bound-aware interval (logit-t inside, exact where seeds sit on a bound)",
+    "betting": "betting interval for a bounded mean",
 }
 
 

@@ -15,7 +15,13 @@ from oodsim.stats._common import (
     is_ood_metric,
     score_matrix,
 )
-from oodsim.stats.estimates import estimate, running_interval, t_interval
+from oodsim.stats.estimates import (
+    betting_interval,
+    estimate,
+    running_interval,
+    t_interval,
+    two_part_interval,
+)
 from oodsim.stats.significance import (
     TESTS,
     required_simulations,
@@ -34,7 +40,14 @@ from oodsim.stats.stopping import (
     pairwise_lower_bounds,
 )
 from oodsim.stats.variance import variance_components, variance_components_table
-from oodsim.stats.win import PAIRING_LABELS, PAIRINGS, win_probabilities, win_probability
+from oodsim.stats.win import (
+    PAIRING_LABELS,
+    PAIRINGS,
+    win_probabilities,
+    win_probability,
+    win_probability_interval,
+    win_probability_intervals,
+)
 
 __all__ = [
     "BOUNDARIES",
@@ -45,6 +58,7 @@ __all__ = [
     "TESTS",
     "StopDecision",
     "as_score",
+    "betting_interval",
     "confidence_sequence",
     "decide",
     "decide_ci_width",
@@ -60,8 +74,11 @@ __all__ = [
     "score_matrix",
     "sequential_p_values",
     "t_interval",
+    "two_part_interval",
     "variance_components",
     "variance_components_table",
     "win_probabilities",
     "win_probability",
+    "win_probability_interval",
+    "win_probability_intervals",
 ]
