@@ -22,6 +22,7 @@ from oodsim.protocols.degenerate import (
     independence_p_value,
     is_degenerate_failure,
 )
+from oodsim.report.tables import exclusion_effect_table
 from oodsim.specs import DegenerateSpec
 from oodsim.stats import estimate
 from tests.conftest import cli_run_on, digits_toml, small_digits
@@ -119,6 +120,16 @@ def test_untrained_classifiers_are_excluded_unless_kept(
     assert (kept["failure"] == "").all() and kept.attrs["n_failed"] == 0
     assert (kept["degenerate"] == excluded["degenerate"]).all()
     assert (estimate(kept)["n"] == 3).all()
+    # the estimand moves: the run summary shows each method's mean without and with them
+    table = exclusion_effect_table(excluded, "auroc")
+    assert (
+        table is not None and "without (0 seeds)" in table and "with degenerate (3 seeds)" in table
+    )
+    for method in ("msp", "temperature"):
+        with_them = float(kept.score.sel({"metric": "auroc", "method": method}).mean())
+        line = next(row for row in table.splitlines() if row.startswith(method + " "))
+        assert f"{with_them:.3f}" in line
+    assert exclusion_effect_table(kept, "auroc") is None
 
     for seed in kept.seed.values:
         params = kept["detector_params"].sel(seed=seed)
@@ -142,4 +153,5 @@ def test_run_summary_names_degenerate_seeds(
     assert "2 x degenerate: classifier not above chance" in out
     for seed in (0, 1):
         assert f"    seed {seed}: validation balanced accuracy 0." in out
+    assert "Mean auroc without and with the degenerate seeds:" in out
     assert "2 simulations (2 excluded)" in out

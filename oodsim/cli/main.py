@@ -81,15 +81,23 @@ def _cmd_run(args: argparse.Namespace) -> int:
         overwrite=args.overwrite,
     )
     seconds = time.perf_counter() - started
-    if results.attrs["protocol"] == "severity":
+    protocol = results.attrs["protocol"]
+    if protocol == "severity":
         # severity results only
         from oodsim.report.severity import format_level_table
 
         print(format_level_table(results, metric))
+    elif protocol == "imagenet_o":
+        # ImageNet-O seeds resample one fixed test set: the full set's score, and the
+        # percentile interval of the replicates, labelled as test-set sampling
+        from oodsim.cli.imagenet_o import format_interval_table
+
+        print(format_interval_table(results))
     else:
         print(format_summary_table(results))
-    _print_failures(results)
-    _print_win_probabilities(results, metric)
+    _print_failures(results, metric)
+    if protocol != "imagenet_o":  # a win over bootstrap replicates of one test set means little
+        _print_win_probabilities(results, metric)
     if args.report:
         report = write_report(results, Path(args.report), overwrite=args.overwrite, source=out)
         print(f"report written to {report}")
@@ -125,11 +133,13 @@ def _unit(results) -> str:
     return get_protocol(str(results.attrs.get("protocol", "open_set"))).unit
 
 
-def _print_failures(results) -> None:
+def _print_failures(results, metric: str) -> None:
     """Which seeds the estimates leave out and why: failed seeds (grouped by message) and
-    degenerate ones (a classifier not above chance, each with its accuracy). They are NaN or
-    masked rows that every estimate skips, so the summary must say they exist."""
-    from oodsim.results import exclusions  # (fast --help)
+    degenerate ones (a classifier not above chance, each with its balanced accuracy). They are
+    NaN or masked rows that every estimate skips, so the summary must say they exist; with
+    degenerate seeds, each method's mean ``metric`` with and without them."""
+    from oodsim.report.tables import exclusion_effect_table  # (fast --help)
+    from oodsim.results import exclusions
 
     groups = exclusions(results)
     if not groups:
@@ -149,6 +159,9 @@ def _print_failures(results) -> None:
             continue
         shown = ", ".join(str(s) for s, _ in seeds[:10]) + (", ..." if len(seeds) > 10 else "")
         print(f"  {len(seeds)} x failed: {reason} (seed {shown})")
+    effect = exclusion_effect_table(results, metric)
+    if effect:
+        print("\n" + effect)
 
 
 def _print_win_probabilities(results, metric: str, k: int = 5) -> None:

@@ -15,7 +15,7 @@ import xarray as xr
 
 from oodsim.report._common import method_names
 from oodsim.report.provenance import seed_exclusions
-from oodsim.results import NO_SEVERITY
+from oodsim.results import DEGENERATE, NO_SEVERITY
 from oodsim.stats import (
     as_score,
     estimate,
@@ -115,6 +115,41 @@ def format_summary_table(
     )
     table = estimate_table(est, metrics_of(score, None), markdown=False, digits=digits)
     return title + "\n" + table
+
+
+def exclusion_effect_table(
+    results: xr.Dataset, metric: str, markdown: bool = False, digits: int = 3
+) -> str | None:
+    """Each method's mean ``metric`` over the seeds the estimates use and over those plus the
+    seeds excluded as degenerate (scored, masked by ``failure``), and the difference: how much
+    the exclusion (the estimand E[score | classifier above chance]) moves the number. None when
+    no seed was excluded as degenerate. Other dims (ood, level, model) are averaged."""
+    failure = results["failure"].astype(str)
+    degenerate = failure.str.startswith(DEGENERATE)
+    if not bool(degenerate.any()):
+        return None
+    score = results["score"].sel({"metric": metric})
+    kept = score.where(failure == "")
+    scored = score.where((failure == "") | degenerate)
+    others = [d for d in score.dims if d not in ("seed", "method")]
+    rows = []
+    for method in method_names(score):
+        without = float(kept.sel({"method": method}).mean(["seed", *others]))
+        with_ = float(scored.sel({"method": method}).mean(["seed", *others]))
+        rows.append(
+            [method, fmt(without, digits), fmt(with_, digits), fmt(with_ - without, digits)]
+        )
+    n_kept, n_all = int((failure == "").sum()), int(((failure == "") | degenerate).sum())
+    header = [
+        "method",
+        f"without ({n_kept} seeds)",
+        f"with degenerate ({n_all} seeds)",
+        "difference",
+    ]
+    averaged = [d for d in others if score.sizes[d] > 1]
+    note = f" (mean over {', '.join(averaged)})" if averaged else ""
+    title = f"Mean {metric} without and with the degenerate seeds{note}:"
+    return title + "\n" + render(header, rows, markdown)
 
 
 def fmt_probability(value: float, digits: int = 3) -> str:
