@@ -1,7 +1,7 @@
 """Reproduce the numbers and plots of docs/findings.md from saved results.
 
-    oodsim run specs/digits.toml --out results/digits200.zarr      # with [seeds] n = 200
-    oodsim run specs/fashion_mnist.toml --out results/fashion30.zarr
+    oodsim run digits200.toml --out results/digits200.zarr     # see docs/findings.md
+    oodsim run fashion30.toml --out results/fashion30.zarr
     oodsim run specs/digits_five_splits.toml --out results/five.zarr
     python docs/findings/reproduce.py results/digits200.zarr results/fashion30.zarr \
         --splits results/five.zarr --out docs/findings
@@ -45,14 +45,49 @@ def spread_table(results: xr.Dataset) -> str:
     return "\n".join(rows)
 
 
-def win_table(results: xr.Dataset, methods: list[str] | None = None) -> str:
-    """P(best mean in a 5-seed comparison) per method and metric (among ``methods``)."""
+def win_table(
+    results: xr.Dataset, methods: list[str] | None = None, metrics: tuple[str, ...] = METRICS
+) -> str:
+    """P(best mean in a 5-seed comparison) per method and metric (among ``methods``), both
+    pairings side by side, each with its 95% bootstrap interval over the seed pool."""
     subset = results if methods is None else results.sel({"method": methods})
-    probability = stats.win_probabilities(subset, metric=list(METRICS), k=5, rng=0)
-    probability = probability.sel({"severity": "all"})
-    rows = ["| method | " + " | ".join(METRICS) + " |", "|---" * (len(METRICS) + 1) + "|"]
-    for method in probability.method.values:
-        cells = [f"{float(probability.sel({'method': method, 'metric': m})):.3f}" for m in METRICS]
+    wins = stats.win_probability_intervals(subset, list(metrics), k=5, rng=0)
+    wins = wins.sel({"severity": "all"})
+    header = [f"{m} {p}" for m in metrics for p in ("independent", "paired")]
+    rows = ["| method | " + " | ".join(header) + " |", "|---" * (len(header) + 1) + "|"]
+    for method in wins.method.values:
+        cells = []
+        for metric in metrics:
+            for pairing in ("independent", "paired"):
+                cell = wins.sel({"method": method, "metric": metric, "pairing": pairing})
+                cells.append(
+                    f"{float(cell.win_probability):.3f} "
+                    f"[{float(cell.lower):.3f}, {float(cell.upper):.3f}]"
+                )
+        rows.append(f"| {method} | " + " | ".join(cells) + " |")
+    return "\n".join(rows)
+
+
+CONVENTIONS = (
+    "auroc",
+    "aupr_in",
+    "ap_in",
+    "aupr_out",
+    "ap_out",
+    "fpr95",
+    "fpr95_ood",
+    "oscr",
+    "aurc",
+)
+
+
+def conventions_table(results: xr.Dataset) -> str:
+    """Mean over seeds of every named metric convention the results hold, per method."""
+    names = [m for m in CONVENTIONS if m in results.metric.values]
+    est = stats.estimate(results).sel({"severity": "all"})
+    rows = ["| method | " + " | ".join(names) + " |", "|---" * (len(names) + 1) + "|"]
+    for method in est.method.values:
+        cells = [f"{float(est['mean'].sel({'method': method, 'metric': m})):.3f}" for m in names]
         rows.append(f"| {method} | " + " | ".join(cells) + " |")
     return "\n".join(rows)
 
@@ -135,6 +170,7 @@ def main() -> None:
             f"## {name}: {results.sizes['seed']} seeds, {int(results.attrs['n_failed'])} failed\n"
         )
         print(spread_table(results), "\n")
+        print("Named metric conventions (means over seeds):\n\n" + conventions_table(results), "\n")
         print("All methods:\n\n" + win_table(results), "\n")
         print("The study's five methods only:\n\n" + win_table(results, PAPER_METHODS), "\n")
         print("Welch, all methods:", required_summary(results))

@@ -49,6 +49,7 @@ def format_interval_table(results: Any, confidence: float = 0.95, digits: int = 
     """The table of an ImageNet-O run: per model × method, every metric's point estimate on
     the full test set and its percentile interval over the bootstrap seeds
     (:func:`oodsim.protocols.imagenet_o.bootstrap_interval`), under a title that says so."""
+    # loaded by the command that needs it, so `oodsim --help` stays fast
     from oodsim.protocols.imagenet_o import bootstrap_interval
     from oodsim.report.tables import fmt, render
 
@@ -92,7 +93,7 @@ def _cmd_imagenet_o(args: argparse.Namespace) -> int:
     from oodsim.protocols import imagenet_o
 
     if args.results:
-        from oodsim.results_io import open_results
+        from oodsim.results_io import open_results  # (fast --help)
 
         print(format_interval_table(open_results(args.results)))
         return 0

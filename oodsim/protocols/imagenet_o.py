@@ -770,7 +770,7 @@ def bootstrap_interval(results: Any, confidence: float = 0.95) -> Any:
     seeds, and not a statement about other models or data: more seeds make its ends more
     precise, never narrower.
     """
-    import xarray as xr
+    import xarray as xr  # only analyses of finished results need it, never a worker's task
 
     _check_confidence(confidence)
     if results.attrs.get("protocol") != PROTOCOL.name:
