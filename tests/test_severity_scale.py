@@ -133,3 +133,52 @@ def test_scales_are_declared_and_keep_rankings() -> None:
     np.testing.assert_array_equal(to_confidence(kappa, "probability"), expit(kappa))
     with pytest.raises(UnknownNameError, match="confidence_scale"):
         to_confidence(kappa, "logit")
+
+
+def test_levels_score_oscr_and_aurc_with_the_id_correctness() -> None:
+    """Metrics that need each ID sample's correctness get it at every level, and equal the
+    metric called on the level's own benchmark."""
+    from oodsim import metrics
+
+    rng = np.random.default_rng(5)
+    id_kappa = rng.normal(2.0, 1.0, 80)
+    correct = rng.random(80) < 0.8
+    ood_kappa = rng.normal(np.repeat(np.linspace(-1, 1.5, 6), 20), 1.0)
+    ood_class = np.repeat(np.arange(6), 20)
+    levels = [np.array([0, 1]), np.array([2, 3]), np.array([4, 5])]
+    got = sev.level_metrics(
+        id_kappa,
+        ood_kappa,
+        levels,
+        ood_class=ood_class,
+        metrics=("oscr", "aurc"),
+        id_correct=correct,
+    )
+    for i, level in enumerate(levels):
+        ood = ood_kappa[np.isin(ood_class, level)]
+        kappa = np.r_[id_kappa, ood]
+        is_ood = np.r_[np.zeros(80, bool), np.ones(ood.size, bool)]
+        want = metrics.oscr(kappa, is_ood, np.r_[correct, np.ones(ood.size, bool)])
+        assert got["oscr"][i] == pytest.approx(want, abs=1e-12)
+        assert got["aurc"][i] == pytest.approx(metrics.aurc(id_kappa, correct), abs=1e-12)
+    with pytest.raises(ValueError, match="correct"):
+        sev.level_metrics(id_kappa, ood_kappa, levels, ood_class=ood_class, metrics=("oscr",))
+
+
+def test_a_user_detector_declares_its_scale() -> None:
+    from oodsim.detectors import register
+
+    @register("test_scale_default", needs={"logits"}, replace=True)
+    def plain(outputs, *, fit=None):
+        return outputs.logits.max(axis=1)
+
+    @register(
+        "test_scale_probability", needs={"logits"}, replace=True, confidence_scale="probability"
+    )
+    def log_odds(outputs, *, fit=None):
+        return outputs.logits.max(axis=1)
+
+    assert get_detector("test_scale_default").confidence_scale == "kappa"
+    assert get_detector("test_scale_probability").confidence_scale == "probability"
+    with pytest.raises(UnknownNameError, match="confidence_scale"):
+        register("test_scale_bad", needs={"logits"}, replace=True, confidence_scale="logit")(plain)
