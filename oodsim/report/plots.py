@@ -38,6 +38,7 @@ from oodsim.report.figures import (
     save,
     suptitle,
 )
+from oodsim.report.tables import win_intervals
 from oodsim.stats import (
     PAIRING_LABELS,
     PAIRINGS,
@@ -46,7 +47,6 @@ from oodsim.stats import (
     running_interval,
 )
 from oodsim.stats._common import metrics_of, ood_metrics, select_metric
-from oodsim.stats.win import win_probability_intervals
 
 #: Points of a density curve.
 _GRID = 256
@@ -170,16 +170,7 @@ def plot_win_probability(
     score = as_score(results)
     metric = metric or default_metric(score)
     require_ood(score, [metric], "a win-probability plot")
-    wins = win_probability_intervals(
-        results,
-        metric,
-        k=k,
-        n_draws=n_draws,
-        rng=rng,
-        pairings=pairings,
-        n_boot=n_boot,
-        boot_draws=min(1_000, int(n_draws)),
-    )
+    wins = win_intervals(results, metric, k, n_draws, rng, pairings, n_boot)
     styles = method_styles(method_names(score))
     width_of = 0.8 / len(pairings)
 
