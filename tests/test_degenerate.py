@@ -37,7 +37,7 @@ def test_balanced_accuracy_is_sklearns() -> None:
     )
 
 
-@pytest.mark.parametrize("share", [0.0, 0.15, 0.3, 0.6])
+@pytest.mark.parametrize("share", [0.0, 0.3])
 def test_independence_p_value_agrees_with_scipy_permutation_test(share: float) -> None:
     """The p-value is a one-sided permutation test of the balanced accuracy; scipy's own
     permutation test (another random stream) agrees within Monte Carlo error."""
@@ -49,7 +49,7 @@ def test_independence_p_value_agrees_with_scipy_permutation_test(share: float) -
         (predictions,),
         lambda p: balanced_accuracy_score(labels, p),
         permutation_type="pairings",
-        n_resamples=4999,
+        n_resamples=2999,
         alternative="greater",
         random_state=7,
     ).pvalue
