@@ -19,6 +19,7 @@ from oodsim.errors import DataNotFoundError, SpecError, UnknownNameError
 from oodsim.models.zoo import ModelRef
 from oodsim.protocols import imagenet_o
 from oodsim.protocols.imagenet_o import PROTOCOL, ImageNetOSpec
+from oodsim.report import write_report
 from oodsim.results import store_counts
 from oodsim.results_io import save_results
 from oodsim.seeds import SeedStreams
@@ -541,6 +542,16 @@ def test_bootstrap_seeds_give_a_test_set_sampling_interval(engine_run, tmp_path,
         f"{aupr['estimate'].item():.3f} [{aupr['lower'].item():.3f}, {aupr['upper'].item():.3f}]"
         in out
     )
+    # the report says the same, and shows nothing that treats replicates as simulations
+    folder = tmp_path / "report"
+    summary = write_report(results, folder).read_text()  # the path of summary.md
+    assert "bootstrap interval (test-set sampling)" in summary
+    assert (
+        f"{aupr['estimate'].item():.4f} [{aupr['lower'].item():.4f}, "
+        f"{aupr['upper'].item():.4f}]" in summary
+    )
+    assert "## Win probability" not in summary and "## Required simulations" not in summary
+    assert sorted(p.name for p in folder.glob("*.png")) == ["distributions.png"]
 
 
 STOPPING_LINE = (

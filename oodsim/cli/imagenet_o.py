@@ -45,57 +45,15 @@ def format_line(result: dict[str, Any]) -> str:
     return line
 
 
-def format_interval_table(results: Any, confidence: float = 0.95, digits: int = 3) -> str:
-    """The table of an ImageNet-O run: per model × method, every metric's point estimate on
-    the full test set and its percentile interval over the bootstrap seeds
-    (:func:`oodsim.protocols.imagenet_o.bootstrap_interval`), under a title that says so."""
-    # loaded by the command that needs it, so `oodsim --help` stays fast
-    from oodsim.protocols.imagenet_o import bootstrap_interval
-    from oodsim.report.tables import fmt, render
-
-    est = bootstrap_interval(results, confidence)
-    estimate = est["estimate"].sel(severity="all")
-    metrics = [str(m) for m in estimate["metric"].values]
-    boot = bool(json.loads(results.attrs["spec"])["bootstrap"])
-    rows = []
-    for model in estimate["model"].values:
-        for method in estimate["method"].values:
-            where = {"model": model, "method": method, "severity": "all"}
-            row = [str(model), str(method)]
-            for metric in metrics:
-                cell = est.sel({**where, "metric": metric})
-                text = fmt(cell["estimate"].item(), digits)
-                if boot:
-                    text += (
-                        f" [{fmt(cell['lower'].item(), digits)}, "
-                        f"{fmt(cell['upper'].item(), digits)}]"
-                    )
-                row.append(text)
-            row.append(str(int(est["n"].sel(where).min())))
-            rows.append(row)
-    n_seeds = results.sizes["seed"]
-    if boot:
-        title = (
-            f"ImageNet-O: point estimate on the full test set [{est.attrs['interval']} over "
-            f"{n_seeds} seeds, each a {est.attrs['seed_meaning']}]"
-        )
-    else:
-        title = (
-            "ImageNet-O: the full test set (bootstrap = false: no test-set sampling interval; "
-            "set bootstrap = true and [seeds] n = 1000 for one)"
-        )
-    header = ["model", "method", *metrics, "n" if boot else "seeds"]
-    return title + "\n" + render(header, rows, markdown=False)
-
-
 def _cmd_imagenet_o(args: argparse.Namespace) -> int:
     # imported here: the protocol pulls in torch and timm, which other commands never need
     from oodsim.protocols import imagenet_o
 
     if args.results:
-        from oodsim.results_io import open_results  # (fast --help)
+        from oodsim.report.tables import bootstrap_table  # (fast --help)
+        from oodsim.results_io import open_results
 
-        print(format_interval_table(open_results(args.results)))
+        print(bootstrap_table(open_results(args.results)))
         return 0
     if args.id_logits or args.ood_logits:
         if not (args.id_logits and args.ood_logits):

@@ -90,9 +90,9 @@ def _cmd_run(args: argparse.Namespace) -> int:
     elif protocol == "imagenet_o":
         # ImageNet-O seeds resample one fixed test set: the full set's score, and the
         # percentile interval of the replicates, labelled as test-set sampling
-        from oodsim.cli.imagenet_o import format_interval_table
+        from oodsim.report.tables import bootstrap_table
 
-        print(format_interval_table(results))
+        print(bootstrap_table(results))
     else:
         print(format_summary_table(results))
     _print_failures(results, metric)

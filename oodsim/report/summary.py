@@ -26,6 +26,7 @@ from oodsim.report.plots import (
 )
 from oodsim.report.provenance import seed_lines, spec_lines
 from oodsim.report.tables import (
+    bootstrap_table,
     estimate_table,
     fixed_note,
     fmt,
@@ -122,7 +123,11 @@ def _figures(results: xr.Dataset | xr.DataArray, out: Path, opts: _Options) -> l
         return []
     all_metrics = len(ood) * _n_cells(score) <= _MAX_PANELS
     figures = [
-        plot_distributions(results, out / "distributions.png", None if all_metrics else metric),
+        plot_distributions(results, out / "distributions.png", None if all_metrics else metric)
+    ]
+    if _resamples_one_test_set(results):  # the spread of the replicates only
+        return figures
+    figures += [
         plot_required_simulations(results, out / "required_simulations.png", metric, alpha),
         plot_running_mean(results, out / "running_mean.png", metric),
     ]
@@ -139,6 +144,12 @@ def _figures(results: xr.Dataset | xr.DataArray, out: Path, opts: _Options) -> l
             )
         )
     return figures
+
+
+def _resamples_one_test_set(results: xr.Dataset | xr.DataArray) -> bool:
+    """Whether the seeds of ``results`` resample one fixed test set (ImageNet-O), so that a
+    mean over seeds and comparisons over seeds say nothing about training randomness."""
+    return results.attrs.get("protocol") == "imagenet_o"
 
 
 def _n_cells(score: xr.DataArray) -> int:
@@ -193,6 +204,19 @@ def _summary(
     lower = " (fpr95: lower is better)" if "fpr95" in ood else ""
     lines.append(f"- OOD metrics: {', '.join(ood) or 'none'}{lower}")
     lines += _accuracy_line(est) + ([f"- {note}"] if note else [])
+    if _resamples_one_test_set(results):
+        return lines + [
+            "",
+            "## Estimates",
+            "",
+            bootstrap_table(results, markdown=True, digits=4),
+            "",
+            "Each seed of an ImageNet-O run is a bootstrap replicate of one fixed test set: the "
+            "interval is test-set sampling uncertainty, not uncertainty over training runs, and "
+            "win probabilities, required simulations and stopping rules over replicates are "
+            "not shown (docs/imagenet_o.md).",
+            "",
+        ]
     lines += [
         "",
         "## Estimates",

@@ -8,6 +8,7 @@ model); dims of one label are named once, in a note (:func:`fixed_note`).
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 
 import numpy as np
@@ -149,6 +150,50 @@ def exclusion_effect_table(
     averaged = [d for d in others if score.sizes[d] > 1]
     note = f" (mean over {', '.join(averaged)})" if averaged else ""
     title = f"Mean {metric} without and with the degenerate seeds{note}:"
+    return title + "\n" + render(header, rows, markdown)
+
+
+def bootstrap_table(
+    results: xr.Dataset, markdown: bool = False, confidence: float = 0.95, digits: int = 3
+) -> str:
+    """The table of an ImageNet-O run: per model × method, every metric's point estimate on
+    the full test set and its percentile interval over the bootstrap seeds
+    (:func:`oodsim.protocols.imagenet_o.bootstrap_interval`), under a title that says so."""
+    # the protocol module pulls in torch: only reports of ImageNet-O results need it
+    from oodsim.protocols.imagenet_o import bootstrap_interval
+
+    est = bootstrap_interval(results, confidence)
+    estimate = est["estimate"].sel(severity="all")
+    metrics = [str(m) for m in estimate["metric"].values]
+    boot = bool(json.loads(results.attrs["spec"])["bootstrap"])
+    rows = []
+    for model in estimate["model"].values:
+        for method in estimate["method"].values:
+            where = {"model": model, "method": method, "severity": "all"}
+            row = [str(model), str(method)]
+            for metric in metrics:
+                cell = est.sel({**where, "metric": metric})
+                text = fmt(cell["estimate"].item(), digits)
+                if boot:
+                    text += (
+                        f" [{fmt(cell['lower'].item(), digits)}, "
+                        f"{fmt(cell['upper'].item(), digits)}]"
+                    )
+                row.append(text)
+            row.append(str(int(est["n"].sel(where).min())))
+            rows.append(row)
+    n_seeds = results.sizes["seed"]
+    if boot:
+        title = (
+            f"ImageNet-O: point estimate on the full test set [{est.attrs['interval']} over "
+            f"{n_seeds} seeds, each a {est.attrs['seed_meaning']}]"
+        )
+    else:
+        title = (
+            "ImageNet-O: the full test set (bootstrap = false: no test-set sampling interval; "
+            "set bootstrap = true and [seeds] n = 1000 for one)"
+        )
+    header = ["model", "method", *metrics, "n" if boot else "seeds"]
     return title + "\n" + render(header, rows, markdown)
 
 
