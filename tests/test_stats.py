@@ -323,7 +323,12 @@ def test_win_probability_direction_nan_seeds_and_errors() -> None:
     with pytest.raises(ValueError, match="pairing must be"):
         win_probability(values, pairing="bootstrap")  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="pairing must be"):
-        win_probabilities(make_results(), "auroc", pairing="both")  # type: ignore[arg-type]
+        win_probabilities(make_results(), "auroc", pairing="bootstrap")  # type: ignore[arg-type]
+    both = win_probabilities(make_results(), "auroc", n_draws=500, rng=3, pairing="both")
+    assert both.dims[0] == "pairing" and both.attrs["pairing"] == "both"
+    for pairing in ("independent", "paired"):
+        alone = win_probabilities(make_results(), "auroc", n_draws=500, rng=3, pairing=pairing)
+        xr.testing.assert_equal(both.sel(pairing=pairing, drop=True), alone)
 
 
 def test_win_probability_argpartition_path_for_large_k() -> None:

@@ -7,6 +7,7 @@ from collections.abc import Sequence
 from typing import Literal
 
 import numpy as np
+import pandas as pd
 import xarray as xr
 
 from oodsim.stats._common import (
@@ -317,9 +318,14 @@ def win_probabilities(
     rng: np.random.Generator | int | None = 0,
     dim: str = "seed",
     *,
-    pairing: Pairing = "independent",
+    pairing: Pairing | Literal["both"] = "independent",
 ) -> xr.DataArray:
     """:func:`win_probability` per cell of the results: a DataArray over ``method``.
+
+    ``pairing="both"`` gives both readings side by side, over a leading ``pairing`` dim
+    (``"independent"``, ``"paired"``), each exactly the single-pairing call (an integer
+    ``rng`` seeds each; a Generator is used by them in turn);
+    :func:`win_probability_intervals` adds their bootstrap intervals.
 
     One metric (a string) drops the ``metric`` dim; ``None`` or a list keeps it. The other
     dims (``severity``, ``ood``, ``model``, ``dataset``) are kept; each cell is computed on its
@@ -332,6 +338,14 @@ def win_probabilities(
     (one generator for all cells, in order). ``attrs`` record ``k``, ``n_draws``, ``replace``
     and ``pairing``.
     """
+    if pairing == "both":
+        each = [
+            win_probabilities(results, metric, k, n_draws, replace, rng, dim, pairing=p)
+            for p in PAIRINGS
+        ]
+        both = xr.concat(each, dim=pd.Index(list(PAIRINGS), name="pairing"))
+        both.attrs = {**each[0].attrs, "pairing": "both"}
+        return both.rename("win_probability")
     _check(int(k), int(n_draws), pairing)
     score = as_score(results)
     names = metrics_of(score, metric)
