@@ -3,6 +3,7 @@ parameters every detector was scored with (temperature scaling's fitted T) are r
 
 from __future__ import annotations
 
+import itertools
 import json
 from pathlib import Path
 
@@ -21,6 +22,7 @@ from oodsim.protocols.degenerate import (
     degenerate_reason,
     independence_p_value,
     is_degenerate_failure,
+    null_moments,
 )
 from oodsim.report.tables import exclusion_effect_table
 from oodsim.specs import DegenerateSpec
@@ -55,6 +57,29 @@ def test_independence_p_value_agrees_with_scipy_permutation_test(share: float) -
     ).pvalue
     assert abs(ours - oracle) < 0.02 + 0.1 * oracle
     assert independence_p_value(predictions, labels) == ours  # deterministic
+
+
+@pytest.mark.parametrize("trial", range(4))
+def test_null_moments_are_the_exact_permutation_moments(trial: int) -> None:
+    """Mean and SD of the balanced accuracy over all 7! shuffles of the predictions (some
+    predicting a class absent from the labels) equal the closed form."""
+    rng = np.random.default_rng(trial)
+    labels, predictions = rng.integers(0, 3, 7), rng.integers(0, 4, 7)
+    values = [
+        balanced_accuracy(predictions[list(order)], labels)
+        for order in itertools.permutations(range(7))
+    ]
+    assert null_moments(predictions, labels) == pytest.approx((np.mean(values), np.std(values)))
+
+
+def test_a_clearly_trained_classifier_is_decided_without_shuffles_and_agrees() -> None:
+    rng = np.random.default_rng(4)
+    labels = rng.integers(0, 6, 216)
+    predictions = np.where(rng.random(216) < 0.7, labels, rng.integers(0, 6, 216))
+    mean, sd = null_moments(predictions, labels)
+    assert (balanced_accuracy(predictions, labels) - mean) / sd > 8  # the shortcut applies
+    assert degenerate_reason(predictions, labels, alpha=1e-3) == ""
+    assert independence_p_value(predictions, labels) == pytest.approx(1e-4)  # none reached it
 
 
 def test_an_imbalanced_but_informative_classifier_is_kept() -> None:
