@@ -156,6 +156,7 @@ def plot_win_probability(
     pairing: str = "both",
     *,
     n_boot: int = 400,
+    wins: xr.Dataset | None = None,
 ) -> Path:
     """Bar chart of the probability that each method has the best mean over ``k`` seeds, with
     its bootstrap interval over the seeds as an error bar
@@ -163,14 +164,19 @@ def plot_win_probability(
     ``min(1000, n_draws)`` draws). ``pairing="both"`` (default) draws two bars per method,
     independent (hatched) and paired (solid), side by side; ``"independent"`` or ``"paired"``
     one. Every bar is labelled, a positive probability below 0.005 as ``<0.01``. Only OOD
-    metrics: ``accuracy`` is the same for every detector and raises ValueError."""
+    metrics: ``accuracy`` is the same for every detector and raises ValueError. ``wins``:
+    intervals computed already (e.g. for the report's table, which then shows the same
+    numbers), with ``metric`` among them."""
     if pairing != "both" and pairing not in PAIRINGS:
         raise ValueError(f"pairing must be 'both' or one of {', '.join(PAIRINGS)}, got {pairing!r}")
     pairings = PAIRINGS if pairing == "both" else (pairing,)
     score = as_score(results)
     metric = metric or default_metric(score)
     require_ood(score, [metric], "a win-probability plot")
-    wins = win_intervals(results, metric, k, n_draws, rng, pairings, n_boot)
+    if wins is None:
+        wins = win_intervals(results, metric, k, n_draws, rng, pairings, n_boot)
+    elif "metric" in wins.dims:
+        wins = wins.sel({"metric": metric})
     styles = method_styles(method_names(score))
     width_of = 0.8 / len(pairings)
 

@@ -65,6 +65,16 @@ def _accuracy_line(est: xr.Dataset) -> list[str]:
     return [f"- classifier accuracy: {value} (the same for every detector; not plotted)"]
 
 
+def _wins(results: xr.Dataset | xr.DataArray, opts: _Options) -> xr.Dataset | None:
+    """Win probabilities of every OOD metric with their intervals (both pairings), or None
+    where the report shows none (fewer than k seeds, no OOD metric, ImageNet-O replicates)."""
+    score = as_score(results)
+    ood = ood_metrics(score)
+    if score.sizes["seed"] < opts.k or not ood or _resamples_one_test_set(results):
+        return None
+    return win_intervals(results, ood, opts.k, opts.n_draws, opts.rng, opts.pairings)
+
+
 def _win_text(
     results: xr.Dataset | xr.DataArray,
     k: int,
@@ -72,14 +82,14 @@ def _win_text(
     rng: object,
     pairings: tuple[str, ...],
     ood: list[str],
+    wins: xr.Dataset | None,
 ) -> str:
     """The win-probability section of ``summary.md``: what was drawn, then the table."""
     score = as_score(results)
     if score.sizes["seed"] < k:
         return f"Not computed: the results have {score.sizes['seed']} seeds, fewer than k = {k}."
-    if not ood:
+    if not ood or wins is None:
         return "Not computed: the results have no OOD metric."
-    wins = win_intervals(results, ood, k, n_draws, rng, pairings)
     how = {
         "independent": f"each method averages its own {k} seeds, drawn apart from the others'",
         "paired": f"one draw of {k} seeds shared by all methods, as one {k}-seed experiment "
@@ -114,8 +124,11 @@ class _Options:
     pairings: tuple[str, ...]
 
 
-def _figures(results: xr.Dataset | xr.DataArray, out: Path, opts: _Options) -> list[Path]:
-    """The report's PNGs (none without an OOD metric; no win probability with < k seeds)."""
+def _figures(
+    results: xr.Dataset | xr.DataArray, out: Path, opts: _Options, wins: xr.Dataset | None
+) -> list[Path]:
+    """The report's PNGs (none without an OOD metric; no win probability with < k seeds).
+    ``wins``: the table's win probabilities, whose cells of ``results`` the figure shows."""
     metric, k, alpha = opts.metric, opts.k, opts.alpha
     score = as_score(results)
     ood = ood_metrics(score)
@@ -131,7 +144,12 @@ def _figures(results: xr.Dataset | xr.DataArray, out: Path, opts: _Options) -> l
         plot_required_simulations(results, out / "required_simulations.png", metric, alpha),
         plot_running_mean(results, out / "running_mean.png", metric),
     ]
-    if score.sizes["seed"] >= k:  # a k-seed experiment needs k seeds to draw from
+    if wins is not None:  # a k-seed experiment needs k seeds to draw from
+        shown = {
+            d: score[d].values
+            for d in score.dims
+            if d in wins.dims and d not in ("method", "metric")
+        }
         figures.append(
             plot_win_probability(
                 results,
@@ -141,6 +159,7 @@ def _figures(results: xr.Dataset | xr.DataArray, out: Path, opts: _Options) -> l
                 opts.n_draws,
                 opts.rng,
                 "both" if len(opts.pairings) > 1 else opts.pairings[0],
+                wins=wins.sel(shown),
             )
         )
     return figures
@@ -189,7 +208,10 @@ def _stopping_lines(results: xr.Dataset | xr.DataArray) -> list[str]:
 
 
 def _summary(
-    results: xr.Dataset | xr.DataArray, opts: _Options, source: str | Path | None
+    results: xr.Dataset | xr.DataArray,
+    opts: _Options,
+    source: str | Path | None,
+    wins: xr.Dataset | None,
 ) -> list[str]:
     """The lines of ``summary.md`` up to its figures."""
     metric, alpha = opts.metric, opts.alpha
@@ -227,7 +249,7 @@ def _summary(
         "",
         "## Win probability",
         "",
-        _win_text(results, opts.k, opts.n_draws, opts.rng, opts.pairings, ood),
+        _win_text(results, opts.k, opts.n_draws, opts.rng, opts.pairings, ood, wins),
         "",
         "## Required simulations",
         "",
@@ -297,8 +319,9 @@ def write_report(
     previous = claim(out, marker, overwrite)
     opts = _Options(metric, k, alpha, n_draws, rng, pairings)
     shown, note = _shown(results)
-    written = _figures(shown, out, opts)
-    lines = _summary(results, opts, source)
+    wins = _wins(results, opts)  # once, for the table and the figure alike
+    written = _figures(shown, out, opts, wins)
+    lines = _summary(results, opts, source, wins)
     lines += ["", "## Figures", ""] + ([note, ""] if note else [])
     lines += [f"![{p.stem}]({p.name})" for p in written]
     if isinstance(results, xr.Dataset) and results.attrs.get("protocol") == "severity":
