@@ -224,18 +224,6 @@ def _check_confidence(confidence: float) -> None:
         raise SpecError("confidence", confidence, "a number in (0, 1), e.g. 0.95")
 
 
-def percentile_interval(
-    values: np.ndarray, confidence: float = 0.95, axis: int = 0
-) -> tuple[np.ndarray, np.ndarray]:
-    """The bootstrap percentile interval: the (1 − c)/2 and (1 + c)/2 quantiles of the
-    replicate values along ``axis`` (NaN replicates, i.e. failed seeds, are skipped)."""
-    _check_confidence(confidence)
-    lower, upper = np.nanquantile(
-        np.asarray(values, dtype=float), [(1 - confidence) / 2, (1 + confidence) / 2], axis=axis
-    )
-    return lower, upper
-
-
 def bootstrap_replicates(
     id_kappa: np.ndarray, ood_kappa: np.ndarray, names: Sequence[str], seeds: Sequence[int]
 ) -> dict[str, np.ndarray]:
@@ -305,6 +293,9 @@ def evaluate_logits(
     if n_bootstrap == 1:
         raise SpecError("n_bootstrap", n_bootstrap, "0 (no interval) or at least 2 replicates")
     if n_bootstrap:
+        # the statistics floor: only an evaluation with an interval needs it
+        from oodsim.stats.estimates import percentile_interval
+
         _check_confidence(confidence)
         replicates = bootstrap_replicates(
             id_kappa, ood_kappa, EVALUATE_METRICS, range(seed, seed + n_bootstrap)
@@ -803,7 +794,9 @@ def bootstrap_interval(results: Any, confidence: float = 0.95) -> Any:
     seeds, and not a statement about other models or data: more seeds make its ends more
     precise, never narrower.
     """
-    import xarray as xr  # only analyses of finished results need it, never a worker's task
+    import xarray as xr  # only analyses of finished results need these, never a worker's task
+
+    from oodsim.stats.estimates import percentile_interval
 
     _check_confidence(confidence)
     if results.attrs.get("protocol") != PROTOCOL.name:

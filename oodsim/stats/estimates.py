@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import warnings
 from typing import Literal
 
 import numpy as np
@@ -458,6 +459,19 @@ def _bootstrap_interval(
             lo, hi = np.quantile(means, probs, axis=-1)
             lower[block], upper[block] = lo, hi
     return lower.reshape(n.shape), upper.reshape(n.shape)
+
+
+def percentile_interval(
+    values: np.ndarray, confidence: float = 0.95, axis: int = 0
+) -> tuple[np.ndarray, np.ndarray]:
+    """Percentile interval of replicates: the (1 − c)/2 and (1 + c)/2 quantiles of ``values``
+    along ``axis``, NaN replicates skipped (NaN where a slice has none)."""
+    check_alpha(confidence, "confidence")
+    tail = (1 - confidence) / 2
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # a slice with no valid replicate
+        lower, upper = np.nanquantile(np.asarray(values, float), [tail, 1 - tail], axis=axis)
+    return lower, upper
 
 
 def running_interval(
