@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import warnings
 from collections.abc import Sequence
 from typing import Literal
 
@@ -18,6 +17,7 @@ from oodsim.stats._common import (
     metrics_of,
     select_metric,
 )
+from oodsim.stats.estimates import percentile_interval
 
 Pairing = Literal["independent", "paired"]
 #: How the k seeds of one simulated experiment are drawn. The study's text admits both (see
@@ -131,7 +131,7 @@ def win_probability_interval(
     boot = _spawn(rng)
     rows = boot.integers(0, len(v), size=(int(n_boot), len(v)))
     reps = _bootstrap_wins(v, rows, k, int(boot_draws), replace, boot, higher_is_better, pairing)
-    lower, upper = _percentiles(reps, confidence)
+    lower, upper = percentile_interval(reps, confidence)
     return estimate, lower, upper
 
 
@@ -258,15 +258,6 @@ def _bootstrap_wins(
     return _wins(pools, sizes, k, n_draws, replace, rng, _tolerance(v, k), floats=True)
 
 
-def _percentiles(reps: np.ndarray, confidence: float) -> tuple[np.ndarray, np.ndarray]:
-    """Percentile interval over the replicates (axis 0), skipping NaN ones."""
-    tail = (1 - confidence) / 2
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", RuntimeWarning)  # a method with no valid replicate
-        lower, upper = np.nanquantile(reps, [tail, 1 - tail], axis=0)
-    return lower, upper
-
-
 def _compact(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Each method's finite values moved to the top of its column (seed order kept), and
     how many each has; the rest of a column is NaN and never drawn."""
@@ -339,13 +330,9 @@ def win_probabilities(
     and ``pairing``.
     """
     if pairing == "both":
-        each = [
-            win_probabilities(results, metric, k, n_draws, replace, rng, dim, pairing=p)
-            for p in PAIRINGS
-        ]
-        both = xr.concat(each, dim=pd.Index(list(PAIRINGS), name="pairing"))
-        both.attrs = {**each[0].attrs, "pairing": "both"}
-        return both.rename("win_probability")
+        both = _by_pairing(results, metric, k, n_draws, replace, rng, dim, PAIRINGS)
+        both.attrs["pairing"] = "both"
+        return both
     _check(int(k), int(n_draws), pairing)
     score = as_score(results)
     names = metrics_of(score, metric)
@@ -377,6 +364,40 @@ def win_probabilities(
         "pairing": str(pairing),
     }
     return out
+
+
+def _seed_of(
+    rng: np.random.Generator | np.random.SeedSequence | int | None,
+) -> np.random.Generator | np.random.SeedSequence:
+    """What starts each pairing: a seed (or None: fresh entropy, drawn once) as a SeedSequence
+    that every pairing starts from afresh, as separate calls would; a Generator, shared."""
+    if isinstance(rng, np.random.Generator | np.random.SeedSequence):
+        return rng
+    return np.random.SeedSequence(rng)
+
+
+def _by_pairing(
+    results: xr.Dataset | xr.DataArray,
+    metric: str | Sequence[str] | None,
+    k: int,
+    n_draws: int,
+    replace: bool,
+    rng: np.random.Generator | int | None,
+    dim: str,
+    pairings: Sequence[str],
+) -> xr.DataArray:
+    """:func:`win_probabilities` of each pairing over a leading ``pairing`` dim (``rng`` as in
+    :func:`_seed_of`)."""
+    seed = _seed_of(rng)
+    each = [
+        win_probabilities(
+            results, metric, k, n_draws, replace, np.random.default_rng(seed), dim, pairing=p
+        )
+        for p in pairings
+    ]
+    out = xr.concat(each, dim=pd.Index(list(pairings), name="pairing"))
+    out.attrs = dict(each[0].attrs)
+    return out.rename("win_probability")
 
 
 def win_probability_intervals(
@@ -422,20 +443,10 @@ def win_probability_intervals(
     for p in pairings:
         _check(int(k), int(n_draws), p)
     _check_boot(n_boot, boot_draws, confidence)
-    # A seed (or None: fresh entropy, drawn once) starts every pairing afresh, as separate
-    # calls would; a Generator is shared, in turn.
-    seed = rng if isinstance(rng, np.random.Generator) else np.random.SeedSequence(rng)
-
-    def stream() -> np.random.Generator:
-        return np.random.default_rng(seed)
-
-    points = [
-        win_probabilities(results, metric, k, n_draws, replace, stream(), dim, pairing=p)
-        for p in pairings
-    ]
-    point = xr.concat(points, dim=xr.DataArray(list(pairings), dims="pairing", name="pairing"))
+    seed = _seed_of(rng)
+    point = _by_pairing(results, metric, k, n_draws, replace, seed, dim, pairings)
     point.attrs = {}
-    boot = _spawn(stream())
+    boot = _spawn(np.random.default_rng(seed))
     lower = xr.full_like(point, np.nan)
     upper = xr.full_like(point, np.nan)
     score = as_score(results)
@@ -456,7 +467,7 @@ def win_probability_intervals(
                 reps = _bootstrap_wins(
                     v, rows, int(k), int(boot_draws), replace, boot, direction, p
                 )
-                lo, hi = _percentiles(reps, confidence)
+                lo, hi = percentile_interval(reps, confidence)
                 lower.loc[at] = lo
                 upper.loc[at] = hi
     out = xr.Dataset({"win_probability": point, "lower": lower, "upper": upper})
