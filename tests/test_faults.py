@@ -449,7 +449,10 @@ def test_read_only_cache_fails_before_any_compute(tmp_path: Path) -> None:
     cache.chmod(0o555)
     spec_path = digits_toml(tmp_path / "s.toml", 2)
     started = time.monotonic()
-    run = run_quietly(spec_path, cache, timeout=120, preexec_fn=_drop_file_permission_override)
+    out = ("--out", str(tmp_path / "r.zarr"))  # never the user's results/ (the main job's)
+    run = run_quietly(
+        spec_path, cache, *out, timeout=120, preexec_fn=_drop_file_permission_override
+    )
     cache.chmod(0o755)
     assert run.returncode == 2, run.stderr
     assert f"cache directory {cache} is not writable" in run.stderr
