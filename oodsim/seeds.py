@@ -29,6 +29,9 @@ STREAMS: tuple[str, ...] = (
     "id_sampling",  # severity: the ID test subsample (an ID source with max_per_class)
 )
 
+#: Streams an open set simulation draws from (the ones ``[seeds.design]`` may cross).
+OPEN_SET_STREAMS = STREAMS[:8]
+
 #: Streams that determine a trained checkpoint.
 TRAINING_STREAMS = ("class_split", "sample_split", "init", "data_order", "augmentation", "dropout")
 

@@ -21,12 +21,12 @@ from oodsim.stats import (
     decide_ranking,
     estimate,
     higher_is_better,
+    one_way_anova,
     required_simulations,
     required_simulations_table,
     running_interval,
     score_matrix,
     sequential_p_values,
-    variance_components,
     variance_components_table,
     win_probabilities,
     win_probability,
@@ -631,7 +631,7 @@ def test_variance_components_f_test_matches_scipy() -> None:
         0, 0.03, sum(sizes)
     )
     values[3] = np.nan
-    out = variance_components(values, groups)
+    out = one_way_anova(values, groups)
     keep = np.isfinite(values)
     ref = sps.f_oneway(*[values[keep & (groups == g)] for g in np.unique(groups)])
     assert out["f"] == pytest.approx(ref.statistic, rel=1e-10)
@@ -647,7 +647,7 @@ def test_variance_components_recovers_known_components() -> None:
     sizes = rng.integers(20, 41, 80)
     g = np.repeat(np.arange(80), sizes)
     y = 0.8 + rng.normal(0, math.sqrt(sb2), 80)[g] + rng.normal(0, math.sqrt(sw2), len(g))
-    out = variance_components(y, g)
+    out = one_way_anova(y, g)
     assert out["sigma2_between"] == pytest.approx(sb2, rel=0.3)
     assert out["sigma2_within"] == pytest.approx(sw2, rel=0.05)
     assert out["icc"] == pytest.approx(sb2 / (sb2 + sw2), abs=0.06)
@@ -659,11 +659,11 @@ def test_variance_components_recovers_known_components() -> None:
         sizes = rng.integers(5, 30, 6)
         g = np.repeat(np.arange(6), sizes)
         y = rng.normal(0, math.sqrt(sb2 / 4), 6)[g] + rng.normal(0, math.sqrt(sw2), len(g))
-        out = variance_components(y, g)
+        out = one_way_anova(y, g)
         hits += out["icc_lower"] <= icc <= out["icc_upper"]
     assert 0.91 <= hits / reps <= 0.99
     # No group effect: estimate truncated at 0, raw estimate kept.
-    out = variance_components(rng.normal(0, 1, 60), np.arange(60) % 3)
+    out = one_way_anova(rng.normal(0, 1, 60), np.arange(60) % 3)
     assert out["sigma2_between"] >= 0 and out["sigma2_between_lower"] >= 0
 
 
@@ -672,7 +672,7 @@ def test_variance_components_table_uses_class_split() -> None:
     table = variance_components_table(results)
     assert set(table["icc"].dims) == {"method", "metric", "severity"}
     cell = {"method": "msp", "metric": "auroc", "severity": "all"}
-    direct = variance_components(results["score"].sel(cell).values, results["class_split"].values)
+    direct = one_way_anova(results["score"].sel(cell).values, results["class_split"].values)
     assert table["f"].sel(cell).item() == pytest.approx(direct["f"])
     assert table["n"].sel(cell).item() == 59
     with pytest.raises(KeyError, match="class_split"):

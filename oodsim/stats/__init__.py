@@ -1,5 +1,5 @@
-"""Monte Carlo statistics of OOD evaluation results: estimates, win probabilities, tests,
-sequential stopping rules and variance components.
+"""Monte Carlo statistics of OOD evaluation results: estimates, win probabilities, paired
+comparisons, power, tests, sequential stopping rules and variance components by source.
 
 Every function takes either plain arrays (n_seeds, n_methods) or the results Dataset
 (``score`` over seed × method × metric × severity [× ood, model, dataset]); see
@@ -15,6 +15,7 @@ from oodsim.stats._common import (
     is_ood_metric,
     score_matrix,
 )
+from oodsim.stats.components import crossed_components, variance_components
 from oodsim.stats.estimates import (
     betting_interval,
     estimate,
@@ -22,6 +23,8 @@ from oodsim.stats.estimates import (
     t_interval,
     two_part_interval,
 )
+from oodsim.stats.paired import adjust_p, compare
+from oodsim.stats.power import independent_sample_size, paired_sample_size, power
 from oodsim.stats.significance import (
     TESTS,
     required_simulations,
@@ -39,7 +42,7 @@ from oodsim.stats.stopping import (
     decide_ranking,
     pairwise_lower_bounds,
 )
-from oodsim.stats.variance import variance_components, variance_components_table
+from oodsim.stats.variance import one_way_anova, variance_components_table
 from oodsim.stats.win import (
     PAIRING_LABELS,
     PAIRINGS,
@@ -55,19 +58,26 @@ __all__ = [
     "PAIRINGS",
     "PAIRING_LABELS",
     "STOPPING_RULES",
-    "TESTS",
     "StopDecision",
+    "TESTS",
+    "adjust_p",
     "as_score",
     "betting_interval",
+    "compare",
     "confidence_sequence",
+    "crossed_components",
     "decide",
     "decide_ci_width",
     "decide_fixed",
     "decide_ranking",
     "estimate",
     "higher_is_better",
+    "independent_sample_size",
     "is_ood_metric",
+    "one_way_anova",
+    "paired_sample_size",
     "pairwise_lower_bounds",
+    "power",
     "required_simulations",
     "required_simulations_table",
     "running_interval",

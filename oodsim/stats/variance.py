@@ -1,4 +1,6 @@
-"""Sources of variance: how much of the spread comes from the class split (paper, 4.1)."""
+"""Sources of variance, one way: how much of the spread comes from the class split (paper, 4.1).
+
+The crossed design over several streams is :mod:`oodsim.stats.components`."""
 
 from __future__ import annotations
 
@@ -8,7 +10,7 @@ from scipy import stats as sps
 
 from oodsim.stats._common import as_score, check_alpha, iter_cells
 
-#: Keys of :func:`variance_components`, in the order the xarray wrapper stores them.
+#: Keys of :func:`one_way_anova`, in the order the xarray wrapper stores them.
 COMPONENT_KEYS: tuple[str, ...] = (
     "sigma2_between",
     "sigma2_between_lower",
@@ -30,7 +32,7 @@ COMPONENT_KEYS: tuple[str, ...] = (
 )
 
 
-def variance_components(
+def one_way_anova(
     values: np.ndarray, groups: np.ndarray, confidence: float = 0.95
 ) -> dict[str, float]:
     """One-way random-effects ANOVA of ``values`` grouped by ``groups`` (unbalanced allowed).
@@ -104,7 +106,7 @@ def variance_components_table(
     confidence: float = 0.95,
     dim: str = "seed",
 ) -> xr.Dataset:
-    """:func:`variance_components` per cell (method, metric, severity, ...) of the results,
+    """:func:`one_way_anova` per cell (method, metric, severity, ...) of the results,
     grouping the seeds by the ``group`` coordinate (the seed's class split by default)."""
     score = as_score(results)
     if group not in score.coords and isinstance(results, xr.Dataset) and group in results:
@@ -122,7 +124,7 @@ def variance_components_table(
         index = tuple(
             int(np.flatnonzero(template[d].values == cell_labels[d])[0]) for d in template.dims
         )
-        comp = variance_components(cell.values, labels, confidence)
+        comp = one_way_anova(cell.values, labels, confidence)
         for key in COMPONENT_KEYS:
             arrays[key][index] = comp[key]
     data = {key: template.copy(data=value) for key, value in arrays.items()}

@@ -1,0 +1,754 @@
+"""Variance components of a crossed design of random streams (class split × init × ...).
+
+A seed design crosses named random streams (:mod:`oodsim.seeds`): e.g. ``class_split`` at 4
+levels × ``init`` at 4 levels, each grid cell run by one or more seeds (replicates differ in
+every stream the design does not fix). The score of a seed is then modelled as a crossed
+random-effects model with every main effect and every estimable interaction,
+
+    y = mu + sum over non-empty subsets T of the factors of b_T[levels of T] + e,
+
+b_T ~ (0, sigma2_T) independent, e ~ (0, sigma2_residual); the streams outside the design
+follow the seed and are part of the residual. :func:`crossed_components` estimates the
+sigma2 of one array of scores; :func:`variance_components` runs it over every cell (method,
+metric, severity, ...) of a results Dataset, the factors read from its ``stream_<name>``
+coordinates.
+
+Two estimators:
+
+``anova`` (a balanced complete design: every combination of levels present r >= 1 times)
+    The method of moments of the balanced random model. The sums of squares are the
+    orthogonal projections of y (inclusion–exclusion of marginal means), with the expected
+    mean squares of Cornfield and Tukey, E[MS_T] = sum over U ⊇ T of (N / prod_{k in U} L_k)
+    sigma2_U + sigma2_residual; the Möbius inversion of that triangular system gives each
+    sigma2_T as a signed sum of mean squares, truncated at zero (``variance_raw`` keeps the
+    unbiased signed value). With r = 1 the highest-order interaction is confounded with the
+    residual and folded into it. Intervals are generalized (fiducial) confidence intervals
+    (Weerahandi 1993; Hannig, Iyer & Patterson 2006): with W_U ~ chi2(df_U) independent, the
+    pivot SS_U / W_U of E[MS_U] goes through the same Möbius combination, giving draws of
+    every sigma2_T (truncated at zero), of the total and of every share; the intervals are
+    their percentiles.
+
+``reml`` (missing cells or unequal replication, e.g. after failed seeds are dropped)
+    Restricted maximum likelihood with dense matrices, V = sum_T sigma2_T Z_T Z_T' +
+    sigma2_residual I, maximized over the log-variances by L-BFGS-B (analytic gradient) from
+    moment starting values. A term enters the model when its columns add rank to those of
+    the terms before it and leave some degree of freedom to the residual; an interaction
+    that would use up the residual (one seed per observed cell) is folded into it, as in
+    the balanced case, and a term aliased with earlier ones (two factors that move
+    together) is left out. Intervals are a parametric bootstrap (simulate from the fit,
+    refit, percentiles; ``n_boot`` refits), much slower than the fiducial draws: n_boot
+    REML fits per cell.
+
+For a balanced design whose ANOVA estimates are all positive both estimators give the same
+values.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import json
+import math
+from collections.abc import Mapping, Sequence
+from typing import Any, Literal
+
+import attrs
+import numpy as np
+import xarray as xr
+from scipy import linalg, optimize
+
+from oodsim.seeds import STREAMS
+from oodsim.stats._common import as_score, check_alpha, metrics_of, select_metric
+from oodsim.stats.estimates import percentile_interval
+
+try:  # installed with scikit-learn; small dense solves run fastest on one BLAS thread
+    from threadpoolctl import ThreadpoolController
+except ImportError:  # pragma: no cover
+    ThreadpoolController = None
+
+_CONTROLLER: list[Any] = []
+
+
+def _one_blas_thread() -> contextlib.AbstractContextManager[Any]:
+    """Limit BLAS to one thread (many small Cholesky solves: a multi-threaded BLAS only
+    contends, tens of times slower on a busy machine); the controller is made once."""
+    if ThreadpoolController is None:  # pragma: no cover
+        return contextlib.nullcontext()
+    if not _CONTROLLER:
+        _CONTROLLER.append(ThreadpoolController())
+    return _CONTROLLER[0].limit(limits=1, user_api="blas")
+
+
+#: Name of the residual source (with one seed per cell it includes the top interaction).
+RESIDUAL = "residual"
+#: Prefix of the seed coordinates that carry a designed stream's level.
+STREAM_PREFIX = "stream_"
+#: Per-source arrays of :class:`CrossedComponents`, in the order the wrapper stores them.
+SOURCE_KEYS: tuple[str, ...] = (
+    "variance",
+    "variance_raw",
+    "variance_low",
+    "variance_high",
+    "share",
+    "share_low",
+    "share_high",
+    "df",
+)
+
+Method = Literal["auto", "anova", "reml"]
+Subset = tuple[int, ...]
+
+
+@attrs.frozen(eq=False)
+class CrossedComponents:
+    """Variance components of one crossed design (see :func:`crossed_components`).
+
+    Every array is aligned with ``sources``: the main effects in factor order, then the
+    interactions (``"a:b"``, by order, then factor order), then ``"residual"``. ``method`` is
+    ``"anova"``, ``"reml"`` or ``"none"`` (too little data: every value NaN).
+    """
+
+    sources: tuple[str, ...]
+    variance: np.ndarray
+    variance_raw: np.ndarray
+    variance_low: np.ndarray
+    variance_high: np.ndarray
+    share: np.ndarray
+    share_low: np.ndarray
+    share_high: np.ndarray
+    df: np.ndarray
+    total: float
+    total_low: float
+    total_high: float
+    method: str
+    n: int
+    n_levels: dict[str, int]
+    confidence: float
+    interval: str
+
+    def row(self, source: str) -> dict[str, float]:
+        """The values of one source, keyed as :data:`SOURCE_KEYS`."""
+        if source not in self.sources:
+            raise KeyError(f"no source {source!r}; sources: {', '.join(self.sources)}")
+        i = self.sources.index(source)
+        return {key: float(getattr(self, key)[i]) for key in SOURCE_KEYS}
+
+    def as_dict(self) -> dict[str, Any]:
+        """Plain dict: ``{source: row}`` under ``"sources"`` plus the scalar fields."""
+        return {
+            "sources": {name: self.row(name) for name in self.sources},
+            "total": self.total,
+            "total_low": self.total_low,
+            "total_high": self.total_high,
+            "method": self.method,
+            "n": self.n,
+            "n_levels": dict(self.n_levels),
+            "confidence": self.confidence,
+            "interval": self.interval,
+        }
+
+
+# ----------------------------------------------------------------------------- helpers
+
+
+def _subsets(k: int) -> list[Subset]:
+    """Non-empty subsets of ``range(k)``: main effects, then 2-way, ... (factor order)."""
+    return [c for size in range(1, k + 1) for c in itertools.combinations(range(k), size)]
+
+
+def _source_name(subset: Subset, names: Sequence[str]) -> str:
+    return ":".join(names[i] for i in subset)
+
+
+def _rng(rng: int | np.random.Generator | None) -> np.random.Generator:
+    return rng if isinstance(rng, np.random.Generator) else np.random.default_rng(rng)
+
+
+def _interval_text(method: str, n_draws: int, n_boot: int) -> str:
+    if method == "anova":
+        return f"generalized (fiducial) confidence interval, {n_draws} draws"
+    if method == "reml":
+        return f"parametric bootstrap percentile interval, {n_boot} REML refits"
+    return "none"
+
+
+def _result(
+    sources: Sequence[str],
+    values: dict[str, np.ndarray],
+    totals: tuple[float, float, float],
+    method: str,
+    n: int,
+    n_levels: dict[str, int],
+    confidence: float,
+    interval: str,
+) -> CrossedComponents:
+    nan = np.full(len(sources), np.nan)
+    arrays = {key: np.asarray(values.get(key, nan), dtype=float) for key in SOURCE_KEYS}
+    return CrossedComponents(
+        sources=tuple(sources),
+        total=float(totals[0]),
+        total_low=float(totals[1]),
+        total_high=float(totals[2]),
+        method=method,
+        n=int(n),
+        n_levels=n_levels,
+        confidence=confidence,
+        interval=interval,
+        **arrays,
+    )
+
+
+def _shares(variance: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Total along the last axis and the shares (NaN where the total is not positive)."""
+    total = variance.sum(axis=-1)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        share = np.where((total > 0)[..., None], variance / np.expand_dims(total, -1), np.nan)
+    return total, share
+
+
+def _summaries(
+    draws: np.ndarray, confidence: float
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, float, float]:
+    """Percentile intervals of variance, share and total from (n_draws, n_sources) draws
+    (already truncated at zero)."""
+    total, share = _shares(draws)
+    v_lo, v_hi = percentile_interval(draws, confidence)
+    s_lo, s_hi = percentile_interval(share, confidence)
+    t_lo, t_hi = percentile_interval(total, confidence)
+    return v_lo, v_hi, s_lo, s_hi, float(t_lo), float(t_hi)
+
+
+# ----------------------------------------------------------------------------- ANOVA
+
+
+def _anova(
+    y: np.ndarray,
+    codes: np.ndarray,
+    levels: tuple[int, ...],
+    names: Sequence[str],
+    confidence: float,
+    n_draws: int,
+    rng: np.random.Generator,
+) -> tuple[list[str], dict[str, np.ndarray], tuple[float, float, float]] | None:
+    """Balanced ANOVA with generalized confidence intervals; None without residual df."""
+    k, n = len(levels), len(y)
+    n_cells = math.prod(levels)
+    r = n // n_cells
+    cell = np.ravel_multi_index(tuple(codes.T), levels)
+    cube = y[np.argsort(cell, kind="stable")].reshape(*levels, r)
+    subsets = _subsets(k)
+    full = tuple(range(k))
+    # Marginal means over every subset of factors (the replicate axis always averaged).
+    means = {
+        s: cube.mean(axis=tuple(a for a in range(k + 1) if a not in s), keepdims=True)
+        for s in [(), *subsets]
+    }
+    ss, df, coef = {}, {}, {}
+    for t in subsets:
+        effect = sum(
+            (-1) ** (len(t) - len(s)) * means[s]
+            for size in range(len(t) + 1)
+            for s in itertools.combinations(t, size)
+        )
+        coef[t] = n / math.prod(levels[i] for i in t)
+        ss[t] = float(coef[t] * np.sum(effect**2))
+        df[t] = math.prod(levels[i] - 1 for i in t)
+    if r > 1:
+        terms = subsets
+        ss_res = float(np.sum((cube - means[full]) ** 2))
+        df_res = n_cells * (r - 1)
+    elif k == 1:
+        return None  # one value per level: no residual degree of freedom
+    else:  # the top interaction is the residual
+        terms = subsets[:-1]
+        ss_res, df_res = ss[full], df[full]
+    if df_res < 1:
+        return None
+    m = len(terms) + 1
+    # E[MS] = A @ sigma2: A[i, j] = coef_U for U = terms[j] ⊇ terms[i]; residual coefficient 1.
+    a = np.zeros((m, m))
+    for i, t in enumerate(terms):
+        for j, u in enumerate(terms):
+            if set(t) <= set(u):
+                a[i, j] = coef[u]
+    a[:, -1] = 1.0
+    mobius = np.linalg.inv(a)  # upper triangular with signed 1/coef entries: Möbius inversion
+    ss_vec = np.array([ss[t] for t in terms] + [ss_res])
+    df_vec = np.array([df[t] for t in terms] + [df_res], dtype=float)
+    raw = mobius @ (ss_vec / df_vec)
+    variance = np.maximum(raw, 0.0)
+    total, share = _shares(variance)
+    values = {"variance": variance, "variance_raw": raw, "share": share, "df": df_vec}
+    t_lo = t_hi = float("nan")
+    if n_draws > 0:
+        pivots = ss_vec / rng.chisquare(df_vec, size=(n_draws, m))
+        draws = np.maximum(pivots @ mobius.T, 0.0)
+        v_lo, v_hi, s_lo, s_hi, t_lo, t_hi = _summaries(draws, confidence)
+        values |= {
+            "variance_low": v_lo,
+            "variance_high": v_hi,
+            "share_low": s_lo,
+            "share_high": s_hi,
+        }
+    sources = [_source_name(t, names) for t in terms] + [RESIDUAL]
+    return sources, values, (float(total), t_lo, t_hi)
+
+
+# ----------------------------------------------------------------------------- REML
+
+
+def _indicator(ids: np.ndarray) -> np.ndarray:
+    """One-hot (n, n_cells) matrix of the observed cells of ``ids``."""
+    _, inverse = np.unique(ids, return_inverse=True)
+    z = np.zeros((len(ids), inverse.max() + 1))
+    z[np.arange(len(ids)), inverse] = 1.0
+    return z
+
+
+def _rank(columns: Sequence[np.ndarray]) -> int:
+    return int(np.linalg.matrix_rank(np.column_stack(columns)))
+
+
+@attrs.frozen(eq=False)
+class _RemlModel:
+    """The fixed parts of a REML fit: design of every random effect, projected Grams."""
+
+    terms: list[Subset]
+    df: np.ndarray  # per term, then the residual
+    inverse: list[np.ndarray]  # observed-cell index of every observation, per term
+    n_cells: list[int]
+    basis: np.ndarray  # (n, n - 1) orthonormal complement of the intercept
+    grams: np.ndarray  # (m, n - 1, n - 1): K' Z_T Z_T' K per term, then the identity
+
+
+def _reml_model(codes: np.ndarray, levels: tuple[int, ...]) -> _RemlModel | None:
+    """Pick the estimable terms; None when no residual degree of freedom is left."""
+    n, k = codes.shape
+    ones = np.ones(n)
+    z = {}
+    for t in _subsets(k):
+        ids = np.ravel_multi_index(tuple(codes[:, list(t)].T), tuple(levels[i] for i in t))
+        z[t] = _indicator(np.asarray(ids))
+    terms: list[Subset] = []
+    dfs: list[int] = []
+    rank = 1
+    for t in _subsets(k):
+        with_t = _rank([ones, *(z[s] for s in terms), z[t]])
+        if with_t == rank:
+            continue  # aliased with the terms already in (e.g. two factors moving together)
+        if n - with_t < 1:
+            if len(t) == 1:
+                return None  # a main effect uses up the residual: nothing to estimate
+            continue  # confounded with the residual: folded into it
+        below = [ones] + [
+            z[s] for size in range(1, len(t)) for s in itertools.combinations(t, size)
+        ]
+        terms.append(t)
+        dfs.append(_rank([*below, z[t]]) - _rank(below))  # its rank beyond its marginals
+        rank = with_t
+    df_res = n - rank
+    if df_res < 1:
+        return None
+    basis = linalg.null_space(ones[None, :])
+    grams = []
+    inverse = []
+    for t in terms:
+        kz = basis.T @ z[t]
+        grams.append(kz @ kz.T)
+        inverse.append(np.argmax(z[t], axis=1))
+    grams.append(np.eye(n - 1))
+    return _RemlModel(
+        terms=terms,
+        df=np.array([*dfs, df_res], dtype=float),
+        inverse=inverse,
+        n_cells=[z[t].shape[1] for t in terms],
+        basis=basis,
+        grams=np.asarray(grams),
+    )
+
+
+def _negative_reml(theta: np.ndarray, yt: np.ndarray, grams: np.ndarray) -> tuple[float, Any]:
+    """Minus the REML log-likelihood (no constant) of the projected data and its gradient
+    in the log-variances ``theta``."""
+    s = np.exp(theta)
+    v = np.tensordot(s, grams, axes=1)
+    try:
+        factor = linalg.cho_factor(v, lower=True, check_finite=False)
+    except linalg.LinAlgError:
+        return 1e300, np.zeros_like(theta)
+    alpha = linalg.cho_solve(factor, yt, check_finite=False)
+    vinv = linalg.cho_solve(factor, np.eye(len(yt)), check_finite=False)
+    logdet = 2.0 * np.sum(np.log(np.diag(factor[0])))
+    value = 0.5 * (logdet + yt @ alpha)
+    trace = np.einsum("ij,kij->k", vinv, grams)
+    quad = np.einsum("i,kij,j->k", alpha, grams, alpha)
+    return float(value), 0.5 * s * (trace - quad)
+
+
+#: Bounds of the standardized log-variances (the data are scaled to unit variance).
+_LOG_BOUNDS = (math.log(1e-10), math.log(1e4))
+
+
+def _reml_fit(y: np.ndarray, model: _RemlModel, starts: Sequence[np.ndarray]) -> np.ndarray:
+    """REML variances (terms, then residual) of ``y``, from the best of ``starts`` (given
+    in the units of ``y``); components that end at the lower bound are set to zero."""
+    scale = float(np.var(y))
+    if not scale > 0:
+        return np.zeros(model.grams.shape[0])
+    yt = model.basis.T @ (y - y.mean()) / math.sqrt(scale)
+    best = None
+    for start in starts:
+        theta0 = np.log(np.clip(np.asarray(start) / scale, 1e-6, 1e3))
+        fit = optimize.minimize(
+            _negative_reml,
+            theta0,
+            args=(yt, model.grams),
+            jac=True,
+            method="L-BFGS-B",
+            bounds=[_LOG_BOUNDS] * len(theta0),
+            options={"ftol": 1e-15, "gtol": 1e-10, "maxiter": 500},
+        )
+        if best is None or fit.fun < best.fun:
+            best = fit
+    assert best is not None
+    variance = np.exp(best.x)
+    variance[best.x <= _LOG_BOUNDS[0] + 1e-3] = 0.0
+    return variance * scale
+
+
+def _moment_start(y: np.ndarray, model: _RemlModel) -> np.ndarray:
+    """ANOVA-ish starting values: per term a one-way moment estimate between its cells
+    (floored at 5% of the variance), the residual from within the finest cells."""
+    total = float(np.var(y, ddof=1))
+    floor = 0.05 * total
+    start = []
+    within = total
+    for inverse, n_cells in zip(model.inverse, model.n_cells, strict=True):
+        sizes = np.bincount(inverse, minlength=n_cells).astype(float)
+        means = np.bincount(inverse, weights=y, minlength=n_cells) / sizes
+        ssw = float(np.sum((y - means[inverse]) ** 2))
+        dfw = len(y) - n_cells
+        msw = ssw / dfw if dfw > 0 else total
+        msb = float(np.sum(sizes * (means - y.mean()) ** 2)) / max(n_cells - 1, 1)
+        n0 = (len(y) - np.sum(sizes**2) / len(y)) / max(n_cells - 1, 1)
+        start.append(max((msb - msw) / n0, floor))
+        if dfw > 0:
+            within = min(within, msw)
+    start.append(max(within, floor))
+    return np.array(start)
+
+
+def _simulate(
+    model: _RemlModel, mean: float, variance: np.ndarray, n: int, rng: np.random.Generator
+) -> np.ndarray:
+    y = mean + math.sqrt(variance[-1]) * rng.standard_normal(n)
+    for inverse, n_cells, var in zip(model.inverse, model.n_cells, variance, strict=False):
+        y = y + math.sqrt(var) * rng.standard_normal(n_cells)[inverse]
+    return y
+
+
+def _reml(
+    y: np.ndarray,
+    codes: np.ndarray,
+    levels: tuple[int, ...],
+    names: Sequence[str],
+    confidence: float,
+    n_boot: int,
+    rng: np.random.Generator,
+) -> tuple[list[str], dict[str, np.ndarray], tuple[float, float, float]] | None:
+    model = _reml_model(codes, levels)
+    if model is None:
+        return None
+    m = len(model.terms) + 1
+    equal = np.full(m, float(np.var(y, ddof=1)) / m)
+    variance = _reml_fit(y, model, [_moment_start(y, model), equal])
+    total, share = _shares(variance)
+    values = {
+        "variance": variance,
+        "variance_raw": variance,
+        "share": share,
+        "df": model.df,
+    }
+    if n_boot > 0:
+        draws = np.empty((n_boot, m))
+        start = np.maximum(variance, 1e-3 * total if total > 0 else 1.0)
+        for b in range(n_boot):
+            y_star = _simulate(model, float(y.mean()), variance, len(y), rng)
+            draws[b] = _reml_fit(y_star, model, [start])
+        v_lo, v_hi, s_lo, s_hi, t_lo, t_hi = _summaries(draws, confidence)
+        values |= {
+            "variance_low": v_lo,
+            "variance_high": v_hi,
+            "share_low": s_lo,
+            "share_high": s_hi,
+        }
+    else:
+        t_lo = t_hi = float("nan")
+    sources = [_source_name(t, names) for t in model.terms] + [RESIDUAL]
+    return sources, values, (float(total), t_lo, t_hi)
+
+
+# ----------------------------------------------------------------------------- array API
+
+
+def crossed_components(
+    values: np.ndarray | Sequence[float],
+    factors: Mapping[str, np.ndarray | Sequence[Any]],
+    confidence: float = 0.95,
+    n_draws: int = 4000,
+    rng: int | np.random.Generator | None = 0,
+    *,
+    n_boot: int = 200,
+    method: Method = "auto",
+) -> CrossedComponents:
+    """Variance components of ``values`` under a crossed random-effects model of ``factors``.
+
+    ``factors`` maps a factor name (e.g. ``"class_split"``) to the level of every value (any
+    hashable labels: a stream's entropy, a split name). NaN values are dropped. The model
+    has every main effect and every estimable interaction (named ``"a:b"``) plus the
+    ``"residual"``; see the module docstring for the estimators. ``method="auto"`` uses the
+    balanced ANOVA when every combination of the levels left after dropping NaNs is present
+    equally often, REML otherwise; ``"anova"`` insists on a balanced design, ``"reml"``
+    forces REML (equal to the ANOVA on balanced data when every ANOVA estimate is
+    positive). ``n_draws`` fiducial draws (ANOVA) or ``n_boot`` parametric-bootstrap refits
+    (REML; much slower) give percentile intervals at ``confidence``,
+    reproducible for an integer ``rng``; 0 skips them (NaN).
+
+    Per source: ``variance`` (truncated at zero), ``variance_raw`` (ANOVA: the unbiased
+    signed moment estimate; REML: the same as ``variance``), ``variance_low``/``_high``,
+    ``share`` of the total variance with its interval, and ``df`` (ANOVA degrees of
+    freedom; REML: the source's rank beyond its marginals). Fewer than two values or no
+    residual degree of freedom give NaNs (``method="none"``).
+
+    Raises ValueError for a factor with a single level (nothing to estimate) and for
+    ``method="anova"`` on an unbalanced design.
+    """
+    check_alpha(confidence, "confidence")
+    if method not in ("auto", "anova", "reml"):
+        raise ValueError(f"method must be 'auto', 'anova' or 'reml', got {method!r}")
+    if not factors:
+        raise ValueError("no factors given")
+    y = np.asarray(values, dtype=float).ravel()
+    names = [str(name) for name in factors]
+    labels = [np.asarray(factors[name]).ravel() for name in factors]
+    for name, lab in zip(names, labels, strict=True):
+        if len(lab) != len(y):
+            raise ValueError(f"{len(y)} values but {len(lab)} levels of factor {name!r}")
+        if len(np.unique(lab)) < 2:
+            raise ValueError(f"factor {name!r} has a single level: nothing to estimate")
+    keep = np.isfinite(y)
+    y = y[keep]
+    uniques, codes = [], []
+    for lab in labels:
+        u, inv = np.unique(lab[keep], return_inverse=True)
+        uniques.append(u)
+        codes.append(inv)
+    levels = tuple(len(u) for u in uniques)
+    n_levels = dict(zip(names, levels, strict=True))
+    generator = _rng(rng)
+
+    def empty() -> CrossedComponents:
+        return _result(
+            [*names, RESIDUAL], {}, (np.nan,) * 3, "none", len(y), n_levels, confidence, "none"
+        )
+
+    if len(y) < 2 or min(levels) < 2:
+        return empty()
+    code_matrix = np.column_stack(codes)
+    counts = np.bincount(
+        np.ravel_multi_index(tuple(code_matrix.T), levels), minlength=math.prod(levels)
+    )
+    balanced = counts.min() == counts.max()
+    if method == "anova" and not balanced:
+        raise ValueError(
+            "the design is not balanced (missing cells or unequal replication): use REML"
+        )
+    use = "anova" if method == "anova" or (method == "auto" and balanced) else "reml"
+    if use == "anova":
+        fit = _anova(y, code_matrix, levels, names, confidence, n_draws, generator)
+    else:
+        with _one_blas_thread():
+            fit = _reml(y, code_matrix, levels, names, confidence, n_boot, generator)
+    if fit is None:
+        return empty()
+    sources, arrays, totals = fit
+    return _result(
+        sources,
+        arrays,
+        totals,
+        use,
+        len(y),
+        n_levels,
+        confidence,
+        _interval_text(use, n_draws, n_boot),
+    )
+
+
+# ----------------------------------------------------------------------------- xarray API
+
+
+def _stream_order(coord: str) -> tuple[int, str]:
+    name = coord.removeprefix(STREAM_PREFIX)
+    return (STREAMS.index(name) if name in STREAMS else len(STREAMS), name)
+
+
+def _resolve_factors(
+    score: xr.DataArray, factors: Sequence[str] | str | None, dim: str
+) -> tuple[list[str], list[str], bool]:
+    """(coordinate names, source names, fell back to class_split)."""
+    along = [str(c) for c in score.coords if score[c].dims == (dim,) and c != dim]
+    if factors is None:
+        streams = sorted((c for c in along if c.startswith(STREAM_PREFIX)), key=_stream_order)
+        if streams:
+            return streams, [c.removeprefix(STREAM_PREFIX) for c in streams], False
+        if "class_split" in along:
+            return ["class_split"], ["class_split"], True
+        raise KeyError(
+            "results carry no designed streams: run a spec with a [seeds.design] table, "
+            f"or pass factors= (coordinates along {dim!r}: {', '.join(along) or 'none'})"
+        )
+    if isinstance(factors, str):
+        factors = [factors]
+    coords = []
+    for name in factors:
+        for candidate in (f"{STREAM_PREFIX}{name}", name):
+            if candidate in along:
+                coords.append(candidate)
+                break
+        else:
+            raise KeyError(
+                f"no coordinate '{STREAM_PREFIX}{name}' or {name!r} along {dim!r}; "
+                f"found: {', '.join(along) or 'none'}"
+            )
+    names = [c.removeprefix(STREAM_PREFIX) for c in coords]
+    if len(set(names)) != len(names):
+        raise ValueError(f"factors repeat: {', '.join(names)}")
+    return coords, names, False
+
+
+def _canonical(sources: set[str], names: Sequence[str]) -> list[str]:
+    order = [_source_name(t, names) for t in _subsets(len(names))] + [RESIDUAL]
+    return [s for s in order if s in sources]
+
+
+def variance_components(
+    results: xr.Dataset | xr.DataArray,
+    metric: str | Sequence[str] | None = "auroc",
+    factors: Sequence[str] | str | None = None,
+    confidence: float = 0.95,
+    n_draws: int = 4000,
+    rng: int | np.random.Generator | None = 0,
+    dim: str = "seed",
+    *,
+    n_boot: int = 200,
+) -> xr.Dataset:
+    """:func:`crossed_components` for every cell (method, severity, ...) of the results.
+
+    ``factors`` default: every ``stream_<name>`` coordinate along ``dim`` (the streams a
+    seed design crossed, in :data:`oodsim.seeds.STREAMS` order), sources named without the
+    prefix; without any, the ``class_split`` coordinate alone (the one-way model, noted in
+    ``attrs["fallback"]``). Named factors resolve ``stream_<name>`` first, then ``<name>``.
+    Failed seeds are NaN (:func:`oodsim.stats._common.as_score`) and dropped, which makes a
+    complete design unbalanced: those cells use REML.
+
+    Returns a Dataset over (method, source, other dims of the score; ``metric`` only when
+    ``metric`` is a list or None) with ``variance``, ``variance_raw``, ``variance_low``,
+    ``variance_high``, ``share``, ``share_low``, ``share_high``; ``df`` (over ``source``
+    alone when every cell has the same), ``total``, ``n`` (values used) and ``estimator``
+    per cell. ``source`` lists the main effects in factor order, the interactions, then
+    ``"residual"``; a source a cell's model lacks is NaN there. Every cell uses the same
+    ``rng`` seed (an integer rng makes each cell reproducible on its own).
+    """
+    check_alpha(confidence, "confidence")
+    score = as_score(results)
+    if dim not in score.dims:
+        raise KeyError(f"score has no {dim!r} dimension; dims: {', '.join(map(str, score.dims))}")
+    coords, names, fallback = _resolve_factors(score, factors, dim)
+    if isinstance(metric, str):
+        score = select_metric(score, metric)
+    elif "metric" in score.dims:
+        score = score.sel(metric=metrics_of(score, metric))
+    levels = {name: np.asarray(score[c].values) for c, name in zip(coords, names, strict=True)}
+    cell_dims = [str(d) for d in score.dims if d != dim]
+    shape = tuple(score.sizes[d] for d in cell_dims)
+    data = np.asarray(score.transpose(*cell_dims, dim).values, dtype=float)
+    fits: dict[tuple[int, ...], CrossedComponents] = {}
+    for index in np.ndindex(*shape):
+        cell_rng = rng if isinstance(rng, np.random.Generator) else np.random.default_rng(rng)
+        fits[index] = crossed_components(
+            data[index], levels, confidence, n_draws, cell_rng, n_boot=n_boot
+        )
+    sources = _canonical({s for fit in fits.values() for s in fit.sources}, names)
+    arrays = {key: np.full((*shape, len(sources)), np.nan) for key in SOURCE_KEYS}
+    total = np.full(shape, np.nan)
+    n = np.zeros(shape, dtype=int)
+    estimator = np.full(shape, "none", dtype=object)
+    for index, fit in fits.items():
+        positions = [sources.index(s) for s in fit.sources]
+        for key in SOURCE_KEYS:
+            arrays[key][(*index, positions)] = getattr(fit, key)
+        total[index], n[index], estimator[index] = fit.total, fit.n, fit.method
+    cell_coords = {d: score[d].values for d in cell_dims}
+    out_dims = (*cell_dims, "source")
+    variables: dict[str, Any] = {
+        key: xr.DataArray(arrays[key], dims=out_dims) for key in SOURCE_KEYS if key != "df"
+    }
+    df = arrays["df"].reshape(-1, len(sources))
+    same_df = bool(np.all((df == df[:1]) | (np.isnan(df) & np.isnan(df[:1]))))
+    variables["df"] = (
+        xr.DataArray(df[0], dims=("source",))
+        if same_df and len(df)
+        else xr.DataArray(arrays["df"], dims=out_dims)
+    )
+    variables["total"] = xr.DataArray(total, dims=cell_dims)
+    variables["n"] = xr.DataArray(n, dims=cell_dims)
+    variables["estimator"] = xr.DataArray(estimator.astype(str), dims=cell_dims)
+    used = sorted({fit.method for fit in fits.values()} - {"none"})
+    kind = used[0] if len(used) == 1 else ("mixed" if used else "none")
+    order = (
+        ["method", "source", *(d for d in cell_dims if d != "method")]
+        if "method" in cell_dims
+        else ["source", *cell_dims]
+    )
+    folded = len(names) > 1 and _source_name(tuple(range(len(names))), names) not in sources
+    model = (
+        f"crossed random-effects model: {metric if isinstance(metric, str) else 'score'} = mu + "
+        + " + ".join(sources)
+        + "; every source a random effect, streams outside the design follow the seed and "
+        "are part of the residual"
+        + (
+            " (which, with one seed per grid cell, includes the highest-order interaction)"
+            if folded
+            else ""
+        )
+    )
+    attrs_: dict[str, Any] = {
+        "factors": names,
+        "factor_coords": coords,
+        "confidence": confidence,
+        "estimator": kind,
+        "model": model,
+        "interval": "; ".join(_interval_text(m, n_draws, n_boot) for m in used) or "none",
+        "n_levels": json.dumps(
+            {name: len(np.unique(lab)) for name, lab in levels.items()}, sort_keys=False
+        ),
+        "dim": dim,
+    }
+    if isinstance(metric, str):
+        attrs_["metric"] = metric
+    if fallback:
+        attrs_["fallback"] = (
+            "results carry no stream_* coordinates: one-way model of the class_split "
+            "coordinate (every other stream is in the residual)"
+        )
+    out = xr.Dataset(variables, coords={**cell_coords, "source": sources}, attrs=attrs_)
+    return out.transpose(*order)
+
+
+__all__ = [
+    "RESIDUAL",
+    "SOURCE_KEYS",
+    "CrossedComponents",
+    "crossed_components",
+    "variance_components",
+]
