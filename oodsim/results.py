@@ -83,7 +83,7 @@ class SeedResult:
 
     seed: int
     variables: Mapping[str, Any] = attrs.field(factory=dict)
-    coords: Mapping[str, str] = attrs.field(factory=dict)
+    coords: Mapping[str, str | int] = attrs.field(factory=dict)
     failure: str = ""
     events: tuple[tuple[str, str, str], ...] = ()
     seconds: float = 0.0
@@ -93,6 +93,16 @@ class SeedResult:
         return bool(self.failure)
 
 
+#: Per-seed coordinates of a ``[seeds.design]`` start with this: ``stream_class_split`` holds
+#: the level of the class split stream in each seed.
+DESIGN_PREFIX = "stream_"
+
+
+def design_coord(stream: str) -> str:
+    """The results coordinate holding a designed stream's level per seed."""
+    return DESIGN_PREFIX + stream
+
+
 @attrs.frozen
 class Layout:
     """The shape of a protocol's result.
@@ -100,7 +110,8 @@ class Layout:
     ``coords``: labels of every non-seed dimension (``method``, ``metric`` and ``severity``
     always; ``model``, ``dataset``, ``ood`` where the spec varies them). ``variables``: the
     dims (without ``seed``) of each per-seed variable; ``score`` is required and starts with
-    ``method, metric, severity``. ``seed_coords``: per-seed string coordinates.
+    ``method, metric, severity``. ``seed_coords``: per-seed coordinates (strings; integers
+    where every seed's value is one).
     ``static``: seed-independent variables as ``(dims, values)``.
     """
 
@@ -167,7 +178,9 @@ def build(
     coords: dict[str, Any] = {"seed": [r.seed for r in results]}
     coords |= {dim: list(labels) for dim, labels in layout.coords.items()}
     for name in layout.seed_coords:
-        coords[name] = ("seed", np.array([r.coords.get(name, "") for r in results], dtype=str))
+        values = [r.coords.get(name, "") for r in results]
+        numeric = values and all(isinstance(v, int) for v in values)
+        coords[name] = ("seed", np.array(values, dtype=np.int64 if numeric else str))
     all_events = list(events) + [e for r in results for e in r.events]
     attrs_ = {
         "protocol": protocol,

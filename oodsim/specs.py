@@ -26,7 +26,7 @@ import attrs
 from oodsim.cluster_spec import ClusterSpec
 from oodsim.errors import SpecError, UnknownNameError
 from oodsim.keys import content_key, digest, no_key
-from oodsim.seeds import STREAMS, SeedRange
+from oodsim.seeds import OPEN_SET_STREAMS, STREAMS, SeedRange, SeedStreams
 from oodsim.spec_types import (
     INT64_MAX,
     located,
@@ -451,12 +451,23 @@ class OODSetSpec(_Keyed):
         return self.n_samples
 
 
+#: The most levels one designed stream may take (a grid is run in full).
+MAX_DESIGN_LEVELS = 1000
+
+
 @spec_class
 class SeedsSpec(_Keyed):
-    """Which simulations to run: seeds ``start .. start+n-1`` (or ``values``), streams pinned.
+    """Which simulations to run: seeds ``start .. start+n-1`` (or ``values``), streams pinned
+    or crossed.
 
     Seeds are distinct integers in 0 .. 2**63 − 1 (results index them as int64); :meth:`all`
     generates them lazily, so ``n = 10**9`` with a stopping rule costs nothing up front.
+
+    ``design`` (``[seeds.design]``, e.g. ``class_split = 4, init = 4``) crosses streams: the
+    seeds walk the grid of their levels (``n`` a multiple of its size; each further grid is a
+    replicate), level ``i`` of a designed stream draws from entropy ``start + i``, and every
+    other stream follows the seed unless pinned. Results carry each designed stream's level
+    per seed (``stream_class_split``, ...) for :func:`oodsim.stats.variance_components`.
     """
 
     TAG = "seeds"
@@ -466,6 +477,8 @@ class SeedsSpec(_Keyed):
     start: int = attrs.field(default=0, validator=non_negative)
     values: tuple[int, ...] = attrs.field(default=())
     pinned: Params = attrs.field(default=(), converter=_params)
+    # stream -> number of levels; enters the key only when set (see key_extra)
+    design: Params = attrs.field(default=(), converter=_params, metadata=no_key())
 
     @values.validator
     def _check_values(self, attribute: attrs.Attribute, value: tuple[int, ...]) -> None:
@@ -493,7 +506,34 @@ class SeedsSpec(_Keyed):
             if not valid or not 0 <= entropy <= INT64_MAX:
                 raise spec_error(self, f"pinned.{stream}", entropy, "an integer in 0 .. 2**63 - 1")
 
+    @design.validator
+    def _check_design(self, attribute: attrs.Attribute, value: Params) -> None:
+        pinned = dict(self.pinned)
+        for stream, levels in value:
+            if stream not in STREAMS:
+                raise located(UnknownNameError("seeds.design", stream, STREAMS), "design")
+            valid = isinstance(levels, int) and not isinstance(levels, bool)
+            if not valid or not 2 <= levels <= MAX_DESIGN_LEVELS:
+                raise spec_error(
+                    self,
+                    f"design.{stream}",
+                    levels,
+                    f"a number of levels in 2 .. {MAX_DESIGN_LEVELS}",
+                    "A designed stream takes that many values, crossed with the other "
+                    "designed streams",
+                )
+            if stream in pinned:
+                raise spec_error(
+                    self,
+                    f"design.{stream}",
+                    levels,
+                    "a stream that is not also pinned",
+                    f"seeds.pinned fixes {stream} to one value; a design varies it",
+                )
+
     def __attrs_post_init__(self) -> None:
+        if self.design:
+            self._check_design_seeds()
         if not self.values and self.start + self.n - 1 > INT64_MAX:
             raise spec_error(
                 self,
@@ -503,10 +543,61 @@ class SeedsSpec(_Keyed):
                 "Seeds must fit in 64 bits: start + n - 1 <= 2**63 - 1",
             )
 
+    def _check_design_seeds(self) -> None:
+        grid = self.grid_size
+        if self.values:
+            raise spec_error(
+                self,
+                "values",
+                list(self.values),
+                "no values with a design",
+                "A design numbers its simulations start, start + 1, ...: give n instead",
+            )
+        if self.n % grid:
+            raise spec_error(
+                self,
+                "n",
+                self.n,
+                f"a multiple of the design's {grid} cells (e.g. n = {grid} or {2 * grid})",
+                "Every cell of the grid runs the same number of times (replicates), so that "
+                "the design stays balanced",
+            )
+
+    def key_extra(self) -> dict[str, Any]:
+        """A design enters the key only when there is one (specs without keep their keys)."""
+        return {"design": dict(self.design)} if self.design else {}
+
     @property
     def count(self) -> int:
         """How many seeds there are."""
         return len(self.values) if self.values else self.n
+
+    @property
+    def grid_size(self) -> int:
+        """Cells of the design: the product of its levels (1 without a design)."""
+        return math.prod(levels for _, levels in self.design)
+
+    def design_levels(self, seed: int) -> dict[str, int]:
+        """The level of every designed stream in ``seed``: cell ``(seed - start) % grid``
+        written in mixed radix over the designed streams in :data:`STREAMS` order (the last
+        varies fastest); replicate ``(seed - start) // grid`` repeats the grid."""
+        cell = (seed - self.start) % self.grid_size
+        levels: dict[str, int] = {}
+        for stream, count in reversed(self.designed_streams()):
+            cell, levels[stream] = divmod(cell, count)
+        return {stream: levels[stream] for stream, _ in self.designed_streams()}
+
+    def designed_streams(self) -> list[tuple[str, int]]:
+        """``(stream, levels)`` of the design in :data:`STREAMS` order."""
+        table = dict(self.design)
+        return [(stream, table[stream]) for stream in STREAMS if stream in table]
+
+    def streams(self, seed: int) -> SeedStreams:
+        """The random streams of simulation ``seed``: pinned streams fixed, level ``i`` of a
+        designed stream drawn from entropy ``start + i``, every other stream from the seed."""
+        entropies = dict(self.pinned)
+        entropies |= {s: self.start + i for s, i in self.design_levels(seed).items()}
+        return SeedStreams(seed, entropies)
 
     def all(self) -> Sequence[int]:
         """The seeds in the order they are submitted: ``values``, or a lazy :class:`SeedRange`
@@ -575,6 +666,16 @@ class Seeded:
         """The most seeds the run may take: ``stopping.max_seeds`` or all seeds."""
         return self.stopping.max_seeds or self.seeds.count
 
+    def refuse_design(self) -> None:
+        """Protocols whose results carry no designed streams refuse ``[seeds.design]``."""
+        if self.seeds.design:
+            raise SpecError(
+                "seeds.design",
+                dict(self.seeds.design),
+                "no design: [seeds.design] is for open set specs",
+                "Variance components by source of randomness need an open set experiment",
+            )
+
     def check_stopping(self, levels: tuple[str, ...]) -> None:
         """A sequential rule must watch one of the spec's metrics and levels and fit the seeds."""
         rule = self.stopping
@@ -582,6 +683,13 @@ class Seeded:
             raise SpecError("stopping.severity", rule.severity, f"one of the levels {list(levels)}")
         if rule.rule == "fixed":
             return
+        if self.seeds.design:
+            raise SpecError(
+                "stopping.rule",
+                rule.rule,
+                "'fixed' with a [seeds.design] (a design runs its whole grid)",
+                "A sequential rule would stop inside the grid and unbalance it",
+            )
         if rule.metric not in self.metrics:
             raise SpecError(
                 "stopping.metric",
@@ -645,11 +753,24 @@ class ExperimentSpec(Seeded, _Keyed):
         if len(set(value)) != len(value) or not value:
             raise SpecError("metrics", value, "a non-empty list of distinct metric names")
 
+    def _check_design(self) -> None:
+        """Only streams an open set simulation draws from can be designed."""
+        for stream, levels in self.seeds.design:
+            if stream not in OPEN_SET_STREAMS:
+                raise SpecError(
+                    f"seeds.design.{stream}",
+                    levels,
+                    f"one of the streams an open set simulation draws: {list(OPEN_SET_STREAMS)}",
+                    f"An open set simulation never draws from {stream}: its levels would be "
+                    "identical replicates",
+                )
+
     def __attrs_post_init__(self) -> None:
         self._check_unique("detectors", [d.label for d in self.detectors])
         self._check_grids()
         self._check_unique("ood", [o.label for o in self.ood])
         self._check_split_fits_dataset()
+        self._check_design()
         self.check_stopping(("all",))
 
     def _check_grids(self) -> None:

@@ -7,6 +7,7 @@ exactly what a run returns: the layouts are those of the open set protocol (``se
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 import attrs
@@ -16,17 +17,19 @@ import xarray as xr
 from oodsim.engine import load
 from oodsim.protocols import get_protocol
 from oodsim.protocols.open_set import PROTOCOL as OPEN_SET
-from oodsim.results import NO_SEVERITY, SeedResult, build
-from oodsim.specs import DatasetSpec, ExperimentSpec, OODSetSpec
+from oodsim.results import NO_SEVERITY, SeedResult, build, design_coord
+from oodsim.specs import DatasetSpec, ExperimentSpec, OODSetSpec, SeedsSpec
 from tests.conftest import ROOT
 
 METRICS = ("auroc", "aupr_in", "aupr_out", "fpr95", "accuracy")
 
 
-def _spec(methods: tuple[str, ...], oods: tuple[str, ...] | None) -> ExperimentSpec:
+def _spec(
+    methods: tuple[str, ...], oods: tuple[str, ...] | None, seeds: SeedsSpec
+) -> ExperimentSpec:
     ood = [OODSetSpec(kind="uniform_noise", label=o) for o in oods] if oods else ["held_out"]
     return ExperimentSpec(
-        dataset=DatasetSpec(name="digits"), detectors=methods, metrics=METRICS, ood=ood
+        dataset=DatasetSpec(name="digits"), detectors=methods, metrics=METRICS, ood=ood, seeds=seeds
     )
 
 
@@ -59,13 +62,17 @@ def synthetic_results(
     failed: tuple[int, ...] = (3,),
     seed: int = 0,
     first_seed: int = 100,
+    design: Mapping[str, int] | None = None,
 ) -> xr.Dataset:
     """Results of ``n_seeds`` seeds with the layout of a real protocol: open set
     (``levels=None``, optional ``oods``) or severity (``levels`` "0".."L-1" × ``models``); method
-    means rise linearly from 0.80 to 0.83, and a class-split effect shifts whole seeds."""
+    means rise linearly from 0.80 to 0.83, and a class-split effect shifts whole seeds.
+    ``design`` (open set only): a ``[seeds.design]`` table; the seeds then carry its
+    ``stream_*`` levels, as a designed run's results do."""
     rng = np.random.default_rng(seed)
+    seeds = SeedsSpec(n=n_seeds, start=first_seed, design=design or {})
     if levels is None:
-        spec = _spec(methods, oods)
+        spec = _spec(methods, oods, seeds)
         protocol = OPEN_SET
     else:
         assert list(levels) == [str(i) for i in range(len(levels))], "levels are 0..L-1"
@@ -90,11 +97,16 @@ def synthetic_results(
             SeedResult(
                 first_seed + i,
                 {} if i in failed else variables,
-                {"class_split": f"split{splits[i]}"},
+                {"class_split": f"split{splits[i]}"} | design_coords(spec, first_seed + i),
                 failure="training diverged" if i in failed else "",
             )
         )
     return build(spec, protocol.name, layout, results)
+
+
+def design_coords(spec: ExperimentSpec, seed: int) -> dict[str, int]:
+    """The ``stream_*`` coordinates of one seed, from the spec's design (none without one)."""
+    return {design_coord(s): level for s, level in spec.seeds.design_levels(seed).items()}
 
 
 __all__ = ["METRICS", "NO_SEVERITY", "synthetic_results"]

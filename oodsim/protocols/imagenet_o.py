@@ -533,6 +533,7 @@ class ImageNetOSpec(Seeded, _Keyed):
                 "Run one seed, or bootstrap = true with a fixed number of replicates for a "
                 "test-set sampling interval",
             )
+        self.refuse_design()
         self.check_stopping((NO_SEVERITY,))
 
     def to_dict(self) -> dict[str, Any]:
@@ -716,7 +717,7 @@ def resample(
 ) -> tuple[np.ndarray, np.ndarray]:
     """κ ``(..., n_id)`` / ``(..., n_ood)`` of the seed's bootstrap resample (the same images
     for every model and detector: comparisons are paired)."""
-    streams = SeedStreams(seed, dict(spec.seeds.pinned))
+    streams = spec.seeds.streams(seed)
     id_index, ood_index = bootstrap_indices(streams, id_kappa.shape[-1], ood_kappa.shape[-1])
     return id_kappa[..., id_index], ood_kappa[..., ood_index]
 

@@ -41,7 +41,7 @@ from oodsim.protocols.base import Protocol, SeedFailed, Task, checked_kappa, sto
 from oodsim.protocols.degenerate import PREFIX as DEGENERATE
 from oodsim.protocols.degenerate import degenerate_reason
 from oodsim.protocols.tuning import choose, is_grid
-from oodsim.results import NO_SEVERITY, Layout, SeedResult
+from oodsim.results import NO_SEVERITY, Layout, SeedResult, design_coord
 from oodsim.seeds import TRAINING_STREAMS, SeedStreams
 from oodsim.specs import DetectorSpec, ExperimentSpec, OODSetSpec, spec_from_dict
 from oodsim.store import Store
@@ -128,7 +128,7 @@ def eval_sets(spec: ExperimentSpec, streams: SeedStreams, checkpoint: str) -> li
 
 def entries(spec: ExperimentSpec, seed: int) -> list[tuple[str, str]]:
     """Every (kind, key) a finished simulation of ``seed`` has in the store (checkpoint first)."""
-    streams = SeedStreams(seed, dict(spec.seeds.pinned))
+    streams = spec.seeds.streams(seed)
     checkpoint = checkpoint_key(spec, streams)
     needed = [(CHECKPOINT, checkpoint)]
     sets = eval_sets(spec, streams, checkpoint)
@@ -352,7 +352,7 @@ def class_split_label(spec: ExperimentSpec, seed: int) -> str:
     if n_classes is None:  # a folder of classes: as many as the data has
         ds = spec.dataset
         n_classes = load_dataset(ds.name, ds.root, ds.download, ds.image_size).n_classes
-    streams = SeedStreams(seed, dict(spec.seeds.pinned))
+    streams = spec.seeds.streams(seed)
     return split_classes(n_classes, spec.split, streams).label
 
 
@@ -376,7 +376,7 @@ def compute_seed(spec: ExperimentSpec, seed: int, store: Store) -> None:
 
 
 def _simulation(spec: ExperimentSpec, seed: int, store: Store) -> _Simulation:
-    streams = SeedStreams(seed, dict(spec.seeds.pinned))
+    streams = spec.seeds.streams(seed)
     return _Simulation(spec, seed, store, streams, checkpoint_key(spec, streams))
 
 
@@ -600,7 +600,7 @@ def _check_sample_split(spec: ExperimentSpec, data: Any) -> None:
     leaves a subset every seed needs empty (e.g. ``max_per_class = 1``) fails before any
     training instead of failing every seed on the cluster."""
     seed = spec.seeds.all()[0]
-    streams = SeedStreams(seed, dict(spec.seeds.pinned))
+    streams = spec.seeds.streams(seed)
     split = make_split(data.labels, data.n_classes, spec.split, streams, spec.dataset.max_per_class)
     needed = ["in_train", "in_val", "in_test"]
     needed += ["out_test"] if any(o.kind == HELD_OUT for o in spec.ood) else []
@@ -626,7 +626,7 @@ def _check_architecture(spec: ExperimentSpec, data: Any, store: Store) -> None:
     if spec.model.arch in BUILTINS and not spec.model.params:
         return
     seed = spec.seeds.all()[0]
-    if store.has(CHECKPOINT, checkpoint_key(spec, SeedStreams(seed, dict(spec.seeds.pinned)))):
+    if store.has(CHECKPOINT, checkpoint_key(spec, spec.seeds.streams(seed))):
         return
     # imports torch: only when a model is built, trained or run
     from oodsim.models.architectures import build_model, check_contract
@@ -701,8 +701,13 @@ class OpenSetProtocol(Protocol):
             failure=DEGENERATE + scored.degenerate if excluded else "",
         )
 
-    def seed_coords(self, spec: ExperimentSpec, seed: int, store: Store) -> dict[str, str]:
-        return {"class_split": class_split_label(spec, seed)}
+    def seed_coords(self, spec: ExperimentSpec, seed: int, store: Store) -> dict[str, Any]:
+        """The seed's class split and, under ``[seeds.design]``, the level of each designed
+        stream (``stream_<name>``, an integer: the grid the variance components fit)."""
+        levels = spec.seeds.design_levels(seed)
+        return {"class_split": class_split_label(spec, seed)} | {
+            design_coord(stream): level for stream, level in levels.items()
+        }
 
     def layout(self, spec: ExperimentSpec) -> Layout:
         coords: dict[str, list[str]] = {
@@ -715,7 +720,8 @@ class OpenSetProtocol(Protocol):
             coords["ood"] = [o.label for o in spec.ood]
             dims += ("ood",)
         variables = {"score": dims, "degenerate": (), "detector_params": ("method",)}
-        return Layout(coords, variables, seed_coords=("class_split",))
+        designed = tuple(design_coord(stream) for stream, _ in spec.seeds.designed_streams())
+        return Layout(coords, variables, seed_coords=("class_split", *designed))
 
     def dataset_names(self, spec: ExperimentSpec) -> list[str]:
         return [spec.dataset.name] + [o.dataset.name for o in spec.ood if o.dataset is not None]

@@ -114,7 +114,7 @@ class Unit:
 
 def streams_of(spec: SeveritySpec, seed: int) -> SeedStreams:
     """The run's random streams for one seed (the spec's pinned streams applied)."""
-    return SeedStreams(seed, dict(spec.seeds.pinned))
+    return spec.seeds.streams(seed)
 
 
 def model_seed(ref: ModelRef, seed: int) -> int | None:
@@ -140,7 +140,7 @@ def training_spec(ref: ModelRef) -> ExperimentSpec:
 def checkpoint_key(ref: ModelRef, seed: int) -> str:
     """The open set checkpoint key of a ``trained`` model in ``seed``."""
     experiment = experiment_of(ref)
-    streams = SeedStreams(model_seed(ref, seed) or 0, dict(experiment.seeds.pinned))
+    streams = experiment.seeds.streams(model_seed(ref, seed) or 0)
     return open_set.checkpoint_key(experiment, streams)
 
 
@@ -322,7 +322,7 @@ def _check_overlap(spec: SeveritySpec, ref: ModelRef, seeds: Sequence[int]) -> N
     experiment = experiment_of(ref)
     data = trained_data(ref)
     for seed in sorted({model_seed(ref, s) for s in seeds}, key=lambda s: s or 0):
-        streams = SeedStreams(seed or 0, dict(experiment.seeds.pinned))
+        streams = experiment.seeds.streams(seed or 0)
         known = set(split_classes(data.n_classes, experiment.split, streams).known)
         for field, source in spec.named_sources():
             if "ood" not in field or source.kind != "dataset":

@@ -250,6 +250,7 @@ class SeveritySpec(Seeded, _Keyed):
         self._check_pools()
         self._check_detectors()
         self._check_models()
+        self.refuse_design()
         self.check_stopping(self.levels)
 
     def _check_pools(self) -> None:

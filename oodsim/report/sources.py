@@ -1,0 +1,109 @@
+"""Where the variance comes from, in the report: a stacked bar of each method's variance shares
+by source of randomness (:func:`oodsim.stats.variance_components` on a ``[seeds.design]`` run)
+and the table of shares with their intervals."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import xarray as xr
+from matplotlib import colormaps
+from matplotlib.axes import Axes
+from matplotlib.patches import Patch
+
+from oodsim.report._common import method_names
+from oodsim.report.figures import panels, require_ood, save, suptitle
+from oodsim.report.tables import fmt, render
+from oodsim.results import DESIGN_PREFIX
+from oodsim.stats import as_score, variance_components
+from oodsim.stats._common import cell_label, iter_cells
+
+#: The residual's colour: every stream the design does not cross, plus what it cannot separate.
+_RESIDUAL_COLOUR = "#d9d9d9"
+
+
+def has_design(results: xr.Dataset | xr.DataArray) -> bool:
+    """Whether the seeds of ``results`` carry designed stream levels (``stream_*``)."""
+    return any(
+        str(name).startswith(DESIGN_PREFIX) and results[name].dims == ("seed",)
+        for name in results.coords
+    )
+
+
+def source_colours(sources: list[str]) -> dict[str, object]:
+    """One colour per source, the residual grey, the same in the figure and its legend."""
+    palette = colormaps["tab10"]
+    named = [s for s in sources if s != "residual"]
+    colours: dict[str, object] = {s: palette(i % 10) for i, s in enumerate(named)}
+    return colours | {"residual": _RESIDUAL_COLOUR}
+
+
+def _draw_shares(ax: Axes, cell: xr.Dataset, colours: dict[str, object]) -> None:
+    """One horizontal bar per method, split into its sources' shares (left to right)."""
+    methods = method_names(cell)
+    left = np.zeros(len(methods))
+    for source in [str(s) for s in cell["source"].values]:
+        share = np.nan_to_num(cell["share"].sel(source=source).values)
+        ax.barh(range(len(methods)), share, left=left, color=colours[source], edgecolor="white")
+        left += share
+    ax.set_yticks(range(len(methods)), methods, fontsize=8)
+    ax.invert_yaxis()
+    ax.set_xlim(0, 1)
+    ax.set_xlabel("share of the seed-to-seed variance", fontsize=8)
+
+
+def plot_variance_sources(
+    results: xr.Dataset,
+    path: str | Path,
+    metric: str = "auroc",
+    components: xr.Dataset | None = None,
+) -> Path:
+    """Stacked bars of each method's variance shares by source (one panel per cell); the
+    intervals are in the report's table. ``components``: the fit, when already computed."""
+    require_ood(as_score(results), [metric], "a variance-sources plot")
+    vc = components if components is not None else variance_components(results, metric)
+    sources = [str(s) for s in vc["source"].values]
+    colours = source_colours(sources)
+    n_methods = vc.sizes["method"]
+    fig, _ = panels(
+        vc["share"],
+        ("method", "source"),
+        lambda ax, labels, cell: _draw_shares(ax, vc.sel(labels), colours),
+        width=5.2,
+        height=1.2 + 0.35 * n_methods,
+    )
+    keys = [Patch(facecolor=colours[s], label=s) for s in sources]
+    fig.legend(handles=keys, loc="outside right center", fontsize=8, frameon=False)
+    suptitle(
+        fig,
+        f"Where the variance of {metric} comes from: {vc.attrs['model']}",
+        fontsize=9,
+    )
+    return save(fig, path)
+
+
+def _share_text(v: xr.Dataset, digits: int) -> str:
+    """``share [low, high]`` of one method and source."""
+    low, high = fmt(v["share_low"].item(), digits), fmt(v["share_high"].item(), digits)
+    return f"{fmt(v['share'].item(), digits)} [{low}, {high}]"
+
+
+def variance_sources_table(vc: xr.Dataset, digits: int = 2) -> str:
+    """Markdown: one row per source, one column per method, ``share [low, high]``, and the
+    total SD of each method; one table per cell of the other dims (severity, ood, ...)."""
+    parts = []
+    for labels, _ in iter_cells(vc["share"], ("method", "source")):
+        sub = vc.sel(labels)
+        methods = method_names(sub)
+        rows = [
+            [source]
+            + [_share_text(sub.sel({"source": source, "method": m}), digits) for m in methods]
+            for source in [str(s) for s in sub["source"].values]
+        ]
+        totals = [np.sqrt(sub["total"].sel({"method": m}).item()) for m in methods]
+        rows.append(["total SD", *[fmt(t, 4) for t in totals]])
+        shown = {d: v for d, v in labels.items() if vc.sizes[d] > 1}
+        heading = f"*{cell_label(shown)}*\n\n" if shown else ""
+        parts.append(heading + render(["source", *methods], rows, markdown=True))
+    return "\n\n".join(parts)
