@@ -551,7 +551,7 @@ def test_bootstrap_seeds_give_a_test_set_sampling_interval(engine_run, tmp_path,
         f"{aupr['estimate'].item():.4f} [{aupr['lower'].item():.4f}, "
         f"{aupr['upper'].item():.4f}]" in summary
     )
-    assert "## Win probability" not in summary and "## Required simulations" not in summary
+    assert "## Win probability" not in summary and "## Paired comparisons" not in summary
     assert sorted(p.name for p in folder.glob("*.png")) == ["distributions.png"]
 
 

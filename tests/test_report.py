@@ -17,8 +17,10 @@ from oodsim.report import (
     ReportFolderError,
     format_summary_table,
     plot_distributions,
+    plot_paired_differences,
     plot_required_simulations,
     plot_running_mean,
+    plot_variance_sources,
     plot_win_probability,
     report_folder,
     write_report,
@@ -48,6 +50,7 @@ def test_plots_write_valid_pngs(tmp_path: Path, sweep: bool) -> None:
         plot_distributions(results, tmp_path / "d.png", metric="fpr95" if sweep else None),
         plot_win_probability(results, tmp_path / "w.png", "auroc", k=5, n_draws=500),
         plot_required_simulations(results, tmp_path / "r.png", "auroc"),
+        plot_paired_differences(results, tmp_path / "p.png", "fpr95"),
         plot_running_mean(results, tmp_path / "sub" / "m.png", "auroc"),
     ]
     for path in paths:
@@ -60,6 +63,45 @@ def test_distributions_survive_constant_and_single_seed_methods(tmp_path: Path) 
     results["score"][1:, 1] = np.nan  # odin: a single finite seed
     assert_png(plot_distributions(results, tmp_path / "d.png", metric="auroc"))
     assert_png(plot_required_simulations(results, tmp_path / "r.png"))
+    assert_png(plot_paired_differences(results, tmp_path / "p.png"))
+
+
+def test_a_designed_run_reports_its_sources_of_variance(tmp_path: Path) -> None:
+    design = {"class_split": 3, "init": 3}
+    results = synthetic_results(18, design=design, failed=())
+    summary = write_report(results, tmp_path / "report", n_draws=500).read_text()
+    assert_png(tmp_path / "report" / "variance_sources.png")
+    assert "(variance_sources.png)" in summary
+    section = summary[summary.index("## Sources of variance") : summary.index("## Stopping")]
+    rows = [line.split(" | ")[0].strip("| ") for line in section.splitlines() if line[:2] == "| "]
+    assert rows[1:] == ["class_split", "init", "class_split:init", "residual", "total SD"]
+    assert "anova fit of the crossed random-effects model" in section
+    # The same fit as the library's, shown to two decimals.
+    from oodsim.stats import variance_components
+
+    share = variance_components(results, "auroc")["share"]
+    odin = share.sel({"method": "odin", "source": "class_split", "severity": "all"}).item()
+    assert "| class_split | " in section and f"{odin:.2f} [" in section
+    assert_png(plot_variance_sources(results, tmp_path / "v.png", "fpr95"))
+
+
+def test_paired_comparisons_in_the_report_are_those_of_stats_compare(tmp_path: Path) -> None:
+    from oodsim.stats import compare
+
+    results = make_results(n_seeds=30)
+    text = write_report(results, tmp_path / "report", n_draws=500, adjust="bh").read_text()
+    cmp = compare(results, "auroc", adjust="bh")
+    section = text[text.index("## Paired comparisons") : text.index("## Seeds needed")]
+    assert f"Benjamini-Hochberg adjustment over {cmp.attrs['n_tests']} tests" in section
+    for a, b in (("msp", "energy"), ("energy", "odin")):
+        cell = cmp.sel({"method": a, "other": b, "severity": "all"})
+        star = "*" if bool(cell["significant"]) else ""
+        expected = (
+            f"{cell['diff'].item():+.4f} [{cell['diff_low'].item():+.4f}, "
+            f"{cell['diff_high'].item():+.4f}]{star}"
+        )
+        row = next(line for line in section.splitlines() if line.startswith(f"| {a} |"))
+        assert expected in row
 
 
 def test_write_report_writes_plots_and_tables(tmp_path: Path) -> None:
@@ -72,12 +114,13 @@ def test_write_report_writes_plots_and_tables(tmp_path: Path) -> None:
     for heading in (
         "## Estimates",
         "## Win probability",
-        "## Required simulations",
+        "## Paired comparisons",
+        "## Seeds needed (power)",
         "## Sources of variance",
         "## Stopping decision",
     ):
         assert heading in text
-    for name in ("distributions", "win_probability", "required_simulations", "running_mean"):
+    for name in ("distributions", "win_probability", "paired_differences", "running_mean"):
         assert_png(tmp_path / "report" / f"{name}.png")
         assert f"({name}.png)" in text
     # accuracy is the classifier's: stated once, not as a column of every detector

@@ -98,6 +98,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
     _print_failures(results, metric)
     if protocol != "imagenet_o":  # a win over bootstrap replicates of one test set means little
         _print_win_probabilities(results, metric)
+        _print_variance_sources(results, metric)
     if args.report:
         report = write_report(results, Path(args.report), overwrite=args.overwrite, source=out)
         print(f"report written to {report}")
@@ -162,6 +163,24 @@ def _print_failures(results, metric: str) -> None:
     effect = exclusion_effect_table(results, metric)
     if effect:
         print("\n" + effect)
+
+
+def _print_variance_sources(results, metric: str) -> None:
+    """Under ``[seeds.design]``: each method's variance share by source of randomness, with
+    its interval (:func:`oodsim.stats.variance_components`)."""
+    # loaded by the command that needs it, so `oodsim --help` stays fast
+    from oodsim.report.sources import has_design, variance_sources_table
+    from oodsim.stats import is_ood_metric, variance_components
+
+    if not has_design(results) or not is_ood_metric(metric):
+        return
+    vc = variance_components(results, metric)
+    print(
+        f"\nShare of the seed-to-seed variance of {metric} by source [{vc.attrs['confidence']:.0%} "
+        f"interval; {vc.attrs['estimator']} fit, see docs/statistics.md]:"
+    )
+    table = variance_sources_table(vc, markdown=False)
+    print("\n".join("  " + line for line in table.splitlines()))
 
 
 def _print_win_probabilities(results, metric: str, k: int = 5) -> None:

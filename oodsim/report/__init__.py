@@ -3,13 +3,16 @@
 Every protocol's results (seed × method × metric × severity) get the same report:
 :mod:`oodsim.report.summary` writes it (:func:`write_report`) into a folder of its own
 (:mod:`oodsim.report.folder`, :func:`report_folder`) from the figures of
-:mod:`oodsim.report.plots`, the tables of :mod:`oodsim.report.tables` (:func:`format_summary_table`)
-and what was run (:mod:`oodsim.report.provenance`). :mod:`oodsim.report.severity` adds the
+:mod:`oodsim.report.plots`, the tables of :mod:`oodsim.report.tables`
+(:func:`format_summary_table`), the paired comparisons and power of
+:mod:`oodsim.report.comparisons`, the variance by source of :mod:`oodsim.report.sources` and
+what was run (:mod:`oodsim.report.provenance`). :mod:`oodsim.report.severity` adds the
 per-level views of severity results. :mod:`oodsim.report.figures` holds what every plot shares:
 one style per method (:func:`method_styles`), panel grids with one legend outside the axes,
 titles that fit.
 """
 
+from oodsim.report.comparisons import plot_paired_differences
 from oodsim.report.figures import method_styles
 from oodsim.report.folder import (
     REPORT_MARKER,
@@ -23,6 +26,7 @@ from oodsim.report.plots import (
     plot_running_mean,
     plot_win_probability,
 )
+from oodsim.report.sources import plot_variance_sources
 from oodsim.report.summary import write_report
 from oodsim.report.tables import format_summary_table
 
@@ -33,8 +37,10 @@ __all__ = [
     "format_summary_table",
     "method_styles",
     "plot_distributions",
+    "plot_paired_differences",
     "plot_required_simulations",
     "plot_running_mean",
+    "plot_variance_sources",
     "plot_win_probability",
     "report_folder",
     "write_report",

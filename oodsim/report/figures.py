@@ -109,6 +109,12 @@ def panels(
     return fig, axes
 
 
+def ink(rgba: Sequence[float]) -> str:
+    """Black text on a light cell, white on a dark one (by the cell colour's luminance)."""
+    r, g, b = rgba[:3]
+    return "k" if 0.299 * r + 0.587 * g + 0.114 * b > 0.5 else "w"
+
+
 def save(fig: Figure, path: str | Path) -> Path:
     """Write ``fig`` as a PNG at ``path`` (its folder created); return the path."""
     path = Path(path)

@@ -29,6 +29,7 @@ from scipy import stats as sps
 from oodsim.metrics import metric_range
 from oodsim.report._common import default_metric, method_names, stop_decision
 from oodsim.report.figures import (
+    ink,
     legend,
     limits,
     markevery,
@@ -274,9 +275,8 @@ def _draw_heatmap(ax: Axes, cell: xr.DataArray, cmap: Any, norm: LogNorm, n_seed
         if i == j:
             ax.add_patch(Rectangle((j - 0.5, i - 0.5), 1, 1, facecolor="white", edgecolor="none"))
         elif np.isfinite(value):
-            r, g, b, _ = cmap(norm(value))
-            ink = "k" if 0.299 * r + 0.587 * g + 0.114 * b > 0.5 else "w"
-            ax.text(j, i, f"{int(value)}", ha="center", va="center", fontsize=8, color=ink)
+            colour = ink(cmap(norm(value)))
+            ax.text(j, i, f"{int(value)}", ha="center", va="center", fontsize=8, color=colour)
         else:
             ax.text(j, i, f">{n_seeds}", ha="center", va="center", fontsize=6, color="0.25")
     methods = method_names(cell)

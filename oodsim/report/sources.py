@@ -4,6 +4,7 @@ and the table of shares with their intervals."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import numpy as np
@@ -70,14 +71,16 @@ def plot_variance_sources(
         vc["share"],
         ("method", "source"),
         lambda ax, labels, cell: _draw_shares(ax, vc.sel(labels), colours),
-        width=5.2,
+        width=6.0,
         height=1.2 + 0.35 * n_methods,
     )
     keys = [Patch(facecolor=colours[s], label=s) for s in sources]
     fig.legend(handles=keys, loc="outside right center", fontsize=8, frameon=False)
+    levels = ", ".join(f"{k} x{v}" for k, v in json.loads(vc.attrs["n_levels"]).items())
     suptitle(
         fig,
-        f"Where the variance of {metric} comes from: {vc.attrs['model']}",
+        f"Share of the seed-to-seed variance of {metric} by source of randomness "
+        f"(design: {levels}; {vc.attrs['estimator']} fit, intervals in summary.md)",
         fontsize=9,
     )
     return save(fig, path)
@@ -89,8 +92,8 @@ def _share_text(v: xr.Dataset, digits: int) -> str:
     return f"{fmt(v['share'].item(), digits)} [{low}, {high}]"
 
 
-def variance_sources_table(vc: xr.Dataset, digits: int = 2) -> str:
-    """Markdown: one row per source, one column per method, ``share [low, high]``, and the
+def variance_sources_table(vc: xr.Dataset, digits: int = 2, markdown: bool = True) -> str:
+    """One row per source, one column per method, ``share [low, high]``, and the
     total SD of each method; one table per cell of the other dims (severity, ood, ...)."""
     parts = []
     for labels, _ in iter_cells(vc["share"], ("method", "source")):
@@ -105,5 +108,5 @@ def variance_sources_table(vc: xr.Dataset, digits: int = 2) -> str:
         rows.append(["total SD", *[fmt(t, 4) for t in totals]])
         shown = {d: v for d, v in labels.items() if vc.sizes[d] > 1}
         heading = f"*{cell_label(shown)}*\n\n" if shown else ""
-        parts.append(heading + render(["source", *methods], rows, markdown=True))
+        parts.append(heading + render(["source", *methods], rows, markdown=markdown))
     return "\n\n".join(parts)

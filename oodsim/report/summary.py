@@ -1,7 +1,8 @@
 """The report of evaluation results: :func:`write_report` draws the figures
 (:mod:`oodsim.report.plots`) and assembles ``summary.md`` from what was run
-(:mod:`oodsim.report.provenance`) and the tables (:mod:`oodsim.report.tables`): estimates, win
-probabilities, required simulations, variance components, the stopping decision.
+(:mod:`oodsim.report.provenance`) and the tables (:mod:`oodsim.report.tables`,
+:mod:`oodsim.report.comparisons`, :mod:`oodsim.report.sources`): estimates, win probabilities,
+paired comparisons, power, variance components, the stopping decision.
 
 Everything goes into a folder of its own (``results/foo.zarr`` → ``results/foo.report``,
 :func:`oodsim.report.folder.report_folder`) marked by ``.oodsim-report.json``: it refreshes a
@@ -17,14 +18,21 @@ import numpy as np
 import xarray as xr
 
 from oodsim.report._common import default_metric, method_names, stop_decision
+from oodsim.report.comparisons import (
+    adjust_name,
+    paired_table,
+    plot_paired_differences,
+    power_of_results,
+    power_table,
+)
 from oodsim.report.folder import claim, finish, marker_for
 from oodsim.report.plots import (
     plot_distributions,
-    plot_required_simulations,
     plot_running_mean,
     plot_win_probability,
 )
 from oodsim.report.provenance import seed_lines, spec_lines
+from oodsim.report.sources import has_design, plot_variance_sources, variance_sources_table
 from oodsim.report.tables import (
     bootstrap_table,
     estimate_table,
@@ -32,14 +40,13 @@ from oodsim.report.tables import (
     fmt,
     interval_name,
     render,
-    required_table,
     variance_table,
     win_interval_note,
     win_intervals,
     win_table,
 )
-from oodsim.stats import PAIRINGS, as_score, estimate
-from oodsim.stats._common import is_ood_metric, metrics_of, ood_metrics
+from oodsim.stats import PAIRINGS, as_score, compare, estimate, variance_components
+from oodsim.stats._common import higher_is_better, is_ood_metric, metrics_of, ood_metrics
 
 #: write_report draws every metric's distribution only up to this many panels.
 _MAX_PANELS = 24
@@ -122,14 +129,36 @@ class _Options:
     n_draws: int
     rng: np.random.Generator | int | None  # a seed restarts in every part (same numbers)
     pairings: tuple[str, ...]
+    adjust: str | None = "holm"
+
+
+@attrs.frozen
+class _Analyses:
+    """What the tables and the figures share, computed once: win probabilities, the paired
+    comparison of every pair and the variance components of a designed run (None where the
+    report shows none)."""
+
+    wins: xr.Dataset | None
+    comparison: xr.Dataset | None
+    sources: xr.Dataset | None
+
+
+def _analyses(results: xr.Dataset | xr.DataArray, opts: _Options) -> _Analyses:
+    comparable = opts.metric is not None and not _resamples_one_test_set(results)
+    comparison = (
+        compare(results, opts.metric, alpha=opts.alpha, adjust=opts.adjust) if comparable else None
+    )
+    designed = comparable and isinstance(results, xr.Dataset) and has_design(results)
+    sources = variance_components(results, opts.metric) if designed else None
+    return _Analyses(_wins(results, opts), comparison, sources)
 
 
 def _figures(
-    results: xr.Dataset | xr.DataArray, out: Path, opts: _Options, wins: xr.Dataset | None
+    results: xr.Dataset | xr.DataArray, out: Path, opts: _Options, done: _Analyses
 ) -> list[Path]:
-    """The report's PNGs (none without an OOD metric; no win probability with < k seeds).
-    ``wins``: the table's win probabilities, whose cells of ``results`` the figure shows."""
-    metric, k, alpha = opts.metric, opts.k, opts.alpha
+    """The report's PNGs (none without an OOD metric; no win probability with < k seeds), of
+    the cells of ``results`` (the shown ones); ``done`` holds the analyses of all cells."""
+    metric, k = opts.metric, opts.k
     score = as_score(results)
     ood = ood_metrics(score)
     if metric is None:
@@ -140,16 +169,23 @@ def _figures(
     ]
     if _resamples_one_test_set(results):  # the spread of the replicates only
         return figures
-    figures += [
-        plot_required_simulations(results, out / "required_simulations.png", metric, alpha),
-        plot_running_mean(results, out / "running_mean.png", metric),
-    ]
-    if wins is not None:  # a k-seed experiment needs k seeds to draw from
-        shown = {
-            d: score[d].values
-            for d in score.dims
-            if d in wins.dims and d not in ("method", "metric")
-        }
+    shown = {d: score[d].values for d in score.dims if d not in ("seed", "method", "metric")}
+    if done.comparison is not None:
+        comparison = done.comparison.sel(
+            {d: v for d, v in shown.items() if d in done.comparison.dims}
+        )
+        figures.append(
+            plot_paired_differences(
+                results,
+                out / "paired_differences.png",
+                metric,
+                opts.alpha,
+                opts.adjust,
+                comparison=comparison,
+            )
+        )
+    figures.append(plot_running_mean(results, out / "running_mean.png", metric))
+    if done.wins is not None:  # a k-seed experiment needs k seeds to draw from
         figures.append(
             plot_win_probability(
                 results,
@@ -159,7 +195,13 @@ def _figures(
                 opts.n_draws,
                 opts.rng,
                 "both" if len(opts.pairings) > 1 else opts.pairings[0],
-                wins=wins.sel(shown),
+                wins=done.wins.sel({d: v for d, v in shown.items() if d in done.wins.dims}),
+            )
+        )
+    if done.sources is not None and isinstance(results, xr.Dataset):
+        figures.append(
+            plot_variance_sources(
+                results, out / "variance_sources.png", metric, components=done.sources
             )
         )
     return figures
@@ -207,14 +249,82 @@ def _stopping_lines(results: xr.Dataset | xr.DataArray) -> list[str]:
     return [*lines, render(["rule", "stop", "seeds", "statistic", "reason"], [row], True)]
 
 
+def _comparison_lines(
+    results: xr.Dataset | xr.DataArray,
+    opts: _Options,
+    done: _Analyses,
+    shown: xr.Dataset | xr.DataArray,
+) -> list[str]:
+    """The paired comparisons and the seeds a paired test needs, for the report's metric
+    (the cells the figures show; the multiplicity adjustment counted every cell)."""
+    lines = ["## Paired comparisons", ""]
+    if done.comparison is None or opts.metric is None:
+        return [*lines, "Not computed: the results have no OOD metric.", ""]
+    cmp = done.comparison
+    cells = {
+        d: shown[d].values for d in cmp.dims if d not in ("method", "other") and d in shown.dims
+    }
+    better = "higher" if higher_is_better(opts.metric) else "lower"
+    needed = power_of_results(results, opts.metric, opts.alpha).sel(cells)
+    return [
+        *lines,
+        f"Mean paired difference row − column in {opts.metric} ({better} is better) over the "
+        f"seeds both methods scored, [{cmp.attrs['confidence']:.0%} paired t interval]; "
+        f"`*`: significant at alpha = {opts.alpha:g} after the {adjust_name(cmp)} adjustment "
+        f"over {cmp.attrs['n_tests']} tests ({cmp.attrs['family']}). The intervals are not "
+        "adjusted.",
+        "",
+        paired_table(cmp.sel(cells)),
+        "",
+        "## Seeds needed (power)",
+        "",
+        f"Seeds a two-sided paired t test needs to detect each pair's observed difference in "
+        f"{opts.metric} with 80% power at alpha = {opts.alpha:g} (noncentral t; the observed SD "
+        "of the paired differences taken as the truth, no multiplicity adjustment). Blank: no "
+        "difference observed. `oodsim.stats.required_simulations` (the first seed at which one "
+        "ordering of the seeds crosses alpha) is optimistic; this is the design number.",
+        "",
+        power_table(needed),
+        "",
+    ]
+
+
+def _variance_lines(results: xr.Dataset | xr.DataArray, done: _Analyses) -> list[str]:
+    """Sources of variance: the crossed design's components, else the one-way ANOVA by class
+    split when it varies."""
+    if done.sources is not None:
+        vc = done.sources
+        return [
+            "## Sources of variance",
+            "",
+            f"Share of the seed-to-seed variance of {vc.attrs['metric']} by source, "
+            f"[{vc.attrs['confidence']:.0%} interval] ({vc.attrs['estimator']} fit of the "
+            f"{vc.attrs['model']}; intervals: {vc.attrs['interval']}).",
+            "",
+            variance_sources_table(vc),
+            "",
+        ]
+    if isinstance(results, xr.Dataset) and (variance := variance_table(results, 0.95)):
+        return [
+            "## Sources of variance",
+            "",
+            "One-way random-effects ANOVA of the seeds grouped by class split "
+            "(ICC = share of the variance due to the class split), OOD metrics.",
+            "",
+            variance,
+            "",
+        ]
+    return []
+
+
 def _summary(
     results: xr.Dataset | xr.DataArray,
     opts: _Options,
     source: str | Path | None,
-    wins: xr.Dataset | None,
+    done: _Analyses,
+    shown: xr.Dataset | xr.DataArray,
 ) -> list[str]:
     """The lines of ``summary.md`` up to its figures."""
-    metric, alpha = opts.metric, opts.alpha
     score = as_score(results)
     ood = ood_metrics(score)
     est = estimate(results, confidence=0.95)
@@ -249,31 +359,11 @@ def _summary(
         "",
         "## Win probability",
         "",
-        _win_text(results, opts.k, opts.n_draws, opts.rng, opts.pairings, ood, wins),
-        "",
-        "## Required simulations",
+        _win_text(results, opts.k, opts.n_draws, opts.rng, opts.pairings, ood, done.wins),
         "",
     ]
-    if metric is None:
-        lines.append("Not computed: the results have no OOD metric.")
-    else:
-        lines += [
-            f"Seeds until a two-sided Welch t-test separates two methods on {metric} "
-            f"(alpha = {alpha:g}); empty: not within {score.sizes['seed']} seeds.",
-            "",
-            required_table(results, metric, alpha),
-        ]
-    lines.append("")
-    if isinstance(results, xr.Dataset) and (variance := variance_table(results, 0.95)):
-        lines += [
-            "## Sources of variance",
-            "",
-            "One-way random-effects ANOVA of the seeds grouped by class split "
-            "(ICC = share of the variance due to the class split), OOD metrics.",
-            "",
-            variance,
-            "",
-        ]
+    lines += _comparison_lines(results, opts, done, shown)
+    lines += _variance_lines(results, done)
     return lines + _stopping_lines(results)
 
 
@@ -287,14 +377,17 @@ def write_report(
     rng: np.random.Generator | int | None = 0,
     pairing: str = "both",
     *,
+    adjust: str | None = "holm",
     overwrite: bool = False,
     source: str | Path | None = None,
 ) -> Path:
     """Write all plots and ``summary.md`` (what was run, which seeds were excluded and why,
-    estimates, win probabilities, required simulations, variance components by class split,
-    stopping decision) into the folder ``out_dir``; return the path of ``summary.md``.
+    estimates, win probabilities, paired comparisons, seeds needed for 80% power, variance
+    components by source, stopping decision) into the folder ``out_dir``; return the path of
+    ``summary.md``.
 
-    ``metric`` (default auroc) drives the per-metric plots and the required-simulations table;
+    ``metric`` (default auroc) drives the per-metric plots, the paired comparisons (adjusted
+    over every pair and cell by ``adjust``: ``"holm"``, ``"bh"`` or None) and the power table;
     an accuracy-type metric, the same for every detector, is replaced by the first OOD metric.
     Win probabilities cover the OOD metrics only; ``pairing`` is ``"both"`` (default: the
     independent and the paired draws side by side, each with a bootstrap interval over the
@@ -317,11 +410,11 @@ def write_report(
     out = Path(out_dir)
     marker = marker_for(results, source)
     previous = claim(out, marker, overwrite)
-    opts = _Options(metric, k, alpha, n_draws, rng, pairings)
+    opts = _Options(metric, k, alpha, n_draws, rng, pairings, adjust)
     shown, note = _shown(results)
-    wins = _wins(results, opts)  # once, for the table and the figure alike
-    written = _figures(shown, out, opts, wins)
-    lines = _summary(results, opts, source, wins)
+    done = _analyses(results, opts)  # once, for the tables and the figures alike
+    written = _figures(shown, out, opts, done)
+    lines = _summary(results, opts, source, done, shown)
     lines += ["", "## Figures", ""] + ([note, ""] if note else [])
     lines += [f"![{p.stem}]({p.name})" for p in written]
     if isinstance(results, xr.Dataset) and results.attrs.get("protocol") == "severity":

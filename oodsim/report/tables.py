@@ -20,7 +20,6 @@ from oodsim.results import DEGENERATE, NO_SEVERITY
 from oodsim.stats import (
     as_score,
     estimate,
-    required_simulations_table,
     variance_components_table,
 )
 from oodsim.stats._common import cell_label, iter_cells, metrics_of, ood_metrics
@@ -282,21 +281,6 @@ def win_table(
                     row.append(win_cell(wins, where))
             rows.append(row)
     return render(header, rows, markdown=markdown)
-
-
-def required_table(results: xr.Dataset | xr.DataArray, metric: str, alpha: float) -> str:
-    table = required_simulations_table(results, metric, alpha=alpha)
-    parts = []
-    for labels, cell in iter_cells(table, ("method", "versus")):
-        methods = method_names(cell)
-        values = cell.transpose("method", "versus").values
-        rows = [
-            [a] + ["" if not np.isfinite(v) else str(int(v)) for v in row]
-            for a, row in zip(methods, values, strict=True)
-        ]
-        heading = f"*{cell_label(labels)}*\n\n" if labels else ""
-        parts.append(heading + render(["", *methods], rows, markdown=True))
-    return "\n\n".join(parts)
 
 
 def variance_table(results: xr.Dataset, confidence: float) -> str | None:

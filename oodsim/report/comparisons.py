@@ -1,0 +1,162 @@
+"""Paired comparisons and power in the report: a heat map of every pair's mean paired difference
+(non-significant pairs greyed, after the multiplicity adjustment), and the tables behind it
+(:func:`oodsim.stats.compare`, :func:`oodsim.stats.power`)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import xarray as xr
+from matplotlib import colormaps
+from matplotlib.axes import Axes
+from matplotlib.cm import ScalarMappable
+from matplotlib.colors import TwoSlopeNorm
+from matplotlib.patches import Patch, Rectangle
+
+from oodsim.report._common import method_names
+from oodsim.report.figures import ink, panels, require_ood, save, suptitle
+from oodsim.report.tables import render
+from oodsim.stats import as_score, compare, higher_is_better, power
+from oodsim.stats._common import cell_label, iter_cells
+
+#: A pair whose adjusted p-value is not below alpha.
+_NOT_SIGNIFICANT = "#d0d0d0"
+
+#: The adjustment names as a reader meets them.
+_ADJUST_NAMES = {"holm": "Holm", "bh": "Benjamini-Hochberg", "none": "no"}
+
+
+def adjust_name(comparison: xr.Dataset) -> str:
+    """``Holm``, ``Benjamini-Hochberg`` or ``no``: the adjustment a comparison made."""
+    return _ADJUST_NAMES.get(str(comparison.attrs["adjust"]), str(comparison.attrs["adjust"]))
+
+
+def _advantage(comparison: xr.Dataset, metric: str) -> xr.DataArray:
+    """How much better the row method is than the column method (the sign of ``diff`` turned
+    for a lower-is-better metric), which the colours show."""
+    sign = 1.0 if higher_is_better(metric) else -1.0
+    return sign * comparison["diff"]
+
+
+def _draw_differences(
+    ax: Axes, cell: xr.Dataset, metric: str, cmap: Any, norm: TwoSlopeNorm
+) -> None:
+    """The pair matrix: coloured by advantage where significant, grey where not, the mean
+    difference written in every off-diagonal cell."""
+    diff = cell["diff"].transpose("method", "other").values
+    advantage = _advantage(cell, metric).transpose("method", "other").values
+    significant = cell["significant"].transpose("method", "other").values
+    shown = np.ma.masked_where(~significant | ~np.isfinite(advantage), advantage)
+    ax.imshow(shown, cmap=cmap, norm=norm, aspect="equal")
+    for (i, j), value in np.ndenumerate(diff):
+        if i == j:
+            ax.add_patch(Rectangle((j - 0.5, i - 0.5), 1, 1, facecolor="white", edgecolor="none"))
+        elif np.isfinite(value):
+            colour = ink(cmap(norm(advantage[i, j]))) if significant[i, j] else "0.35"
+            ax.text(j, i, f"{value:+.3f}", ha="center", va="center", fontsize=6.5, color=colour)
+    methods = method_names(cell)
+    ax.set_xticks(range(len(methods)), methods, rotation=45, ha="right", fontsize=8)
+    ax.set_yticks(range(len(methods)), methods, fontsize=8)
+    ax.set_xlabel("other", fontsize=8)
+
+
+def plot_paired_differences(
+    results: xr.Dataset | xr.DataArray,
+    path: str | Path,
+    metric: str = "auroc",
+    alpha: float = 0.05,
+    adjust: str | None = "holm",
+    comparison: xr.Dataset | None = None,
+) -> Path:
+    """Heat map of the mean paired difference ``method − other`` of every pair (one panel per
+    cell), coloured by how much better the row method is where the adjusted paired t test
+    rejects at ``alpha``, grey where it does not. ``comparison``: the :func:`compare` result,
+    when already computed."""
+    require_ood(as_score(results), [metric], "a paired-differences plot")
+    cmp = (
+        comparison
+        if comparison is not None
+        else compare(results, metric, alpha=alpha, adjust=adjust)
+    )
+    reach = float(np.nanmax(np.abs(cmp["diff"].values), initial=0.0)) or 1e-3
+    cmap = colormaps["RdBu"].with_extremes(bad=_NOT_SIGNIFICANT)
+    norm = TwoSlopeNorm(vcenter=0.0, vmin=-reach, vmax=reach)
+    m = cmp.sizes["method"]
+    fig, axes = panels(
+        cmp["diff"],
+        ("method", "other"),
+        lambda ax, labels, cell: _draw_differences(ax, cmp.sel(labels), metric, cmap, norm),
+        width=2.0 + 0.6 * m,
+        height=1.6 + 0.55 * m,
+    )
+    bar = fig.colorbar(ScalarMappable(norm=norm, cmap=cmap), ax=axes, shrink=0.8)
+    better = "higher" if higher_is_better(metric) else "lower"
+    bar.set_label(f"row better by ({metric}, {better} is better)", fontsize=8)
+    keys = [
+        Patch(
+            facecolor=_NOT_SIGNIFICANT,
+            edgecolor="0.5",
+            label=f"not significant ({adjust_name(cmp)}-adjusted p >= {alpha:g})",
+        )
+    ]
+    fig.legend(handles=keys, loc="outside lower center", fontsize=8, frameon=False)
+    suptitle(
+        fig,
+        f"Mean paired difference row − column in {metric} over the seeds both scored; "
+        f"paired t test, {adjust_name(cmp)} adjustment over {cmp.attrs['n_tests']} tests",
+    )
+    return save(fig, path)
+
+
+def _pair_text(v: xr.Dataset) -> str:
+    """``+0.012 [+0.004, +0.020]*`` (star: significant after adjustment)."""
+    diff = v["diff"].item()
+    if not np.isfinite(diff):
+        return ""
+    star = "*" if bool(v["significant"].item()) else ""
+    return f"{diff:+.4f} [{v['diff_low'].item():+.4f}, {v['diff_high'].item():+.4f}]{star}"
+
+
+def _matrices(ds: xr.Dataset, text: Any, shown_dims: tuple[str, ...] = ("method", "other")) -> str:
+    """One markdown matrix (rows: method, columns: other) per cell of the other dims."""
+    parts = []
+    first = next(iter(ds.data_vars))
+    for labels, _ in iter_cells(ds[first], shown_dims):
+        cell = ds.sel(labels)
+        methods = method_names(cell)
+        rows = [
+            [a] + ["" if a == b else text(cell.sel({"method": a, "other": b})) for b in methods]
+            for a in methods
+        ]
+        varying = {d: v for d, v in labels.items() if ds.sizes.get(d, 1) > 1}
+        heading = f"*{cell_label(varying)}*\n\n" if varying else ""
+        parts.append(heading + render(["", *methods], rows, markdown=True))
+    return "\n\n".join(parts)
+
+
+def paired_table(comparison: xr.Dataset) -> str:
+    """Every pair's mean paired difference ``row − column`` with its t interval; ``*`` marks
+    the pairs whose adjusted p-value is below alpha."""
+    return _matrices(comparison, _pair_text)
+
+
+def _n_text(v: xr.Dataset) -> str:
+    n = v["n_required"].item()
+    if not np.isfinite(n):
+        return "inf" if n > 0 else ""
+    return f"{int(n):,}"
+
+
+def power_table(needed: xr.Dataset) -> str:
+    """Seeds a paired t test needs per pair (:func:`oodsim.stats.power`); blank where the
+    observed difference is zero."""
+    return _matrices(needed, _n_text)
+
+
+def power_of_results(
+    results: xr.Dataset | xr.DataArray, metric: str, alpha: float, target: float = 0.8
+) -> xr.Dataset:
+    """:func:`oodsim.stats.power` of every pair at the observed difference (paired)."""
+    return power(results, metric, power=target, alpha=alpha, paired=True)
