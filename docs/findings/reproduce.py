@@ -3,8 +3,9 @@
     oodsim run digits200.toml --out results/digits200.zarr     # see docs/findings.md
     oodsim run fashion30.toml --out results/fashion30.zarr
     oodsim run specs/digits_five_splits.toml --out results/five.zarr
+    oodsim run specs/digits_variance_sources.toml --out results/variance_sources.zarr
     python docs/findings/reproduce.py results/digits200.zarr results/fashion30.zarr \
-        --splits results/five.zarr --out docs/findings
+        --splits results/five.zarr --design results/variance_sources.zarr --out docs/findings
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import xarray as xr
 import oodsim
 from oodsim import stats
 from oodsim.report import write_report
+from oodsim.report.sources import variance_sources_table
 
 METRICS = ("auroc", "aupr_in", "aupr_out", "fpr95")
 
@@ -111,6 +113,26 @@ def required_summary(results: xr.Dataset, methods: list[str] | None = None) -> s
     )
 
 
+def paired_summary(results: xr.Dataset, methods: list[str] | None = None) -> str:
+    """Pairs a Holm-adjusted paired t test separates on all seeds, and the seeds a paired
+    (and a two-sample) t test needs for 80% power at each pair's observed AUROC difference."""
+    subset = results if methods is None else results.sel({"method": methods})
+    cmp = stats.compare(subset, metric="auroc", adjust="holm").sel({"severity": "all"})
+    paired = stats.power(subset, metric="auroc").sel({"severity": "all"})
+    welch = stats.power(subset, metric="auroc", paired=False).sel({"severity": "all"})
+    m = cmp.sizes["method"]
+    upper = np.triu_indices(m, 1)
+    significant = int(cmp["significant"].values[upper].sum())
+    n_paired = paired["n_required"].values[upper]
+    n_welch = welch["n_required"].values[upper]
+    return (
+        f"{len(n_paired)} pairs: {significant} significant (paired t, Holm, all seeds); seeds for "
+        f"80% power at the observed difference: paired median {np.nanmedian(n_paired):.0f} "
+        f"(<= 5: {int(np.sum(n_paired <= 5))}, > 1000: {int(np.sum(n_paired > 1000))}), "
+        f"two-sample median {np.nanmedian(n_welch):.0f} per method"
+    )
+
+
 def variance_table(results: xr.Dataset) -> str:
     """Between- vs within-class-split variance of AUROC per method."""
     table = stats.variance_components_table(results).sel({"metric": "auroc", "severity": "all"})
@@ -160,6 +182,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("results", nargs="+")
     parser.add_argument("--splits", help="results of specs/digits_five_splits.toml")
+    parser.add_argument("--design", help="results of specs/digits_variance_sources.toml")
     parser.add_argument("--out", default="docs/findings")
     args = parser.parse_args()
     for path in args.results:
@@ -175,6 +198,8 @@ def main() -> None:
         print("The study's five methods only:\n\n" + win_table(results, PAPER_METHODS), "\n")
         print("Welch, all methods:", required_summary(results))
         print("Welch, the study's five:", required_summary(results, PAPER_METHODS), "\n")
+        print("Paired, all methods:", paired_summary(results))
+        print("Paired, the study's five:", paired_summary(results, PAPER_METHODS), "\n")
     if args.splits:
         results = oodsim.open_results(args.splits)
         folder = Path(args.out) / Path(args.splits).stem
@@ -192,6 +217,14 @@ def main() -> None:
                 f"msp, known {split}: mean {values.mean():.3f}, std {values.std(ddof=1):.3f}, "
                 f"min {values.min():.3f}, max {values.max():.3f}"
             )
+
+    if args.design:
+        results = oodsim.open_results(args.design)
+        write_report(results, Path(args.out) / Path(args.design).stem, overwrite=True)
+        for metric in ("auroc", "fpr95"):
+            vc = stats.variance_components(results, metric=metric).sel({"severity": "all"})
+            print(f"## variance by source, {metric} ({vc.attrs['estimator']})\n")
+            print(variance_sources_table(vc), "\n")
 
 
 if __name__ == "__main__":
