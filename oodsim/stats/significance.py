@@ -125,8 +125,9 @@ def required_simulations(
     Welch too); ``a`` and ``b`` must have the same length. Two constant samples with equal
     values are never significantly different; two constant samples with different values
     are (p = 0, the limit of the t statistic, as scipy reports it). The answer is a
-    property of one seed ordering, not a power calculation: do not use it to stop an
-    experiment (see the ``ranking`` rule).
+    property of one seed ordering (the first crossing of a test checked after every seed,
+    optimistic), not a sample size: plan with :func:`oodsim.stats.power`, stop with the
+    ``ranking`` rule.
     """
     check_alpha(alpha)
     if test == "wilcoxon":
