@@ -70,7 +70,8 @@ def synthetic_results(
     ``design`` (open set only): a ``[seeds.design]`` table; the seeds then carry its
     ``stream_*`` levels, as a designed run's results do."""
     rng = np.random.default_rng(seed)
-    seeds = SeedsSpec(n=n_seeds, start=first_seed, design=design or {})
+    # the default seeds unless designed: results of any n share one spec (and key)
+    seeds = SeedsSpec(n=n_seeds, start=first_seed, design=design) if design else SeedsSpec()
     if levels is None:
         spec = _spec(methods, oods, seeds)
         protocol = OPEN_SET
