@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import io
 import subprocess
-import time
 from pathlib import Path
 
 import attrs
@@ -130,12 +129,10 @@ def test_scheduler_and_worker_started_with_the_dask_cli(tmp_path: Path) -> None:
 def test_unreachable_scheduler_fails_clearly(tmp_path: Path) -> None:
     from oodsim.engine import ClusterError
 
-    started = time.time()
-    with pytest.raises(ClusterError, match="no Dask scheduler answered at"):
+    with pytest.raises(ClusterError, match="no Dask scheduler answered at .*connection refused"):
         oodsim.run(
             small_digits(1), address="tcp://127.0.0.1:9", cache=tmp_path / "c", progress=False
         )
-    assert time.time() - started < 60
 
 
 def test_cli_run_prints_table_and_writes_results(tmp_path: Path) -> None:

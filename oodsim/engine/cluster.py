@@ -135,6 +135,19 @@ def _probe_scheduler(address: str, timeout: float, security: Any) -> None:
         pool.submit(asyncio.run, probe()).result()
 
 
+def _refused_at_once(address: str) -> None:
+    """Raise ConnectionRefusedError at once where nothing listens at a ``tcp://`` or
+    ``tls://`` address (distributed would retry for ``CONNECT_TIMEOUT`` seconds first)."""
+    import socket
+    from urllib.parse import urlsplit
+
+    parts = urlsplit(address)
+    if parts.scheme not in ("tcp", "tls") or parts.hostname is None or parts.port is None:
+        return  # other schemes, or not an address: distributed says what is wrong
+    with socket.create_connection((parts.hostname, parts.port), timeout=CONNECT_TIMEOUT):
+        pass
+
+
 def _security_for(address: str) -> Any:
     """The credentials to reach ``address``: a local cluster's of this process, else what
     Dask's configuration says (``distributed.client.security-loader``, then
@@ -168,6 +181,7 @@ def _connect(address: str) -> Any:
 
     security = _security_for(address)
     try:
+        _refused_at_once(address)
         _probe_scheduler(address, CONNECT_TIMEOUT, security)
         return Client(address, timeout=CONNECT_TIMEOUT, security=security)
     except ValueError as error:  # not an address at all
@@ -193,6 +207,12 @@ def _connect(address: str) -> Any:
             f"the TLS handshake with the Dask scheduler at {address!r} failed "
             f"({str(error) or repr(error.__cause__)}); check the distributed.comm.tls.* "
             "credentials against the scheduler's (see docs/cluster.md)"
+        ) from None
+    except ConnectionRefusedError:
+        raise ClusterError(
+            f"no Dask scheduler answered at {address!r}: nothing listens there (connection "
+            "refused). Start one with `dask scheduler` and `dask worker ADDRESS`, or check the "
+            "port"
         ) from None
     except (OSError, TimeoutError) as error:
         raise ClusterError(
