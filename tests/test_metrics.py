@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import functools
 import itertools
 import pickle
 import warnings
+from typing import Any
 
 import numpy as np
 import pytest
@@ -28,25 +30,41 @@ TOL = 1e-12
 # --------------------------------------------------------------------------- oracles
 
 
+@functools.lru_cache(maxsize=4096)
+def _curve(kind: str, positive: tuple[bool, ...], score: tuple[float, ...]) -> tuple:
+    """One sklearn computation, memoized: several oracles share the same curve (fpr at three
+    TPRs, trapezoid and step AUPR), and the exhaustive tie test asks each many times."""
+    positive_, score_ = np.array(positive), np.array(score)
+    if kind == "roc":
+        return roc_curve(positive_, score_, drop_intermediate=False)
+    if kind == "pr":
+        return precision_recall_curve(positive_, score_)
+    return average_precision_score(positive_, score_)
+
+
+def _sk(kind: str, positive: np.ndarray, score: np.ndarray) -> Any:
+    return _curve(kind, tuple(positive.tolist()), tuple(score.tolist()))
+
+
 def sk_auroc(kappa: np.ndarray, is_ood: np.ndarray) -> float:
     return roc_auc_score(~is_ood, kappa)
 
 
 def sk_aupr(positive: np.ndarray, score: np.ndarray, method: str) -> float:
     if method == "step":
-        return average_precision_score(positive, score)
-    precision, recall, _ = precision_recall_curve(positive, score)
+        return _sk("ap", positive, score)
+    precision, recall, _ = _sk("pr", positive, score)
     return auc(recall, precision)
 
 
 def sk_fpr_at_tpr(kappa: np.ndarray, is_ood: np.ndarray, tpr: float) -> float:
-    fpr, tpr_curve, _ = roc_curve(~is_ood, kappa, drop_intermediate=False)
+    fpr, tpr_curve, _ = _sk("roc", ~is_ood, kappa)
     return fpr[np.argmax(tpr_curve >= tpr)]
 
 
 def sk_fpr_at_tpr_ood(kappa: np.ndarray, is_ood: np.ndarray, tpr: float) -> float:
     """OOD positive, ranked by -κ: the sklearn recipe fpr95_ood is defined by."""
-    fpr, tpr_curve, _ = roc_curve(is_ood, -kappa, drop_intermediate=False)
+    fpr, tpr_curve, _ = _sk("roc", is_ood, -kappa)
     return fpr[np.argmax(tpr_curve >= tpr)]
 
 
@@ -60,8 +78,8 @@ CASES = [
     ("fpr95", metrics.fpr_at_tpr, {}, lambda k, o: sk_fpr_at_tpr(k, o, 0.95)),
     ("fpr50", metrics.fpr_at_tpr, {"tpr": 0.5}, lambda k, o: sk_fpr_at_tpr(k, o, 0.5)),
     ("fpr100", metrics.fpr_at_tpr, {"tpr": 1.0}, lambda k, o: sk_fpr_at_tpr(k, o, 1.0)),
-    ("ap_in", metrics.ap_in, {}, lambda k, o: average_precision_score(~o, k)),
-    ("ap_out", metrics.ap_out, {}, lambda k, o: average_precision_score(o, -k)),
+    ("ap_in", metrics.ap_in, {}, lambda k, o: sk_aupr(~o, k, "step")),
+    ("ap_out", metrics.ap_out, {}, lambda k, o: sk_aupr(o, -k, "step")),
     ("fpr95_ood", metrics.fpr95_ood, {}, lambda k, o: sk_fpr_at_tpr_ood(k, o, 0.95)),
     ("fpr50_ood", metrics.fpr_at_tpr_ood, {"tpr": 0.5}, lambda k, o: sk_fpr_at_tpr_ood(k, o, 0.5)),
     ("fpr100_ood", metrics.fpr_at_tpr_ood, {"tpr": 1.0}, lambda k, o: sk_fpr_at_tpr_ood(k, o, 1)),
