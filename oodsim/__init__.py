@@ -1,7 +1,8 @@
 """oodsim: evaluate out-of-distribution detectors as a Monte Carlo process.
 
 ``load(path)`` reads a spec of any protocol (open set, severity, ImageNet-O) and ``run(spec)``
-runs it on the engine (:mod:`oodsim.engine`). The public API is imported lazily so that
+runs it on the engine (:mod:`oodsim.engine`); ``select(results, method=...)`` picks cells of
+its results by label (:mod:`oodsim.selection`). The public API is imported lazily so that
 ``import oodsim`` stays cheap in worker processes.
 """
 
@@ -17,6 +18,7 @@ _LAZY = {
     "load": "oodsim.engine",
     "load_spec": "oodsim.specs",
     "open_results": "oodsim.results_io",
+    "select": "oodsim.selection",
     "Outputs": "oodsim.outputs",
     "Store": "oodsim.store",
 }

@@ -712,10 +712,16 @@ class Seeded:
 
 
 def detector_specs(value: Any) -> Any:
-    """Converter: a list of detector names or specs → a tuple of :class:`DetectorSpec`."""
+    """Converter: a list of detectors → a tuple of :class:`DetectorSpec`; each a spec, a name
+    or a table (a dict, e.g. ``{"name": "odin", "params": {"temperature": 1000.0}}``).
+
+    Names and tables take the TOML path (:func:`structure`, then :func:`detector_from_data`),
+    so a dict builds the same spec, and fails with the same error, as the table in a file."""
     if not isinstance(value, list | tuple):
         return value
-    return tuple(DetectorSpec(name=v) if isinstance(v, str) else v for v in value)
+    return structure(
+        list(value), tuple[DetectorSpec, ...], "detectors", lambda at: f"detectors{at}"
+    )
 
 
 def _ood_sets(value: Any) -> Any:

@@ -36,7 +36,7 @@ def estimate(
     confidence: float = 0.95,
     method: IntervalMethod = "auto",
     n_boot: int = 2000,
-    rng: np.random.Generator | int | None = None,
+    rng: np.random.Generator | int | None = 0,
     value_range: ValueRange = "metric",
 ) -> xr.Dataset:
     """Mean over ``dim`` with a confidence interval for the expected score, per remaining cell.
@@ -71,6 +71,10 @@ def estimate(
     - ``"bootstrap"``: the percentile interval of ``n_boot`` resampled means (the same
       resampled seed sets for every cell), which stays inside the range of the data (a point
       for a constant cell).
+
+    ``rng`` draws the bootstrap resamples (no other method draws): a seed (default 0, so the
+    same results give the same interval), a ``numpy.random.Generator``, or None for fresh
+    entropy.
     """
     check_alpha(confidence, "confidence")
     if method not in INTERVAL_METHODS:

@@ -118,10 +118,11 @@ def win_probability_interval(
     percentiles. It says how much the probabilities depend on which seeds happen to be in the
     pool; it also holds the Monte Carlo error of ``boot_draws`` draws (at most
     ``0.5 / sqrt(boot_draws)`` in standard deviation), which widens it slightly. A percentile
-    interval can miss a skewed estimate; near 0 or 1 it is lopsided, as it should be. The
-    bootstrap stream is a child spawned from ``rng`` after the estimate, so the same ``rng``
-    gives the same numbers. Resampled pools where a draw is impossible (a method left with
-    fewer than ``k`` finite seeds) are skipped.
+    interval can miss a skewed estimate; near 0 or 1 it is lopsided, as it should be. ``rng``
+    is a seed (default 0), a Generator, or None for fresh entropy; the bootstrap stream is a
+    child spawned from it after the estimate, so the same seed gives the same numbers.
+    Resampled pools where a draw is impossible (a method left with fewer than ``k`` finite
+    seeds) are skipped.
     """
     k, n_draws = int(k), int(n_draws)
     _check_boot(n_boot, boot_draws, confidence)
@@ -326,8 +327,9 @@ def win_probabilities(
     :func:`win_probability_intervals` for both side by side with intervals. Cells where a
     draw is impossible (without replacement: a method with fewer than ``k`` finite seeds, or
     fewer than ``k`` complete seeds when paired) are NaN. ``rng`` defaults to the fixed seed 0
-    (one generator for all cells, in order). ``attrs`` record ``k``, ``n_draws``, ``replace``
-    and ``pairing``.
+    (one generator for all cells, in order), so the same results give the same numbers; pass a
+    Generator to continue a stream, or None for fresh entropy. ``attrs`` record ``k``,
+    ``n_draws``, ``replace`` and ``pairing``.
     """
     if pairing == "both":
         both = _by_pairing(results, metric, k, n_draws, replace, rng, dim, PAIRINGS)
@@ -431,7 +433,10 @@ def win_probability_intervals(
       paired draws stay paired; both pairings use the same resamples), each resampled pool
       gets ``boot_draws`` draws, and the percentiles of the ``n_boot`` probabilities are
       taken. The bootstrap stream is a child spawned from ``rng``, so the same results and
-      ``rng`` give the same numbers.
+      seed give the same numbers.
+
+    ``rng``: a seed (default 0: the same results give the same numbers), a Generator, or None
+    for fresh entropy.
 
     ``attrs``: ``k``, ``n_draws``, ``replace``, ``n_boot``, ``boot_draws``, ``confidence``
     and ``interval`` (in words). Cells where a draw is impossible are NaN, as in
