@@ -120,9 +120,20 @@ def test_write_report_writes_plots_and_tables(tmp_path: Path) -> None:
         "## Stopping decision",
     ):
         assert heading in text
-    for name in ("distributions", "win_probability", "paired_differences", "running_mean"):
+    for name in (
+        "forest",
+        "distributions",
+        "win_probability",
+        "paired_differences",
+        "running_mean",
+    ):
         assert_png(tmp_path / "report" / f"{name}.png")
         assert f"({name}.png)" in text
+    figures = text[text.index("## Figures") :].splitlines()
+    assert next(line for line in figures if line.startswith("![")) == "![forest](forest.png)"
+    assert "- OOD metrics: auroc, aupr_in, aupr_out, fpr95 (fpr95: lower is better)" in text
+    # the one-way ANOVA states its degrees of freedom: 4 splits, 29 seeds used
+    assert "Degrees of freedom: 3 between class splits (splits − 1), 25 within" in text
     # accuracy is the classifier's: stated once, not as a column of every detector
     assert "| method | auroc | aupr_in | aupr_out | fpr95 | n |" in text
     assert text.count("- classifier accuracy: ") == 1
@@ -172,7 +183,7 @@ def test_format_summary_table() -> None:
 def test_report_of_fewer_seeds_than_k_says_why_it_has_no_win_probability(tmp_path: Path) -> None:
     summary = write_report(make_results(n_seeds=3, failed=()), tmp_path, k=5)
     text = summary.read_text()
-    assert "Not computed: the results have 3 seeds, fewer than k = 5." in text
+    assert "n too small: the results have 3 seeds, fewer than k = 5." in text
     assert not (tmp_path / "win_probability.png").exists()
     assert_png(tmp_path / "distributions.png")
 
@@ -326,3 +337,77 @@ def test_run_refuses_a_foreign_report_folder_before_computing(
     assert cli_main(args) == 2
     assert "is not an oodsim report" in capsys.readouterr().err
     assert not cache.exists() and (folder / "mine.txt").read_text() == "not oodsim's"
+
+
+def _tables(text: str) -> list[list[list[str]]]:
+    """The Markdown tables of ``text``: their body rows, each a list of cells."""
+    tables: list[list[list[str]]] = []
+    previous = ""
+    for line in text.splitlines():
+        if line.startswith("|"):
+            if not previous.startswith("|"):
+                tables.append([])
+            cells = [c.strip() for c in line.strip("|").split("|")]
+            if not set("".join(cells)) <= set("-: "):  # not the separator
+                tables[-1].append(cells)
+        previous = line
+    return [table[1:] for table in tables]  # the header left out
+
+
+@pytest.mark.parametrize(
+    "options",
+    [
+        {"n_seeds": 3, "levels": tuple(str(i) for i in range(11))},
+        {"n_seeds": 2, "failed": ()},
+        {"n_seeds": 2, "levels": tuple(str(i) for i in range(11))},
+    ],
+)
+def test_a_report_of_few_seeds_has_no_blank_tables_and_says_n_too_small(
+    tmp_path: Path, options: dict
+) -> None:
+    text = write_report(make_results(**options), tmp_path, n_draws=100).read_text()
+    severity = tmp_path / "severity" / "severity_summary.md"
+    for table in _tables(text + (severity.read_text() if severity.exists() else "")):
+        values = [cell for row in table for cell in row[1:]]  # the first column labels a row
+        assert any(value not in ("", "–") for value in values), table
+    assert "n too small: the results have" in text  # no win probabilities, and why
+    assert not (tmp_path / "win_probability.png").exists()
+    paired = "paired comparisons and the seeds needed for power start at 3" in text
+    assert paired == (options["n_seeds"] < 3)  # a 2-seed paired t test has one df
+    assert (tmp_path / "paired_differences.png").exists() == (options["n_seeds"] >= 3)
+    figures = [line for line in text.splitlines() if line.startswith("![")]
+    assert figures[0] == "![forest](forest.png)"
+    for line in figures:
+        assert_png(tmp_path / line[line.index("(") + 1 : -1])
+
+
+def test_the_win_table_has_every_method(tmp_path: Path) -> None:
+    methods = ("msp", "temperature", "odin", "entropy", "max_logit", "energy", "knn", "vim")
+    text = write_report(make_results(n_seeds=8, methods=methods), tmp_path, n_draws=200).read_text()
+    section = text[text.index("## Win probability") : text.index("## Paired comparisons")]
+    rows = [line.split(" | ")[0].strip("| ") for line in section.splitlines() if line[:2] == "| "]
+    assert rows[1:] == list(methods)
+
+
+def test_one_model_and_one_ood_set_are_not_called_across_models(tmp_path: Path) -> None:
+    levels = ("0", "1", "2")
+    write_report(make_results(n_seeds=3, failed=(), levels=levels), tmp_path / "one", n_draws=100)
+    texts = [p.read_text() for p in (tmp_path / "one").rglob("*.md")]
+    assert len(texts) == 2  # summary.md and severity/severity_summary.md
+    for text in texts:
+        assert "across models" not in text and "per OOD set" not in text
+    assert "### Improvement over msp (model model_a)" in texts[0] + texts[1]
+    two = make_results(n_seeds=3, failed=(), levels=levels, models=("a", "b"))
+    write_report(two, tmp_path / "two", n_draws=100)
+    severity = (tmp_path / "two" / "severity" / "severity_summary.md").read_text()
+    assert "### Improvement over msp (median across 2 models)" in severity
+
+
+def test_a_power_table_of_blanks_is_one_line(tmp_path: Path) -> None:
+    results = make_results(n_seeds=6, failed=())
+    score = results["score"].transpose("seed", "method", ...)
+    results["score"] = score.copy(data=np.repeat(score.values[:, :1], score.sizes["method"], 1))
+    text = write_report(results, tmp_path, n_draws=100).read_text()
+    section = text[text.index("## Seeds needed") : text.index("## Sources of variance")]
+    assert "Not computed: no pair has an observed difference" in section
+    assert "| msp |" not in section

@@ -12,11 +12,15 @@ import numpy as np
 import pytest
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.collections import PolyCollection
+from matplotlib.colors import rgb_to_hsv, to_rgb
 from matplotlib.figure import Figure
 
 from oodsim.report import (
+    method_family,
     method_styles,
     plot_distributions,
+    plot_forest,
+    plot_paired_differences,
     plot_required_simulations,
     plot_running_mean,
     plot_win_probability,
@@ -40,8 +44,8 @@ def figures(monkeypatch: pytest.MonkeyPatch) -> list[Figure]:
         saved.append(fig)
         return save(fig, path)
 
-    monkeypatch.setattr("oodsim.report.plots.save", keep)
-    monkeypatch.setattr("oodsim.report.severity.save", keep)
+    for module in ("plots", "severity", "comparisons"):
+        monkeypatch.setattr(f"oodsim.report.{module}.save", keep)
     return saved
 
 
@@ -77,7 +81,7 @@ def test_running_mean_stays_in_the_metric_range_with_intervals_from_three_seeds(
     assert 0.0 <= low < high <= 1.0
     # the legend is the figure's, outside the axes, one entry per method
     assert ax.get_legend() is None
-    assert legend_labels(figures[-1])[:4] == list(TWELVE[:4])
+    assert legend_labels(figures[-1])[:5] == ["softmax / logit", *TWELVE[:4]]
 
 
 def test_no_classifier_accuracy_in_detector_plots(tmp_path: Path, figures: list[Figure]) -> None:
@@ -98,12 +102,106 @@ def test_few_seeds_are_drawn_as_points_not_a_density(tmp_path: Path, figures: li
 
 
 def test_styles_tell_fifteen_methods_apart_and_are_shared() -> None:
-    names = [f"m{i}" for i in range(15)]
+    names = [*TWELVE, "mine_a", "mine_b", "mine_c"]  # the shipped twelve and three of a user's
     styles = method_styles(names)
     assert len({str(s["color"]) for s in styles.values()}) == 15
     assert len({s["marker"] for s in styles.values()}) == 15
     # a method's style depends on its place in the results, not on the figure
     assert method_styles(names[:3]) == {n: styles[n] for n in names[:3]}
+
+
+def _hue(colour: object) -> float:
+    return float(rgb_to_hsv(to_rgb(colour))[0])
+
+
+def test_methods_are_coloured_by_family() -> None:
+    styles = method_styles([*TWELVE, "my_detector"])
+    assert method_family("msp") == method_family("energy") == method_family("energy_t2")
+    assert method_family("mahalanobis") == "feature" and method_family("my_detector") == "other"
+    msp, energy, maha = (styles[m]["color"] for m in ("msp", "energy", "mahalanobis"))
+    # two softmax-family methods: one hue (the family's colour map), two shades
+    assert abs(_hue(msp) - _hue(energy)) < 0.03 and str(msp) != str(energy)
+    assert abs(_hue(msp) - _hue(maha)) > 0.15  # the feature family's hue is another
+    assert abs(_hue(styles["mc_dropout"]["color"]) - _hue(msp)) > 0.15
+    grey = rgb_to_hsv(to_rgb(styles["my_detector"]["color"]))
+    assert grey[1] < 0.05  # a user's detector: the neutral (grey) family
+
+
+def test_the_legend_groups_methods_under_their_family(
+    tmp_path: Path, figures: list[Figure]
+) -> None:
+    methods = ("msp", "mahalanobis", "energy", "mc_dropout", "pytorch_ood:GEN")
+    plot_distributions(synthetic_results(8, methods=methods), tmp_path / "d.png", "auroc")
+    labels = legend_labels(figures[-1])
+    assert labels == [
+        "softmax / logit",
+        "msp",
+        "energy",
+        "sampling (MC dropout)",
+        "mc_dropout",
+        "feature",
+        "mahalanobis",
+        "other",
+        "pytorch_ood:GEN",
+    ]
+    weights = {t.get_text(): t.get_fontweight() for t in figures[-1].legends[0].get_texts()}
+    assert weights["feature"] == "bold" and weights["msp"] == "normal"
+
+
+def test_forest_sorts_methods_best_first_by_the_metrics_direction(
+    tmp_path: Path, figures: list[Figure]
+) -> None:
+    # auroc rises msp < odin < energy; fpr95 = 1 - score falls: energy is best in both
+    results = synthetic_results(20)
+    plot_forest(results, tmp_path / "f.png")
+    axes = {ax.get_title(): ax for ax in panels(figures[-1])}
+    assert list(axes) == ["auroc", "aupr_in", "aupr_out", "fpr95"]  # no accuracy panel
+    for ax in axes.values():
+        assert [t.get_text() for t in ax.get_yticklabels()] == ["energy", "odin", "msp"]
+    assert axes["auroc"].get_xlabel() == "auroc (higher is better)"
+    assert axes["fpr95"].get_xlabel() == "fpr95 (lower is better)"
+    with pytest.raises(ValueError, match="not an OOD metric"):
+        plot_forest(results, tmp_path / "x.png", ["accuracy"])
+
+
+def test_lower_is_better_on_every_per_metric_figure(tmp_path: Path, figures: list[Figure]) -> None:
+    results = synthetic_results(8)
+    plot_distributions(results, tmp_path / "d.png", "fpr95")
+    plot_running_mean(results, tmp_path / "r.png", "fpr95")
+    plot_win_probability(results, tmp_path / "w.png", "fpr95", k=5, n_draws=100)
+    plot_forest(results, tmp_path / "f.png", "fpr95")
+    sweep = synthetic_results(3, levels=("0", "1"), models=("a", "b"), failed=())
+    plot_levels(sweep, tmp_path / "l.png", "fpr95")
+    plot_improvement(sweep, tmp_path / "i.png", metric="fpr95")
+    for fig in figures:
+        labels = [ax.get_xlabel() + ax.get_ylabel() + ax.get_title() for ax in panels(fig)]
+        assert all("lower is better" in label for label in labels), labels
+
+
+def test_no_colour_bar_of_a_single_value_or_of_two_to_three_seeds(
+    tmp_path: Path, figures: list[Figure]
+) -> None:
+    def bars(fig: Figure) -> list:
+        return [ax for ax in fig.axes if ax.get_label() == "<colorbar>"]
+
+    plot_required_simulations(synthetic_results(3, failed=()), tmp_path / "r.png")
+    assert not bars(figures[-1])
+    plot_paired_differences(synthetic_results(2, failed=()), tmp_path / "p.png")
+    assert not bars(figures[-1])  # nothing significant at 2 seeds: every cell grey
+    plot_paired_differences(synthetic_results(30), tmp_path / "p30.png")
+    (bar,) = bars(figures[-1])
+    low, high = bar.get_ylim()
+    assert high > low
+
+
+def test_one_model_is_not_called_across_models(tmp_path: Path, figures: list[Figure]) -> None:
+    one = synthetic_results(3, levels=("0", "1", "2"), failed=())
+    plot_improvement(one, tmp_path / "i.png")
+    fig = figures[-1]
+    assert "across" not in fig.get_suptitle() and "model_a" in fig.get_suptitle()
+    assert all(not ax.patches for ax in panels(fig))  # a line per panel, no one-value boxes
+    plot_improvement(synthetic_results(3, levels=("0", "1"), models=("a", "b")), tmp_path / "j")
+    assert "across 2 models" in figures[-1].get_suptitle()
 
 
 def test_a_method_looks_the_same_in_every_figure(tmp_path: Path, figures: list[Figure]) -> None:

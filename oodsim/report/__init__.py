@@ -8,12 +8,12 @@ Every protocol's results (seed × method × metric × severity) get the same rep
 :mod:`oodsim.report.comparisons`, the variance by source of :mod:`oodsim.report.sources` and
 what was run (:mod:`oodsim.report.provenance`). :mod:`oodsim.report.severity` adds the
 per-level views of severity results. :mod:`oodsim.report.figures` holds what every plot shares:
-one style per method (:func:`method_styles`), panel grids with one legend outside the axes,
-titles that fit.
+one style per method, a shade of its family's colour (:func:`method_styles`,
+:func:`method_family`), panel grids with one legend outside the axes, titles that fit.
 """
 
 from oodsim.report.comparisons import plot_paired_differences
-from oodsim.report.figures import method_styles
+from oodsim.report.figures import method_family, method_styles
 from oodsim.report.folder import (
     REPORT_MARKER,
     ReportFolderError,
@@ -22,6 +22,7 @@ from oodsim.report.folder import (
 )
 from oodsim.report.plots import (
     plot_distributions,
+    plot_forest,
     plot_required_simulations,
     plot_running_mean,
     plot_win_probability,
@@ -35,8 +36,10 @@ __all__ = [
     "ReportFolderError",
     "check_report_folder",
     "format_summary_table",
+    "method_family",
     "method_styles",
     "plot_distributions",
+    "plot_forest",
     "plot_paired_differences",
     "plot_required_simulations",
     "plot_running_mean",

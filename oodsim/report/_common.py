@@ -1,5 +1,5 @@
-"""What the report modules read off results alike: the method names, the metric a report shows
-by default, the stopping decision a run recorded."""
+"""What the report modules read off results alike: the method names, the seeds with scores, the
+metric a report shows by default, the stopping decision a run recorded."""
 
 from __future__ import annotations
 
@@ -16,6 +16,12 @@ def default_metric(score: xr.DataArray) -> str:
         raise ValueError("results have no metric dimension")
     ood = ood_metrics(score)
     return "auroc" if "auroc" in names else (ood or names)[0]
+
+
+def n_scored(score: xr.DataArray) -> int:
+    """Seeds with at least one finite score (failed and excluded seeds are NaN)."""
+    others = [d for d in score.dims if d != "seed"]
+    return int(score.notnull().any(others).sum())
 
 
 def method_names(da: xr.Dataset | xr.DataArray) -> list[str]:

@@ -16,8 +16,8 @@ from matplotlib.colors import TwoSlopeNorm
 from matplotlib.patches import Patch, Rectangle
 
 from oodsim.report._common import method_names
-from oodsim.report.figures import ink, panels, require_ood, save, suptitle
-from oodsim.report.tables import render
+from oodsim.report.figures import ink, metric_label, panels, require_ood, save, suptitle
+from oodsim.report.tables import render, too_small
 from oodsim.stats import as_score, compare, higher_is_better, power
 from oodsim.stats._common import cell_label, iter_cells
 
@@ -72,8 +72,8 @@ def plot_paired_differences(
 ) -> Path:
     """Heat map of the mean paired difference ``method − other`` of every pair (one panel per
     cell), coloured by how much better the row method is where the adjusted paired t test
-    rejects at ``alpha``, grey where it does not. ``comparison``: the :func:`compare` result,
-    when already computed."""
+    rejects at ``alpha`` (with a colour bar), grey where it does not (no colour bar when no pair
+    is significant). ``comparison``: the :func:`compare` result, when already computed."""
     require_ood(as_score(results), [metric], "a paired-differences plot")
     cmp = (
         comparison
@@ -91,9 +91,9 @@ def plot_paired_differences(
         width=2.0 + 0.6 * m,
         height=1.6 + 0.55 * m,
     )
-    bar = fig.colorbar(ScalarMappable(norm=norm, cmap=cmap), ax=axes, shrink=0.8)
-    better = "higher" if higher_is_better(metric) else "lower"
-    bar.set_label(f"row better by ({metric}, {better} is better)", fontsize=8)
+    if bool(cmp["significant"].any()):  # else every cell is grey: a colour bar of nothing
+        bar = fig.colorbar(ScalarMappable(norm=norm, cmap=cmap), ax=axes, shrink=0.8)
+        bar.set_label(f"row better by: {metric_label(metric)}", fontsize=8)
     keys = [
         Patch(
             facecolor=_NOT_SIGNIFICANT,
@@ -104,8 +104,8 @@ def plot_paired_differences(
     fig.legend(handles=keys, loc="outside lower center", fontsize=8, frameon=False)
     suptitle(
         fig,
-        f"Mean paired difference row − column in {metric} over the seeds both scored; "
-        f"paired t test, {adjust_name(cmp)} adjustment over {cmp.attrs['n_tests']} tests",
+        f"Mean paired difference row − column in {metric_label(metric)} over the seeds both "
+        f"scored; paired t test, {adjust_name(cmp)} adjustment over {cmp.attrs['n_tests']} tests",
     )
     return save(fig, path)
 
@@ -119,9 +119,12 @@ def _pair_text(v: xr.Dataset) -> str:
     return f"{diff:+.4f} [{v['diff_low'].item():+.4f}, {v['diff_high'].item():+.4f}]{star}"
 
 
-def _matrices(ds: xr.Dataset, text: Any, shown_dims: tuple[str, ...] = ("method", "other")) -> str:
-    """One markdown matrix (rows: method, columns: other) per cell of the other dims."""
-    parts = []
+def _matrices(
+    ds: xr.Dataset, text: Any, empty: str, shown_dims: tuple[str, ...] = ("method", "other")
+) -> str:
+    """One markdown matrix (rows: method, columns: other) per cell of the other dims; the line
+    ``empty`` instead when no pair has a value (tables of blanks say nothing)."""
+    parts, filled = [], False
     first = next(iter(ds.data_vars))
     for labels, _ in iter_cells(ds[first], shown_dims):
         cell = ds.sel(labels)
@@ -130,16 +133,17 @@ def _matrices(ds: xr.Dataset, text: Any, shown_dims: tuple[str, ...] = ("method"
             [a] + ["" if a == b else text(cell.sel({"method": a, "other": b})) for b in methods]
             for a in methods
         ]
+        filled = filled or any(value for row in rows for value in row[1:])
         varying = {d: v for d, v in labels.items() if ds.sizes.get(d, 1) > 1}
         heading = f"*{cell_label(varying)}*\n\n" if varying else ""
         parts.append(heading + render(["", *methods], rows, markdown=True))
-    return "\n\n".join(parts)
+    return "\n\n".join(parts) if filled else empty
 
 
 def paired_table(comparison: xr.Dataset) -> str:
     """Every pair's mean paired difference ``row − column`` with its t interval; ``*`` marks
     the pairs whose adjusted p-value is below alpha."""
-    return _matrices(comparison, _pair_text)
+    return _matrices(comparison, _pair_text, too_small("no pair has seeds both methods scored"))
 
 
 def _n_text(v: xr.Dataset) -> str:
@@ -152,7 +156,8 @@ def _n_text(v: xr.Dataset) -> str:
 def power_table(needed: xr.Dataset) -> str:
     """Seeds a paired t test needs per pair (:func:`oodsim.stats.power`); blank where the
     observed difference is zero."""
-    return _matrices(needed, _n_text)
+    none = "Not computed: no pair has an observed difference (and spread) to power a test on."
+    return _matrices(needed, _n_text, none)
 
 
 def power_of_results(

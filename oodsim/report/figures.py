@@ -1,6 +1,7 @@
 """Figure helpers shared by every report plot (:mod:`oodsim.report.plots`,
-:mod:`oodsim.report.severity`): the method → style mapping, grids of panels with one legend
-outside the axes, titles that fit, axis limits inside a metric's range.
+:mod:`oodsim.report.severity`): the method → style mapping (a colour map per method family),
+grids of panels with one legend outside the axes, titles that fit, axis limits inside a
+metric's range, a metric's direction on its axis label.
 """
 
 from __future__ import annotations
@@ -18,37 +19,80 @@ from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 
-from oodsim.stats._common import is_ood_metric, iter_cells, ood_metrics
+from oodsim.stats._common import higher_is_better, is_ood_metric, iter_cells, ood_metrics
 
 _NCOLS = 3
 
 # ----------------------------------------------------------------------------- style
 
-#: Qualitative colours: tab10, then five that differ from all of them.
-_PALETTE = (
-    *(colormaps["tab10"](i) for i in range(10)),
-    "#000000",
-    "#882255",
-    "#44aa99",
-    "#332288",
-    "#e6ab02",
-)
+#: Method families, each with its colour map: a family's methods are shades of one hue, so
+#: the colours say which kind of detector a curve is. A method belongs to a family when its
+#: label is a member's name or starts with one and ``_`` (``energy_t2``).
+FAMILIES: dict[str, tuple[str, tuple[str, ...]]] = {
+    "softmax / logit": (
+        "Blues",
+        ("msp", "temperature", "odin", "entropy", "max_logit", "energy", "openmax"),
+    ),
+    "sampling (MC dropout)": ("Oranges", ("mc_dropout", "mc_dropout_entropy")),
+    "feature": ("Greens", ("mahalanobis", "knn", "vim")),
+}
+#: The family of methods oodsim does not know (registered by users), in a neutral colour map.
+OTHER_FAMILY = "other"
+_OTHER_CMAP = "Greys"
+
+#: Positions in a family's colour map of its 1st, 2nd, ... method: far apart from the start,
+#: so a family's first methods differ most; past ten, the line style tells repeats apart.
+_SHADES = (0.9, 0.55, 0.75, 0.4, 0.98, 0.65, 0.47, 0.83, 0.6, 0.7)
 _MARKERS = ("o", "s", "^", "D", "v", "P", "X", "*", "<", ">", "p", "h", "d", "+", "x")
 _LINESTYLES = ("-", "--", ":", "-.")
 
 
+def method_family(method: object) -> str:
+    """The family of ``method`` (a key of :data:`FAMILIES`), else :data:`OTHER_FAMILY`."""
+    name = str(method).lower()
+    for family, (_, members) in FAMILIES.items():
+        if any(name == m or name.startswith(m + "_") for m in members):
+            return family
+    return OTHER_FAMILY
+
+
+def families(methods: Iterable[object]) -> dict[str, list[str]]:
+    """The methods of each family present, families in :data:`FAMILIES` order (then other),
+    methods in the order given."""
+    grouped: dict[str, list[str]] = {f: [] for f in [*FAMILIES, OTHER_FAMILY]}
+    for method in methods:
+        grouped[method_family(method)].append(str(method))
+    return {family: names for family, names in grouped.items() if names}
+
+
 def method_styles(methods: Iterable[object]) -> dict[str, dict[str, Any]]:
     """Colour, marker and line style of each method, by its position in ``methods`` (the
-    results' method order), so a method looks the same in every figure of a report. All three
-    differ for up to 15 methods; beyond that, the line style tells the repeats apart."""
+    results' method order), so a method looks the same in every figure of a report. The colour
+    is a shade of its family's colour map (:data:`FAMILIES`), the n-th method of a family the
+    n-th shade; markers differ for up to 15 methods."""
+    names = [str(m) for m in methods]
+    seen: dict[str, int] = {}
     styles = {}
-    for i, method in enumerate(methods):
-        styles[str(method)] = {
-            "color": _PALETTE[i % len(_PALETTE)],
+    for i, method in enumerate(names):
+        family = method_family(method)
+        j = seen[family] = seen.get(family, -1) + 1
+        cmap = FAMILIES[family][0] if family in FAMILIES else _OTHER_CMAP
+        styles[method] = {
+            "color": colormaps[cmap](_SHADES[j % len(_SHADES)]),
             "marker": _MARKERS[i % len(_MARKERS)],
-            "linestyle": _LINESTYLES[(i // 10) % len(_LINESTYLES)],
+            "linestyle": _LINESTYLES[(j // len(_SHADES)) % len(_LINESTYLES)],
         }
     return styles
+
+
+def direction(metric: str) -> str:
+    """``"higher is better"`` or ``"lower is better"`` (fpr95, aurc, ...) for ``metric``."""
+    return "higher is better" if higher_is_better(metric) else "lower is better"
+
+
+def metric_label(metric: str) -> str:
+    """``"fpr95 (lower is better)"``: a metric with its direction, for an axis label."""
+    return f"{metric} ({direction(metric)})"
 
 
 def markevery(i: int, n_points: int, n_marks: int = 8) -> tuple[int, int]:
@@ -59,10 +103,18 @@ def markevery(i: int, n_points: int, n_marks: int = 8) -> tuple[int, int]:
 
 
 def legend(fig: Figure, styles: dict[str, dict[str, Any]], extra: Sequence[Any] = ()) -> None:
-    """One legend for the whole figure, outside the axes on the right: every method (its line
-    and marker) plus ``extra`` handles."""
-    handles = [Line2D([], [], markersize=6, label=m, **s) for m, s in styles.items()]
-    fig.legend(handles=[*handles, *extra], loc="outside right center", fontsize=8, frameon=False)
+    """One legend for the whole figure, outside the axes on the right: the methods (line and
+    marker) grouped under their family's name in bold, then ``extra`` handles."""
+    handles, headers = [], []
+    for family, methods in families(styles).items():
+        headers.append(len(handles))
+        handles.append(Line2D([], [], linestyle="none", label=family))
+        handles += [Line2D([], [], markersize=6, label=m, **styles[m]) for m in methods]
+    box = fig.legend(
+        handles=[*handles, *extra], loc="outside right center", fontsize=8, frameon=False
+    )
+    for i in headers:
+        box.get_texts()[i].set_fontweight("bold")
 
 
 # ----------------------------------------------------------------------------- panels

@@ -1,12 +1,14 @@
-"""PNG plots (matplotlib Agg) of evaluation results: score distributions, win probabilities,
-seeds needed to separate two methods, running means.
+"""PNG plots (matplotlib Agg) of evaluation results: each method's mean and interval (a forest
+plot), score distributions, win probabilities, seeds needed to separate two methods, running
+means.
 
 Every function takes the results Dataset (``score`` over seed × method × metric × severity
 [× ood, model, dataset]) and draws one panel per combination of the dims other than seed and
 method, so the same code serves open-set runs (severity "all") and severity sweeps. Plots rank
 detectors, so they show OOD metrics only: ``accuracy`` is the classifier's, the same for every
 detector of a seed, and appears once, in ``summary.md``. A method has the same colour, marker and
-line style in every figure (:func:`oodsim.report.figures.method_styles`).
+line style in every figure (:func:`oodsim.report.figures.method_styles`), and every metric axis
+says which way is better.
 """
 
 from __future__ import annotations
@@ -29,21 +31,25 @@ from scipy import stats as sps
 from oodsim.metrics import metric_range
 from oodsim.report._common import default_metric, method_names, stop_decision
 from oodsim.report.figures import (
+    direction,
     ink,
     legend,
     limits,
     markevery,
     method_styles,
+    metric_label,
     panels,
     require_ood,
     save,
     suptitle,
 )
-from oodsim.report.tables import win_intervals
+from oodsim.report.tables import interval_name, win_intervals
 from oodsim.stats import (
     PAIRING_LABELS,
     PAIRINGS,
     as_score,
+    estimate,
+    higher_is_better,
     required_simulations_table,
     running_interval,
 )
@@ -58,9 +64,64 @@ _NOT_SEPARATED = "#c8c8c8"
 #: Fewer seeds per method than this are drawn as points, not as a kernel density.
 _MIN_DENSITY_SEEDS = 5
 
+#: The required-simulations heatmap has a colour bar only with more seeds than this (a scale
+#: from 2 to 3 seeds tells nothing the numbers in the cells do not).
+_MIN_COLOURBAR_SEEDS = 3
+
 #: The running-mean plot draws an interval only from this many seeds on (a 2-seed t interval
 #: spans most of the metric's range and hides every difference).
 _MIN_INTERVAL_SEEDS = 3
+
+
+def _draw_forest(
+    ax: Axes, cell: xr.Dataset, metric: str, styles: dict[str, dict[str, Any]]
+) -> None:
+    """Each method's mean (marker) and interval (line), one row per method from the best mean
+    at the top to the worst (by the metric's direction); methods without a mean last."""
+    mean, lower, upper = (cell[v].transpose("method").values for v in ("mean", "lower", "upper"))
+    rank = -mean if higher_is_better(metric) else mean
+    order = np.argsort(np.where(np.isfinite(rank), rank, np.inf), kind="stable")
+    methods = method_names(cell)
+    for row, i in enumerate(order):
+        style = styles[methods[i]]
+        ax.plot([lower[i], upper[i]], [row, row], color=style["color"], linewidth=2)
+        ax.plot(mean[i], row, marker=style["marker"], color=style["color"], markersize=7)
+    ax.set_yticks(range(len(methods)), [methods[i] for i in order], fontsize=8)
+    ax.set_ylim(len(methods) - 0.5, -0.5)
+    ax.set_xlim(*limits([mean, lower, upper], metric_range(metric)))
+    ax.set_xlabel(metric_label(metric))
+    ax.grid(axis="x", alpha=0.3)
+
+
+def plot_forest(
+    results: xr.Dataset | xr.DataArray,
+    path: str | Path,
+    metrics: str | Sequence[str] | None = None,
+    confidence: float = 0.95,
+) -> Path:
+    """Forest plot: each method's mean over seeds and its interval
+    (:func:`oodsim.stats.estimate`), methods sorted best first, one panel per OOD metric (and
+    per ood / dataset / model / severity label); the axis label says which way is better.
+    ``metrics``: default every OOD metric; ``accuracy`` (the same for every detector) raises
+    ValueError."""
+    score = as_score(results)
+    names = metrics_of(score, metrics) if metrics is not None else ood_metrics(score)
+    if not names:
+        raise ValueError("results have no OOD metric to plot")
+    require_ood(score, names, "a forest plot")
+    est = estimate(results, confidence=confidence).sel(metric=names)
+    styles = method_styles(method_names(score))
+    fig, _ = panels(
+        est["mean"],
+        ("method",),
+        lambda ax, labels, cell: _draw_forest(ax, est.sel(labels), str(labels["metric"]), styles),
+        title=names[0],
+        height=1.3 + 0.28 * len(styles),
+    )
+    legend(fig, styles)
+    none = " (one seed: no interval)" if int(est["n"].max()) < 2 else ""
+    suptitle(fig, f"Mean over seeds [{interval_name(est)}], best method first{none}")
+    return save(fig, path)
 
 
 def _density(values: np.ndarray, grid: np.ndarray) -> np.ndarray | None:
@@ -90,7 +151,7 @@ def _draw_seeds(ax: Axes, cell: xr.DataArray, styles: dict[str, dict[str, Any]])
     ax.set_yticks(range(len(methods)), methods, fontsize=8)
     ax.set_ylim(len(methods) - 0.5, -0.5)
     ax.set_xlim(*limits([values], None))  # a margin past the range keeps markers whole
-    ax.set_xlabel(f"{cell['metric'].item()} (markers: seeds, bars: means)")
+    ax.set_xlabel(f"{metric_label(str(cell['metric'].item()))}; markers: seeds, bars: means")
     ax.grid(axis="x", alpha=0.3)
 
 
@@ -118,7 +179,7 @@ def _draw_densities(ax: Axes, cell: xr.DataArray, styles: dict[str, dict[str, An
             ax.plot(grid, density, markevery=markevery(i, _GRID), markersize=4, **style)
         ax.plot(v, np.zeros_like(v), "|", color=style["color"], alpha=0.5, markersize=8)
     ax.set_xlim(grid[0], grid[-1])
-    ax.set_xlabel(name)
+    ax.set_xlabel(metric_label(name))
     ax.set_ylabel("density")
 
 
@@ -214,7 +275,7 @@ def plot_win_probability(
                 )
         ax.set_xticks(x, methods, rotation=45, ha="right", fontsize=8)
         ax.set_ylim(0, 1.18)
-        ax.set_ylabel("P(best mean)")
+        ax.set_ylabel(f"P(best mean {metric}; {direction(metric)})", fontsize=8)
 
     wp = wins["win_probability"].sel(pairing=pairings[0], drop=True)
     width = max(4.8, 1.2 + (0.42 + 0.2 * (len(pairings) - 1)) * wp.sizes["method"])
@@ -292,8 +353,9 @@ def plot_required_simulations(
     test: str = "welch",
 ) -> Path:
     """Heatmap of the seeds a two-sided test needs to separate each pair of methods, with a
-    colour bar; pairs not separated within the available seeds get their own grey (marked
-    ``>n``), the diagonal stays blank. Only OOD metrics (``accuracy`` raises ValueError)."""
+    colour bar from four seeds on (below, the numbers in the cells alone); pairs not separated
+    within the available seeds get their own grey (marked ``>n``), the diagonal stays blank.
+    Only OOD metrics (``accuracy`` raises ValueError)."""
     score = as_score(results)
     metric = metric or default_metric(score)
     require_ood(score, [metric], "a required-simulations plot")
@@ -308,10 +370,11 @@ def plot_required_simulations(
         width=1.8 + 0.5 * m,
         height=1.4 + 0.5 * m,
     )
-    bar = fig.colorbar(ScalarMappable(norm=norm, cmap=cmap), ax=axes, shrink=0.8)
-    bar.set_ticks(_colorbar_ticks(norm), labels=[str(t) for t in _colorbar_ticks(norm)])
-    bar.minorticks_off()
-    bar.set_label("seeds needed")
+    if n_seeds > _MIN_COLOURBAR_SEEDS:  # a scale of 2-3 seeds says nothing the cells do not
+        bar = fig.colorbar(ScalarMappable(norm=norm, cmap=cmap), ax=axes, shrink=0.8)
+        bar.set_ticks(_colorbar_ticks(norm), labels=[str(t) for t in _colorbar_ticks(norm)])
+        bar.minorticks_off()
+        bar.set_label("seeds needed")
     keys = [
         Patch(facecolor=_NOT_SEPARATED, edgecolor="0.5", label=f"not separated in {n_seeds} seeds"),
         Patch(facecolor="white", edgecolor="0.5", label="diagonal: a method against itself"),
@@ -319,7 +382,8 @@ def plot_required_simulations(
     fig.legend(handles=keys, loc="outside lower center", ncols=2, fontsize=8, frameon=False)
     suptitle(
         fig,
-        f"Seeds until a two-sided {test} test separates two methods ({metric}, alpha={alpha:g})",
+        f"Seeds until a two-sided {test} test separates two methods ({metric_label(metric)}, "
+        f"alpha={alpha:g})",
     )
     return save(fig, path)
 
@@ -395,7 +459,7 @@ def plot_running_mean(
         if decision is not None:
             ax.axvline(decision.n_seeds, color="k", linestyle="--")
         ax.set_xlabel("number of seeds")
-        ax.set_ylabel(f"running mean {metric}")
+        ax.set_ylabel(f"running mean {metric_label(metric)}")
 
     cells = select_metric(score, metric)
     fig, _ = panels(cells, ("seed", "method"), draw, width=5.4, height=4.0)

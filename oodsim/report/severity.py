@@ -6,7 +6,8 @@ deviation across seeds, and results with a ``dataset`` dimension get one section
 
 - :func:`format_level_table` — per-level metric of every (model, κ), with ID accuracy/AUROC.
 - :func:`plot_levels` — the metric vs. severity level, one panel per model, one line per κ.
-- :func:`plot_improvement` — box plots across models of each κ's improvement over softmax.
+- :func:`plot_improvement` — each κ's improvement over softmax per level: box plots across
+  models, or the one model's line.
 - :func:`plot_correlation` — Spearman ρ of ID accuracy / ID AUROC with the metric, per level.
 - :func:`write_severity_report` — all of the above into a folder with a Markdown summary.
 """
@@ -22,7 +23,16 @@ from matplotlib.axes import Axes
 from oodsim.protocols.severity import analysis
 from oodsim.protocols.severity.analysis import per_dataset, seed_mean
 from oodsim.report._common import method_names
-from oodsim.report.figures import figure, legend, method_styles, panels, require_ood, save, suptitle
+from oodsim.report.figures import (
+    figure,
+    legend,
+    method_styles,
+    metric_label,
+    panels,
+    require_ood,
+    save,
+    suptitle,
+)
 
 
 def _levels(results: xr.Dataset) -> list[str]:
@@ -97,7 +107,7 @@ def plot_levels(results: xr.Dataset, path: str | Path, metric: str = "auroc") ->
         ax.set_title(f"{name} (ID accuracy {accuracy:.3f})", fontsize=9)
         ax.set_xticks(x, _levels(results))
         ax.set_xlabel("severity level")
-        ax.set_ylabel(f"{metric} ({_over_seeds(results)})")
+        ax.set_ylabel(f"{metric_label(metric)},\n{_over_seeds(results)}")
         ax.grid(alpha=0.3)
 
     fig, _ = panels(score, ("seed", "method", "severity"), draw)
@@ -105,6 +115,13 @@ def plot_levels(results: xr.Dataset, path: str | Path, metric: str = "auroc") ->
     band = ", band: ± one standard deviation" if _n_seeds(results) > 1 else ""
     suptitle(fig, f"{metric} by severity level ({_over_seeds(results)}{band})")
     return save(fig, path)
+
+
+def _models(results: xr.Dataset) -> str:
+    """``"across 4 models"``, or ``"model resnet"`` when there is one: what a statistic over
+    models is taken over, in words that fit the results."""
+    n = results.sizes.get("model", 1)
+    return f"across {n} models" if n > 1 else f"model {results['model'].values.item()}"
 
 
 def _one_dataset(results: xr.Dataset) -> None:
@@ -116,7 +133,8 @@ def plot_improvement(
     results: xr.Dataset, path: str | Path, baseline: str = "msp", metric: str = "auroc"
 ) -> Path:
     """Per κ (panel): box plot over models of its improvement over ``baseline`` (each model's
-    mean over seeds) at each level. Results of one dataset."""
+    mean over seeds) at each level; with one model, that model's line. Results of one
+    dataset."""
     _one_dataset(results)
     delta = seed_mean(analysis.improvement(results, baseline, metric))
     styles = method_styles(results["method"].values)
@@ -125,32 +143,35 @@ def plot_improvement(
     def draw(ax: Axes, labels: dict[str, object], cell: xr.DataArray) -> None:
         values = cell.transpose("severity", "model").values
         style = styles[str(labels["method"])]
-        mean = {
-            "marker": style["marker"],
-            "markerfacecolor": style["color"],
-            "markeredgecolor": "k",
-        }
-        boxes = ax.boxplot(
-            [row[np.isfinite(row)] for row in values],
-            tick_labels=levels,
-            showmeans=True,
-            patch_artist=True,
-            meanprops=mean,
-            medianprops={"color": "k"},
-        )
-        for box in boxes["boxes"]:
-            box.set(facecolor=style["color"], alpha=0.4)
+        if values.shape[1] == 1:  # one model: its line, not boxes of one value
+            ax.plot(levels, values[:, 0], markersize=5, **style)
+        else:
+            _boxes(ax, values, levels, style)
         ax.axhline(0.0, color="grey", lw=0.8)
-        n = cell.sizes["model"]
-        title = f"{labels['method']} vs. {baseline} ({n} model{'s' if n != 1 else ''})"
-        ax.set_title(title, fontsize=9)
+        ax.set_title(f"{labels['method']} vs. {baseline}", fontsize=9)
         ax.set_xlabel("severity level")
-        ax.set_ylabel(f"{metric} improvement")
+        ax.set_ylabel(f"improvement in {metric_label(metric)}", fontsize=8)
         ax.grid(alpha=0.3)
 
     fig, _ = panels(delta, ("severity", "model"), draw)
-    suptitle(fig, f"Improvement in {metric} over {baseline} per level, across models")
+    suptitle(fig, f"Improvement in {metric} over {baseline} per level, {_models(results)}")
     return save(fig, path)
+
+
+def _boxes(ax: Axes, values: np.ndarray, levels: list[str], style: dict) -> None:
+    """Box plots of the models' improvements (rows: levels), filled in the method's colour,
+    the mean marked with its marker."""
+    mean = {"marker": style["marker"], "markerfacecolor": style["color"], "markeredgecolor": "k"}
+    boxes = ax.boxplot(
+        [row[np.isfinite(row)] for row in values],
+        tick_labels=levels,
+        showmeans=True,
+        patch_artist=True,
+        meanprops=mean,
+        medianprops={"color": "k"},
+    )
+    for box in boxes["boxes"]:
+        box.set(facecolor=style["color"], alpha=0.4)
 
 
 def plot_correlation(
@@ -169,7 +190,7 @@ def plot_correlation(
     ax.set_ylim(-1.05, 1.05)
     ax.set_xticks(x, _levels(results))
     ax.set_xlabel("severity level")
-    ax.set_ylabel(f"Spearman ρ with {metric}")
+    ax.set_ylabel(f"Spearman ρ with {metric_label(metric)}", fontsize=8)
     ax.set_title(f"{method}, {results.sizes['model']} models", fontsize=9)
     ax.legend(fontsize=7)
     ax.grid(alpha=0.3)
@@ -196,7 +217,8 @@ def _section(
         path = folder / f"{prefix}{metric}_improvement.png"
         written.append(plot_improvement(results, path, baseline, metric))
         summary = analysis.improvement_summary(results, baseline, metric)
-        parts += ["", f"### Improvement over {baseline} (median across models)", ""]
+        median = "median " if results.sizes["model"] > 1 else ""
+        parts += ["", f"### Improvement over {baseline} ({median}{_models(results)})", ""]
         parts += [_markdown(summary["median"], "method"), ""]
         parts.append(f"![improvement]({prefix}{metric}_improvement.png)")
     if results.sizes["model"] >= 3:

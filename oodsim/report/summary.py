@@ -17,7 +17,7 @@ import attrs
 import numpy as np
 import xarray as xr
 
-from oodsim.report._common import default_metric, method_names, stop_decision
+from oodsim.report._common import default_metric, method_names, n_scored, stop_decision
 from oodsim.report.comparisons import (
     adjust_name,
     paired_table,
@@ -25,9 +25,11 @@ from oodsim.report.comparisons import (
     power_of_results,
     power_table,
 )
+from oodsim.report.figures import metric_label
 from oodsim.report.folder import claim, finish, marker_for
 from oodsim.report.plots import (
     plot_distributions,
+    plot_forest,
     plot_running_mean,
     plot_win_probability,
 )
@@ -40,6 +42,7 @@ from oodsim.report.tables import (
     fmt,
     interval_name,
     render,
+    too_small,
     variance_table,
     win_interval_note,
     win_intervals,
@@ -50,6 +53,10 @@ from oodsim.stats._common import higher_is_better, is_ood_metric, metrics_of, oo
 
 #: write_report draws every metric's distribution only up to this many panels.
 _MAX_PANELS = 24
+
+#: Paired comparisons and power from this many seeds on: with two, the paired t test has one
+#: degree of freedom (t quantile 12.7) and power takes an SD of one degree of freedom as truth.
+_MIN_PAIRED_SEEDS = 3
 
 #: write_report's figures show at most this many cells (ood × severity × model × dataset);
 #: beyond, evenly spaced severity levels (severity/ has every level).
@@ -94,7 +101,7 @@ def _win_text(
     """The win-probability section of ``summary.md``: what was drawn, then the table."""
     score = as_score(results)
     if score.sizes["seed"] < k:
-        return f"Not computed: the results have {score.sizes['seed']} seeds, fewer than k = {k}."
+        return too_small(f"the results have {score.sizes['seed']} seeds, fewer than k = {k}")
     if not ood or wins is None:
         return "Not computed: the results have no OOD metric."
     how = {
@@ -145,8 +152,9 @@ class _Analyses:
 
 def _analyses(results: xr.Dataset | xr.DataArray, opts: _Options) -> _Analyses:
     comparable = opts.metric is not None and not _resamples_one_test_set(results)
+    paired = comparable and n_scored(as_score(results)) >= _MIN_PAIRED_SEEDS
     comparison = (
-        compare(results, opts.metric, alpha=opts.alpha, adjust=opts.adjust) if comparable else None
+        compare(results, opts.metric, alpha=opts.alpha, adjust=opts.adjust) if paired else None
     )
     designed = comparable and isinstance(results, xr.Dataset) and has_design(results)
     sources = variance_components(results, opts.metric) if designed else None
@@ -156,19 +164,19 @@ def _analyses(results: xr.Dataset | xr.DataArray, opts: _Options) -> _Analyses:
 def _figures(
     results: xr.Dataset | xr.DataArray, out: Path, opts: _Options, done: _Analyses
 ) -> list[Path]:
-    """The report's PNGs (none without an OOD metric; no win probability with < k seeds), of
-    the cells of ``results`` (the shown ones); ``done`` holds the analyses of all cells."""
+    """The report's PNGs, the forest plot first (none without an OOD metric; no win
+    probability with < k seeds), of the cells of ``results`` (the shown ones); ``done`` holds
+    the analyses of all cells."""
     metric, k = opts.metric, opts.k
     score = as_score(results)
     ood = ood_metrics(score)
     if metric is None:
         return []
-    all_metrics = len(ood) * _n_cells(score) <= _MAX_PANELS
-    figures = [
-        plot_distributions(results, out / "distributions.png", None if all_metrics else metric)
-    ]
+    shown_metrics = ood if len(ood) * _n_cells(score) <= _MAX_PANELS else [metric]
+    distributions = plot_distributions(results, out / "distributions.png", shown_metrics)
     if _resamples_one_test_set(results):  # the spread of the replicates only
-        return figures
+        return [distributions]
+    figures = [plot_forest(results, out / "forest.png", shown_metrics), distributions]
     shown = {d: score[d].values for d in score.dims if d not in ("seed", "method", "metric")}
     if done.comparison is not None:
         comparison = done.comparison.sel(
@@ -258,17 +266,24 @@ def _comparison_lines(
     """The paired comparisons and the seeds a paired test needs, for the report's metric
     (the cells the figures show; the multiplicity adjustment counted every cell)."""
     lines = ["## Paired comparisons", ""]
-    if done.comparison is None or opts.metric is None:
+    if opts.metric is None:
         return [*lines, "Not computed: the results have no OOD metric.", ""]
+    if done.comparison is None:
+        n = n_scored(as_score(results))
+        reason = (
+            f"{n} seed{'s' if n != 1 else ''} with scores; paired comparisons and the seeds "
+            f"needed for power start at {_MIN_PAIRED_SEEDS} (a paired t test of 2 seeds has one "
+            "degree of freedom)"
+        )
+        return [*lines, too_small(reason), ""]
     cmp = done.comparison
     cells = {
         d: shown[d].values for d in cmp.dims if d not in ("method", "other") and d in shown.dims
     }
-    better = "higher" if higher_is_better(opts.metric) else "lower"
     needed = power_of_results(results, opts.metric, opts.alpha).sel(cells)
     return [
         *lines,
-        f"Mean paired difference row − column in {opts.metric} ({better} is better) over the "
+        f"Mean paired difference row − column in {metric_label(opts.metric)} over the "
         f"seeds both methods scored, [{cmp.attrs['confidence']:.0%} paired t interval]; "
         f"`*`: significant at alpha = {opts.alpha:g} after the {adjust_name(cmp)} adjustment "
         f"over {cmp.attrs['n_tests']} tests ({cmp.attrs['family']}). The intervals are not "
@@ -333,8 +348,9 @@ def _summary(
     lines = [f"# oodsim report{f': {name}' if name else ''}", ""]
     lines += spec_lines(results, source) + seed_lines(results, score)
     lines.append(f"- methods: {', '.join(method_names(score))}")
-    lower = " (fpr95: lower is better)" if "fpr95" in ood else ""
-    lines.append(f"- OOD metrics: {', '.join(ood) or 'none'}{lower}")
+    lower = [name for name in ood if not higher_is_better(name)]
+    note_lower = f" ({', '.join(lower)}: lower is better)" if lower else ""
+    lines.append(f"- OOD metrics: {', '.join(ood) or 'none'}{note_lower}")
     lines += _accuracy_line(est) + ([f"- {note}"] if note else [])
     if _resamples_one_test_set(results):
         return lines + [
@@ -381,10 +397,11 @@ def write_report(
     overwrite: bool = False,
     source: str | Path | None = None,
 ) -> Path:
-    """Write all plots and ``summary.md`` (what was run, which seeds were excluded and why,
-    estimates, win probabilities, paired comparisons, seeds needed for 80% power, variance
-    components by source, stopping decision) into the folder ``out_dir``; return the path of
-    ``summary.md``.
+    """Write all plots (the forest plot of the estimates first) and ``summary.md`` (what was
+    run, which seeds were excluded and why, estimates, win probabilities, paired comparisons,
+    seeds needed for 80% power, variance components by source, stopping decision) into the
+    folder ``out_dir``; return the path of ``summary.md``. A part that would be empty or say
+    nothing at this number of seeds is one line, ``n too small: <reason>.``
 
     ``metric`` (default auroc) drives the per-metric plots, the paired comparisons (adjusted
     over every pair and cell by ``adjust``: ``"holm"``, ``"bh"`` or None) and the power table;

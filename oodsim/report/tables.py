@@ -26,6 +26,12 @@ from oodsim.stats._common import cell_label, iter_cells, metrics_of, ood_metrics
 from oodsim.stats.win import PAIRINGS, win_probability_intervals
 
 
+def too_small(reason: str) -> str:
+    """The one line a report shows instead of a table or figure that would be empty or say
+    nothing at this number of seeds: ``"n too small: <reason>."``."""
+    return f"n too small: {reason}."
+
+
 def fmt(value: float, digits: int = 3) -> str:
     """``value`` with ``digits`` decimals; a dash when it is missing or not finite."""
     return "–" if value is None or not np.isfinite(value) else f"{value:.{digits}f}"
@@ -283,9 +289,20 @@ def win_table(
     return render(header, rows, markdown=markdown)
 
 
+def _span(values: np.ndarray) -> str:
+    """``"25"`` or ``"23-25"``: the finite whole numbers of ``values``, as one or a range."""
+    finite = values[np.isfinite(values)].astype(int)
+    if finite.size == 0:
+        return "–"
+    lo, hi = int(finite.min()), int(finite.max())
+    return f"{lo}" if lo == hi else f"{lo}-{hi}"
+
+
 def variance_table(results: xr.Dataset, confidence: float) -> str | None:
-    """The ANOVA table of the OOD metrics by class split; None when the split does not vary,
-    a note when no split has two seeds (nothing to estimate the within-split variance from)."""
+    """The ANOVA table of the OOD metrics by class split under a sentence giving its degrees
+    of freedom (between: splits − 1, within: seeds − splits); None when the split does not
+    vary, "n too small" when no split has two seeds (nothing to estimate the within-split
+    variance from)."""
     if "class_split" not in results.coords or results["class_split"].dims != ("seed",):
         return None
     excluded = [seed for group in seed_exclusions(results).values() for seed, _ in group]
@@ -294,7 +311,7 @@ def variance_table(results: xr.Dataset, confidence: float) -> str | None:
     if len(splits) < 2:
         return None
     if counts.max() < 2:
-        return "Not computed: no class split has two seeds to compare within it."
+        return too_small("no class split has two seeds to compare within it")
     ood = ood_metrics(as_score(results))
     vc = variance_components_table(
         results.sel(metric=ood) if ood else results, confidence=confidence
@@ -318,4 +335,9 @@ def variance_table(results: xr.Dataset, confidence: float) -> str | None:
                 f"{v['p_value'].item():.2g}",
             ]
         )
-    return render(header, rows, markdown=True)
+    between, within = _span(vc["df_between"].values), _span(vc["df_within"].values)
+    df = (
+        f"Degrees of freedom: {between} between class splits (splits − 1), {within} within "
+        "(seeds − splits); p (F) tests the between-split variance on them."
+    )
+    return df + "\n\n" + render(header, rows, markdown=True)
