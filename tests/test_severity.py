@@ -280,6 +280,10 @@ def test_improvement_over_softmax() -> None:
     np.testing.assert_allclose(first[0], 0.004 * np.arange(11), atol=1e-12)
     flipped = sa.improvement(results, metric="fpr95")  # lower FPR is better: same sign
     np.testing.assert_allclose(flipped.values, delta.values, atol=1e-12)
+    for lower in ("fpr95_ood", "aurc"):  # every lower-is-better metric, not fpr95 alone
+        names = [lower if m == "fpr95" else str(m) for m in results["metric"].values]
+        renamed = sa.improvement(results.assign_coords(metric=names), metric=lower)
+        np.testing.assert_allclose(renamed.values, delta.values, atol=1e-12)
     summary = sa.improvement_summary(results)
     assert summary["median"].dims == ("method", "severity")
     assert (summary["share_improved"].sel({"method": "odin"}) == 1.0).all()

@@ -24,6 +24,7 @@ import xarray as xr
 from scipy import stats as sps
 
 from oodsim.errors import SpecError, UnknownNameError
+from oodsim.stats._common import higher_is_better
 
 PREDICTORS = ("id_accuracy", "id_auroc")
 
@@ -86,7 +87,8 @@ def improvement(results: xr.Dataset, baseline: str = "msp", metric: str = "auroc
     """``metric(κ) − metric(baseline)`` per (seed, model, method, severity[, dataset]),
     baseline excluded.
 
-    For ``fpr95`` lower is better, so the sign is flipped: positive always means "κ helps".
+    For a lower-is-better metric (``fpr95``, ``fpr95_ood``, ``aurc``) the sign is flipped:
+    positive always means "κ helps".
     """
     score = _metric(results, metric)
     methods = [str(m) for m in score["method"].values]
@@ -95,7 +97,7 @@ def improvement(results: xr.Dataset, baseline: str = "msp", metric: str = "auroc
     others = [m for m in methods if m != baseline]
     if not others:
         raise SpecError("methods", methods, f"at least one κ besides the baseline {baseline!r}")
-    sign = -1.0 if metric == "fpr95" else 1.0
+    sign = 1.0 if higher_is_better(metric) else -1.0
     delta = sign * (score.sel({"method": others}) - score.sel({"method": baseline}, drop=True))
     delta.attrs = {"baseline": baseline, "metric": metric}
     return delta.rename(f"{metric}_improvement")
