@@ -102,7 +102,9 @@ def add_command(commands: Any) -> None:
     inet.add_argument("--weights", help="weights file (default: the local torch/HF caches)")
     inet.add_argument("--random-weights", action="store_true", help="random init (smoke test)")
     inet.add_argument("--image-size", type=int, help="override the model's input size")
-    inet.add_argument("--batch-size", type=int, default=64)
+    inet.add_argument(
+        "--batch-size", type=int, default=64, help="images per forward pass (default: 64)"
+    )
     inet.add_argument("--save-logits", help="folder for id_logits.npy / ood_logits.npy")
     inet.add_argument("--id-logits", help="saved ID logits (.npy, n x 1000 or n x 200)")
     inet.add_argument("--ood-logits", help="saved ImageNet-O logits (.npy)")

@@ -1,6 +1,9 @@
-"""The ``oodsim`` command: ``run`` (any protocol's spec), ``report``, ``cache ls|verify|gc``,
-``imagenet21k-classes``, ``imagenet-o`` (one model or saved logits); ``severity`` is an alias of
-``run``."""
+"""The oodsim command: run (any protocol's spec), report, cache ls|verify|gc,
+imagenet21k-classes, imagenet-o (one model or saved logits); severity is an alias of run.
+
+Ctrl-C (SIGINT) and SIGTERM stop a run the same way: finished work stays in the store, one line
+says how to resume, and the exit code is 130 or 143.
+"""
 
 from __future__ import annotations
 
@@ -8,25 +11,32 @@ import argparse
 import contextlib
 import math
 import os
+import signal
 import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from types import FrameType
 
 from oodsim.cli.imagenet_o import add_command as add_imagenet_o
 from oodsim.errors import DEBUG_ENV, OodsimError, SpecError
 
+#: exit codes of a command stopped by Ctrl-C (SIGINT) or SIGTERM: 128 + the signal's number
+EXIT_SIGINT, EXIT_SIGTERM = 128 + signal.SIGINT, 128 + signal.SIGTERM
+
 
 def add_run_options(command: argparse.ArgumentParser) -> None:
     """The options of ``oodsim run`` (the same for every protocol)."""
-    command.add_argument("--address", help="address of an existing Dask scheduler")
     command.add_argument(
         "--cluster",
         metavar="KIND|ADDRESS",
-        help="where tasks run: local, in-process (no cluster), slurm, pbs, local-jobs (batch "
-        "jobs described by the spec's [cluster] table, whose kind this replaces) or an existing "
-        "scheduler's address (default: the spec's [cluster], else local; see docs/cluster.md)",
+        help="where tasks run: a kind (local, in-process: no cluster, or slurm, pbs, local-jobs: "
+        "batch jobs described by the spec's [cluster] table, whose kind this replaces) or the "
+        "address of an existing Dask scheduler, e.g. tcp://host:8786 or tls://host:8786 "
+        "(default: the spec's [cluster], else local; see docs/cluster.md)",
     )
+    # the old spelling of --cluster ADDRESS, kept working for scripts but not shown
+    command.add_argument("--address", help=argparse.SUPPRESS)
     command.add_argument(
         "--workers",
         type=int,
@@ -61,6 +71,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
     from oodsim.report import check_report_folder, format_summary_table, write_report
     from oodsim.store import default_root
 
+    address, cluster = _cluster_options(args.address, args.cluster)
     spec = load(args.spec)
     metric = _table_metric(spec, args.metric)
     cache = Path(args.cache) if args.cache else default_root()
@@ -71,8 +82,8 @@ def _cmd_run(args: argparse.Namespace) -> int:
     started = time.perf_counter()
     results = run(
         spec,
-        address=args.address,
-        cluster=args.cluster,
+        address=address,
+        cluster=cluster,
         n_workers=args.workers,
         cache=args.cache,
         out=out,
@@ -110,6 +121,23 @@ def _cmd_run(args: argparse.Namespace) -> int:
         f"results written to {out}"
     )
     return 0
+
+
+class OptionConflict(OodsimError):
+    """Two options of one command ask for different things."""
+
+
+def _cluster_options(address: str | None, cluster: str | None) -> tuple[str | None, str | None]:
+    """``(address, cluster)`` for ``run``: ``--address`` is the old spelling of
+    ``--cluster ADDRESS``, so both may be given only with the same value."""
+    if address is None or cluster is None:
+        return address, cluster
+    if address != cluster:
+        raise OptionConflict(
+            f"--cluster {cluster} and --address {address} name different clusters: give "
+            "--cluster or --address, not both (--address is the old spelling of --cluster ADDRESS)"
+        )
+    return address, None
 
 
 def _table_metric(spec, metric: str | None) -> str:
@@ -270,21 +298,42 @@ def _cmd_imagenet21k(args: argparse.Namespace) -> int:
     return 0
 
 
+def version() -> str:
+    """The installed oodsim's version (``oodsim.__version__`` when run from a source tree)."""
+    from importlib.metadata import PackageNotFoundError
+    from importlib.metadata import version as installed
+
+    try:
+        return installed("oodsim")
+    except PackageNotFoundError:
+        from oodsim import __version__
+
+        return __version__
+
+
 def parser() -> argparse.ArgumentParser:
+    """The ``oodsim`` command's parser; every help text is plain text (no reST markup)."""
     main = argparse.ArgumentParser(prog="oodsim", description=__doc__)
+    main.add_argument("--version", action="version", version=f"oodsim {version()}")
     main.add_argument("--debug", action="store_true", help="show tracebacks of errors")
-    commands = main.add_subparsers(dest="command", required=True)
+    commands = main.add_subparsers(
+        dest="command",
+        required=True,
+        metavar="COMMAND",
+        help="the command (oodsim COMMAND --help tells more)",
+    )
 
     for name, text in (
         ("run", "run (or resume) a spec of any protocol: open set, severity, ImageNet-O"),
         ("severity", "alias of `run` (kept for older scripts)"),
     ):
-        run = commands.add_parser(name, help=text)
+        run = commands.add_parser(name, help=text, description=text)
         run.add_argument("spec", help="spec file (TOML); its `protocol` key picks the protocol")
         add_run_options(run)
         run.set_defaults(func=_cmd_run)
 
-    report = commands.add_parser("report", help="plots and a summary of saved results")
+    text = "plots and a summary of saved results"
+    report = commands.add_parser("report", help=text, description=text)
     report.add_argument("results", help="results written by `oodsim run`")
     report.add_argument(
         "--out", help="report folder (default: the results' name with .report: results/x.report)"
@@ -297,22 +346,15 @@ def parser() -> argparse.ArgumentParser:
     )
     report.set_defaults(func=_cmd_report)
 
-    cache = commands.add_parser("cache", help="inspect and maintain the store")
-    cache.add_argument("action", choices=("ls", "verify", "gc"))
-    cache.add_argument("--cache", help="store root (default: $OODSIM_CACHE or ./cache)")
-    cache.add_argument("--repair", action="store_true", help="verify: remove corrupt entries")
-    cache.add_argument(
-        "--older-than",
-        type=float,
-        default=3600.0,
-        help="gc: seconds a temporary leftover must be old",
-    )
-    cache.set_defaults(func=_cmd_cache)
+    add_cache_command(commands)
 
-    classes = commands.add_parser(
-        "imagenet21k-classes", help="filter ImageNet-21k classes with WordNet (CSV)"
+    text = "filter ImageNet-21k classes with WordNet (CSV)"
+    classes = commands.add_parser("imagenet21k-classes", help=text, description=text)
+    classes.add_argument(
+        "--out",
+        default="imagenet21k_classes.csv",
+        help="CSV file of the class table (default: imagenet21k_classes.csv)",
     )
-    classes.add_argument("--out", default="imagenet21k_classes.csv")
     classes.add_argument("--wordnet-root", help="WordNet 3.0 WNDB folder")
     classes.set_defaults(func=_cmd_imagenet21k)
 
@@ -320,15 +362,76 @@ def parser() -> argparse.ArgumentParser:
     return main
 
 
+def add_cache_command(commands: argparse._SubParsersAction) -> None:
+    """``oodsim cache ls|verify|gc``, each with its own help and options."""
+    text = "inspect and maintain the store"
+    cache = commands.add_parser("cache", help=text, description=text)
+    cache.set_defaults(func=_cmd_cache)
+    actions = cache.add_subparsers(
+        dest="action",
+        required=True,
+        metavar="ACTION",
+        help="what to do (oodsim cache ACTION --help tells more)",
+    )
+    for name, text in (
+        ("ls", "list the store's entries: kind, key, size, what each one is"),
+        ("verify", "check every entry's checksums and list the corrupt ones (exit code 1)"),
+        ("gc", "remove leftovers: interrupted writes, stale or malformed locks, misplaced objects"),
+    ):
+        action = actions.add_parser(name, help=text, description=text)
+        action.add_argument("--cache", help="store root (default: $OODSIM_CACHE or ./cache)")
+        if name == "verify":
+            action.add_argument(
+                "--repair",
+                action="store_true",
+                help="remove the corrupt entries (the next run computes them again)",
+            )
+        if name == "gc":
+            action.add_argument(
+                "--older-than",
+                type=float,
+                default=3600.0,
+                metavar="SECONDS",
+                help="remove temporary leftovers only when they are this old (default: 3600)",
+            )
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM, raised like Ctrl-C's KeyboardInterrupt so that a run stops the same way."""
+
+
+def _terminate(signum: int, frame: FrameType | None) -> None:
+    """The SIGTERM handler while a command runs; a second SIGTERM ends the process at once."""
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    raise Terminated
+
+
+@contextlib.contextmanager
+def _sigterm_as_interrupt() -> Iterator[None]:
+    """While a command runs, SIGTERM (``kill``, a batch system's cancel) raises
+    :class:`Terminated`; the handler before is restored after (the main thread only)."""
+    try:
+        before = signal.signal(signal.SIGTERM, _terminate)
+    except ValueError:  # not the main thread: signals are not ours to handle
+        yield
+        return
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, before)
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run one command; every error is one ``oodsim: error: ...`` line and exit code 2
-    (``--debug`` shows the traceback instead)."""
+    (``--debug`` shows the traceback instead). Ctrl-C exits with 130, SIGTERM with 143."""
     args = parser().parse_args(argv)
     try:
-        with _debug_env(args.debug):
+        with _sigterm_as_interrupt(), _debug_env(args.debug):
             return args.func(args)
+    except Terminated:
+        return EXIT_SIGTERM
     except KeyboardInterrupt:
-        return 130
+        return EXIT_SIGINT
     except BrokenPipeError:  # `oodsim cache ls | head`: the reader left, nothing to report
         sys.stderr.close()
         return 0

@@ -12,6 +12,12 @@ spawns hold, and serve no dashboard. A job cluster uses TLS with temporary crede
 or with those of a local cluster this process started.
 :func:`as_landed` yields futures as they finish and gives up with :class:`ClusterError` when the
 cluster has had no worker for ``worker_timeout`` seconds.
+
+A run stopped by Ctrl-C or SIGTERM closes its cluster in the middle of the work. What that
+breaks (heartbeats to a closed scheduler, comms closed under a task) is not news to the user,
+who has been told how to resume, so Dask logs nothing while it closes; and the workers of a
+local cluster leave Ctrl-C, which a terminal sends to all of them too, to the driver
+(:func:`dask_setup`).
 """
 
 from __future__ import annotations
@@ -20,6 +26,7 @@ import contextlib
 import logging
 import os
 import shutil
+import signal
 import tempfile
 import time
 from collections.abc import Iterator, Sequence
@@ -47,6 +54,11 @@ LOCAL_LOST_WORKER_TIMEOUT = "300 s"
 # Dask's statistical profiler samples every worker thread's stack 100 times a second (for the
 # dashboard, which the local cluster does not serve): ~1 s of CPU per worker and digits run
 NO_PROFILER = {"distributed.worker.profile.enabled": False}
+#: this module as Dask's ``preload`` option names it: the workers of oodsim's local cluster run
+#: its :func:`dask_setup` when they start
+WORKER_PRELOAD = __name__
+#: seconds an interrupted run waits for its local workers to stop logging before it closes them
+QUIET_TIMEOUT = 5.0
 # scheduler address -> credentials, for the local clusters this process runs (a driver that
 # passes such an address, as tests and benchmarks/soak.py do, connects with them)
 _LOCAL_SECURITY: dict[str, Any] = {}
@@ -138,6 +150,7 @@ def _probe_scheduler(address: str, timeout: float, security: Any) -> None:
 def _refused_at_once(address: str) -> None:
     """Raise ConnectionRefusedError at once where nothing listens at a ``tcp://`` or
     ``tls://`` address (distributed would retry for ``CONNECT_TIMEOUT`` seconds first)."""
+    # loaded only when a cluster address is contacted (cached runs contact none)
     import socket
     from urllib.parse import urlsplit
 
@@ -238,7 +251,15 @@ def private_options() -> dict[str, Any]:
         "scheduler_kwargs": {"dashboard": False, "dashboard_address": f"{LOCAL_HOST}:0"},
         # workers keep glibc's default memory trimming: torch trains 2x faster (see the module)
         "preload_nanny": [nanny.PRELOAD],
+        "preload": [WORKER_PRELOAD],  # workers leave Ctrl-C to the driver
     }
+
+
+def dask_setup(worker: Any) -> None:
+    """Dask's preload hook, run in each worker of oodsim's local cluster as it starts: Ctrl-C in
+    a terminal reaches every process of the command, and a worker would die of it with a
+    traceback; the driver, which gets it too, stops the workers itself."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
 @contextlib.contextmanager
@@ -359,22 +380,50 @@ def cluster_client(
 ) -> Iterator[Any]:
     """A ``distributed.Client``: to ``address``; else to a new cluster of batch ``jobs``
     (SLURM, PBS, local jobs), or a new private local cluster; a new cluster is closed on
-    exit (its jobs cancelled)."""
+    exit (its jobs cancelled). After Ctrl-C or SIGTERM (a ``KeyboardInterrupt``), it closes
+    without a log line (see the module)."""
+    disabled = logging.root.manager.disable
+    try:
+        with _client(address, n_workers, jobs) as (client, local):
+            try:
+                yield client
+            except KeyboardInterrupt:
+                logging.disable(logging.CRITICAL)
+                if local:  # oodsim's workers end with the cluster: they go quiet too
+                    # (callback_timeout bounds the call: a busy worker does not hold up the stop)
+                    with contextlib.suppress(Exception):
+                        client.run(
+                            logging.disable,
+                            logging.CRITICAL,
+                            on_error="ignore",
+                            callback_timeout=QUIET_TIMEOUT,
+                        )
+                raise
+    finally:
+        logging.disable(disabled)
+
+
+@contextlib.contextmanager
+def _client(
+    address: str | None, n_workers: int | None, jobs: ClusterSpec | None
+) -> Iterator[tuple[Any, bool]]:
+    """``(client, local)`` of :func:`cluster_client`: ``local`` when the cluster is oodsim's
+    local one (its workers are this process's children and write to its terminal)."""
     # distributed loads only when a cluster is needed (cached runs start none)
     from distributed import Client
 
     if address:
         with _connect(address) as client:
-            yield client
+            yield client, False
         return
     if jobs is not None and jobs.is_jobs:
         check_jobs(jobs)
         with _job_cluster(jobs) as cluster, Client(cluster) as client:
-            yield client
+            yield client, False
         return
     check_main_guard()  # worker processes re-import the script: fail here, in one message
     with _local_cluster(n_workers) as cluster, Client(cluster) as client:
-        yield client
+        yield client, True
 
 
 def as_landed(

@@ -1,0 +1,149 @@
+"""The ``oodsim`` command's first contact: ``--version``, plain and complete help texts, one way
+to name a scheduler, and how Ctrl-C and SIGTERM stop a run (real processes, no mocks)."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from importlib.metadata import version
+from pathlib import Path
+
+import pytest
+
+from oodsim.cli import main as cli_main
+from oodsim.cli.main import parser
+from tests.conftest import ROOT, digits_toml
+
+#: what a stopped run prints once, with the number of seeds found complete in the store
+RESUME = "have everything in the store; run the same spec again to resume."
+#: third-party noise that must not follow it
+NOISE = ("Traceback", "CommClosedError", "Exception ignored", "leaked semaphore")
+
+
+def _oodsim(*args: str, **options) -> subprocess.Popen:
+    """``oodsim ARGS`` as its own process (``python -m oodsim.cli``), output merged."""
+    command = [sys.executable, "-m", "oodsim.cli", *args]
+    return subprocess.Popen(
+        command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=ROOT, **options
+    )
+
+
+def test_version_prints_the_installed_version() -> None:
+    process = _oodsim("--version")
+    output, _ = process.communicate(timeout=60)
+    assert process.returncode == 0, output
+    assert output == f"oodsim {version('oodsim')}\n"
+
+
+def _parsers(command: argparse.ArgumentParser) -> Iterator[argparse.ArgumentParser]:
+    """``command`` and every subcommand below it."""
+    yield command
+    for action in command._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for sub in dict.fromkeys(action.choices.values()):
+                yield from _parsers(sub)
+
+
+def test_every_help_is_plain_text_and_every_option_has_one() -> None:
+    commands = list(_parsers(parser()))
+    assert {c.prog for c in commands} >= {"oodsim cache ls", "oodsim cache gc", "oodsim run"}
+    for command in commands:
+        text = command.format_help()
+        for markup in ("``", ":func:", ":class:", ":mod:"):
+            assert markup not in text, (command.prog, text)
+        for action in command._actions:
+            if isinstance(action, argparse._HelpAction) or action.help == argparse.SUPPRESS:
+                continue
+            assert action.help and action.help.strip(), (command.prog, action.dest)
+            for choice in getattr(action, "_choices_actions", []):  # subcommands' lines
+                assert choice.help and choice.help.strip(), (command.prog, choice.dest)
+
+
+def test_cluster_takes_an_address_and_address_is_a_hidden_old_spelling() -> None:
+    run = next(c for c in _parsers(parser()) if c.prog == "oodsim run")
+    text = " ".join(run.format_help().split())
+    assert "--address" not in text
+    assert "tcp://host:8786" in text and "KIND|ADDRESS" in text
+
+
+@pytest.mark.parametrize(
+    "options",
+    [
+        ["--cluster", "tcp://127.0.0.1:1"],
+        ["--address", "tcp://127.0.0.1:1"],
+        ["--cluster", "tcp://127.0.0.1:1", "--address", "tcp://127.0.0.1:1"],
+    ],
+    ids=["cluster", "address", "both-the-same"],
+)
+def test_each_spelling_of_an_address_reaches_that_scheduler(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], options: list[str]
+) -> None:
+    spec = digits_toml(tmp_path / "spec.toml", 2)
+    code = cli_main(["run", str(spec), "--cache", str(tmp_path / "c"), "--quiet", *options])
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and len(lines) == 1, lines
+    assert "no Dask scheduler answered at 'tcp://127.0.0.1:1'" in lines[0]
+
+
+@pytest.mark.parametrize(
+    "options",
+    [
+        ["--cluster", "tcp://127.0.0.1:1", "--address", "tcp://127.0.0.1:2"],
+        ["--cluster", "local", "--address", "tcp://127.0.0.1:1"],
+    ],
+    ids=["two-addresses", "kind-and-address"],
+)
+def test_cluster_and_address_that_differ_are_one_error_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], options: list[str]
+) -> None:
+    spec = digits_toml(tmp_path / "spec.toml", 2)
+    code = cli_main(["run", str(spec), "--cache", str(tmp_path / "c"), *options])
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and len(lines) == 1, lines
+    assert lines[0].startswith("oodsim: error: --cluster ") and "not both" in lines[0]
+    assert not (tmp_path / "c").exists()
+
+
+@pytest.mark.parametrize(
+    ("signum", "group", "code"),
+    [(signal.SIGINT, True, 130), (signal.SIGTERM, False, 143)],
+    ids=["ctrl-c", "kill"],
+)
+def test_a_signal_stops_a_run_with_one_resume_line_and_nothing_after(
+    tmp_path: Path, signum: int, group: bool, code: int
+) -> None:
+    """Ctrl-C in a terminal (SIGINT to the run's whole process group, its workers included)
+    and ``kill`` (SIGTERM to the driver alone, whose workers are still busy) stop a run on a
+    local cluster the same way: the resume line once, no third-party log lines, and the exit
+    code of the signal."""
+    spec = digits_toml(tmp_path / "spec.toml", 6)
+    cache = tmp_path / "cache"
+    driver = _oodsim(
+        *("run", str(spec), "--workers", "2", "--cache", str(cache)),
+        *("--out", str(tmp_path / "r.zarr")),
+        start_new_session=True,  # its own process group, as a terminal gives a command
+    )
+    try:
+        deadline = time.monotonic() + 300
+        while time.monotonic() < deadline and not any(cache.glob("checkpoint/*/*/meta.json")):
+            time.sleep(0.1)
+        assert driver.poll() is None, driver.communicate()[0]
+        assert any(cache.glob("checkpoint/*/*/meta.json")), "no checkpoint within 300 s"
+        if group:
+            os.killpg(driver.pid, signum)
+        else:
+            driver.send_signal(signum)
+        output, _ = driver.communicate(timeout=120)
+    finally:
+        if driver.poll() is None:
+            os.killpg(driver.pid, signal.SIGKILL)
+            driver.communicate()
+    assert driver.returncode == code, output
+    assert output.count(RESUME) == 1, output
+    noise = [line for line in output.splitlines() if any(word in line for word in NOISE)]
+    assert not noise, output
