@@ -131,3 +131,30 @@ def cache(tmp_path: Path) -> Path:
 @pytest.fixture(autouse=True, scope="session")
 def _quiet_env() -> None:
     os.environ.setdefault("OMP_NUM_THREADS", "1")
+
+
+def _user_folders() -> dict[str, list[tuple[str, int]]]:
+    """What the user's own ``results/`` and ``cache/`` of the checkout hold (names, mtimes)."""
+    state = {}
+    for name in ("results", "cache"):
+        folder = ROOT / name
+        entries = sorted(folder.rglob("*")) if folder.is_dir() else []
+        state[name] = [(str(p.relative_to(folder)), p.lstat().st_mtime_ns) for p in entries]
+    return state
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _hermetic(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """No test reads or writes the user's ``results/`` or ``cache/``: every run that names no
+    store uses a session store of its own (``$OODSIM_CACHE``, inherited by subprocesses and
+    workers), and the session ends by checking that the checkout's folders did not change."""
+    before = _user_folders()
+    previous = os.environ.get("OODSIM_CACHE")
+    os.environ["OODSIM_CACHE"] = str(tmp_path_factory.mktemp("session-cache"))
+    yield
+    if previous is None:
+        os.environ.pop("OODSIM_CACHE", None)
+    else:
+        os.environ["OODSIM_CACHE"] = previous
+    after = _user_folders()
+    assert after == before, "the test session changed the checkout's results/ or cache/"

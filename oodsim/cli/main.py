@@ -43,8 +43,14 @@ def add_run_options(command: argparse.ArgumentParser) -> None:
         help="worker processes of the local cluster (default: one per core; 1, or a run of one "
         "seed, runs in this process without a cluster unless --cluster local)",
     )
-    command.add_argument("--cache", help="store root (default: $OODSIM_CACHE or ./cache)")
-    command.add_argument("--out", help="where to write results (default: results/<name>.zarr)")
+    command.add_argument(
+        "--cache",
+        help="store root (default: $OODSIM_CACHE, else the cache/ folder of the spec's project; "
+        "see docs/caching.md)",
+    )
+    command.add_argument(
+        "--out", help="where to write results (default: results/<name>.zarr of the spec's project)"
+    )
     command.add_argument("--quiet", action="store_true", help="no progress line")
     command.add_argument(
         "--worker-timeout",
@@ -69,23 +75,26 @@ def _cmd_run(args: argparse.Namespace) -> int:
     # loaded by the command that needs it, so `oodsim --help` stays fast
     from oodsim.engine import load, run
     from oodsim.report import check_report_folder, format_summary_table, write_report
-    from oodsim.store import default_root
+    from oodsim.store import default_results, default_root
 
     address, cluster = _cluster_options(args.address, args.cluster)
     spec = load(args.spec)
     metric = _table_metric(spec, args.metric)
-    cache = Path(args.cache) if args.cache else default_root()
+    near = Path(args.spec).parent  # one cache and results folder per project, from any folder
+    cache = Path(args.cache) if args.cache else default_root(near)
     new_cache = " (a new cache: it was empty)" if not cache.exists() else ""
-    out = Path(args.out) if args.out else Path("results") / f"{spec.name}.zarr"
+    out = Path(args.out) if args.out else default_results(spec.name, near)
     if args.report:  # refused before any compute, not after it
         check_report_folder(args.report, spec, overwrite=args.overwrite)
+    if not args.quiet:
+        print(_opening_line(spec, cache, out), file=sys.stderr, flush=True)
     started = time.perf_counter()
     results = run(
         spec,
         address=address,
         cluster=cluster,
         n_workers=args.workers,
-        cache=args.cache,
+        cache=cache,
         out=out,
         progress=not args.quiet,
         worker_timeout=args.worker_timeout,
@@ -138,6 +147,20 @@ def _cluster_options(address: str | None, cluster: str | None) -> tuple[str | No
             "--cluster or --address, not both (--address is the old spelling of --cluster ADDRESS)"
         )
     return address, None
+
+
+def _opening_line(spec, cache: Path, out: Path) -> str:
+    """What a run is about to do, before anything heavy: the spec, the store it reads (with
+    how many entries it already holds) and where the results go."""
+    from oodsim.protocols import protocol_of  # (fast --help)
+
+    entries = sum(1 for _ in cache.glob("*/*/*/meta.json")) if cache.is_dir() else 0
+    held = f"{entries} entries" if entries else "empty: everything is computed"
+    rule = "" if spec.stopping.rule == "fixed" else f", stopping rule {spec.stopping.rule}"
+    return (
+        f"oodsim: {spec.name} ({protocol_of(spec).name}, {spec.seeds.count} seeds{rule}); "
+        f"cache {cache.resolve()} ({held}); results to {out}"
+    )
 
 
 def _table_metric(spec, metric: str | None) -> str:
@@ -379,7 +402,9 @@ def add_cache_command(commands: argparse._SubParsersAction) -> None:
         ("gc", "remove leftovers: interrupted writes, stale or malformed locks, misplaced objects"),
     ):
         action = actions.add_parser(name, help=text, description=text)
-        action.add_argument("--cache", help="store root (default: $OODSIM_CACHE or ./cache)")
+        action.add_argument(
+            "--cache", help="store root (default: $OODSIM_CACHE, else the project's cache/)"
+        )
         if name == "verify":
             action.add_argument(
                 "--repair",

@@ -224,7 +224,8 @@ def run(
     ``"in-process"``) that replaces
     the kind of the spec's ``[cluster]`` table, a whole table (a ``ClusterSpec`` or a dict),
     or a scheduler address (like ``address``, which may not be given with it). ``cache``: the
-    store root (default ``$OODSIM_CACHE`` or ``./cache``); ``out``: also save the results
+    store root (default ``$OODSIM_CACHE``, else the ``cache/`` of the current folder's project,
+    :func:`oodsim.store.default_root`); ``out``: also save the results
     there (zarr).
     ``progress``: print a status line to stderr (or the given stream). ``worker_timeout``:
     stop with :class:`~oodsim.engine.ClusterError` when the cluster has had no worker for this
