@@ -18,6 +18,47 @@ from oodsim.specs import ExperimentSpec, load_spec
 
 ROOT = Path(__file__).resolve().parents[1]
 
+#: Modules whose tests train models, start clusters or run ``oodsim`` in subprocesses: marked
+#: ``slow``, so that ``pytest -m "not slow"`` is the quick subset (README). Any other test that
+#: uses the shared cluster (``cluster_address``) is slow too.
+SLOW_MODULES = frozenset(
+    {
+        "test_architectures",
+        "test_cache_healing",
+        "test_cli_surface",
+        "test_clusters",
+        "test_datasets",
+        "test_degenerate",
+        "test_detector_reuse",
+        "test_determinism",
+        "test_doc_examples",
+        "test_engine",
+        "test_faults",
+        "test_guard",
+        "test_imagenet_o",
+        "test_inprocess",
+        "test_keys",
+        "test_metric_conventions_run",
+        "test_outputs_safety",
+        "test_pipeline",
+        "test_private_cluster",
+        "test_project_cache",
+        "test_pytorch_ood",
+        "test_severity_run",
+        "test_stopping_run",
+        "test_throughput_bench",
+        "test_tuning",
+    }
+)
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Mark the long tests ``slow`` (see :data:`SLOW_MODULES`)."""
+    for item in items:
+        module = item.module.__name__.rsplit(".", 1)[-1] if item.module else ""
+        if module in SLOW_MODULES or "cluster_address" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.slow)
+
 
 def small_digits(n_seeds: int = 4, **changes) -> ExperimentSpec:
     """The shipped digits spec, shrunk so one simulation trains in about a second (MSP only)."""

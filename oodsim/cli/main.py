@@ -323,13 +323,14 @@ def _cmd_imagenet21k(args: argparse.Namespace) -> int:
 
 def version() -> str:
     """The installed oodsim's version (``oodsim.__version__`` when run from a source tree)."""
+    # loaded by the one option that needs it, so every other command starts without it
     from importlib.metadata import PackageNotFoundError
     from importlib.metadata import version as installed
 
     try:
         return installed("oodsim")
     except PackageNotFoundError:
-        from oodsim import __version__
+        from oodsim import __version__  # a source tree without installed metadata
 
         return __version__
 
