@@ -67,7 +67,7 @@ def test_the_same_spec_from_another_folder_reuses_the_cache(tmp_path: Path) -> N
         )
         assert done.returncode == 0, done.stderr
         runs.append(done)
-    first_line = runs[1].stderr.splitlines()[0]
+    first_line = runs[1].stdout.splitlines()[0]
     assert first_line.startswith("oodsim: ") and f"cache {project / 'cache'} (" in first_line
     assert "entries)" in first_line and f"results to {project / 'results'}" in first_line
     store = json.loads(runs[1].stdout.rsplit("(store ", 1)[1].split(": ", 1)[1].split(");")[0])

@@ -87,7 +87,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
     if args.report:  # refused before any compute, not after it
         check_report_folder(args.report, spec, overwrite=args.overwrite)
     if not args.quiet:
-        print(_opening_line(spec, cache, out), file=sys.stderr, flush=True)
+        print(_opening_line(spec, cache, out), flush=True)  # stderr: errors and progress
     started = time.perf_counter()
     results = run(
         spec,
