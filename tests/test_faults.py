@@ -50,8 +50,11 @@ def wait_for(probe: Callable[[], T | None], timeout: float, what: str) -> T:
 
 
 def complete(cache: Path, kind: str) -> list[str]:
-    """Keys of the complete entries of ``kind`` (meta file present: written last)."""
-    return sorted(p.parent.name for p in cache.glob(f"{kind}/??/*/meta.json"))
+    """Keys of the complete entries of ``kind``, as the store lists them: an entry folder is
+    complete once renamed into place. (A glob for meta files would also count a writer's
+    ``.tmp-*`` folder, which holds its meta file before the rename: a worker killed between
+    the two leaves one, and the count would read one entry too many.)"""
+    return sorted(e.key for e in Store(cache).entries() if e.kind == kind)
 
 
 def oodsim_cli(*args: str, **kwargs: Any) -> subprocess.Popen:
