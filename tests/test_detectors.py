@@ -197,10 +197,14 @@ def test_pytorch_ood_temperature_fit_approaches_ours(s: Setup) -> None:
     # optimum; repeated calls continue from its last T and converge towards ours.
     ours = temperature.fit_temperature(s.val.logits, s.val.labels)
     oracle = pood.TemperatureScaling(None)
+    # How many calls it takes depends on the logits (a trained model's, which differ a little
+    # between processors): up to 40, stopping once within 2% of ours.
     nll = [temperature.nll(s.val.logits, s.val.labels, ours)]
-    for _ in range(6):
+    for _ in range(40):
         oracle.fit_logits(t(s.val.logits), t(s.val.labels))
         nll.append(temperature.nll(s.val.logits, s.val.labels, oracle.t.item()))
+        if len(nll) > 2 and abs(oracle.t.item() / ours - 1) < 0.02:
+            break
     assert min(nll[1:]) >= nll[0] - 1e-9  # nobody beats the exact minimum
     assert nll[-1] < nll[1] and abs(oracle.t.item() / ours - 1) < 0.02
 

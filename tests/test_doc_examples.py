@@ -1,11 +1,14 @@
-"""Every Python example in the README and docs/ runs as a saved script (the docs' contract).
+"""The README's commands and every Python example of the docs, run as a newcomer meets them.
 
-Each ```python block is written to a file and run with ``sys.executable`` in a fresh
-interpreter, so Dask's spawned workers re-import it exactly as they would a user's script. The
-working directory is a fresh temporary folder per block holding a link to the repository's
-``specs/`` (examples use relative paths such as ``specs/digits.toml``), so whatever an example
-writes (``results/``, reports, a ``cache/``) stays out of the repository. All blocks share one
-temporary store (``$OODSIM_CACHE``): the models one example trains are reused by the next.
+In one copy of the checkout (its tracked files, :func:`tests.readme_sample.copy_checkout`),
+with no ``$OODSIM_CACHE`` (the project's own ``cache/`` is the store): first the README's
+main command (``oodsim run specs/digits.toml``), whose output must be the README's sample
+block; then the collection of the test suite (the README's second command), which the main
+job's ``results/`` and ``cache/`` must not disturb; then every ```python block of README.md,
+docs/quickstart.md and the other pages, in that order, each saved as ``example.py`` in the
+copy and run with ``sys.executable`` in a fresh interpreter, so that Dask's spawned workers
+re-import it exactly as they would a user's script. Later examples see what earlier ones
+wrote (``results/``, reports) and reuse the models they trained, as a reader's would.
 
 A block is skipped only when the line right before its fence is ``<!-- no-run: reason -->``
 (e.g. it needs ImageNet on disk); the reason must not be empty.
@@ -13,7 +16,6 @@ A block is skipped only when the line right before its fence is ``<!-- no-run: r
 
 from __future__ import annotations
 
-import os
 import re
 import subprocess
 import sys
@@ -24,10 +26,23 @@ import attrs
 import pytest
 
 from tests.conftest import ROOT
+from tests.readme_sample import (
+    MARKER,
+    copy_checkout,
+    disagreements,
+    newcomer_env,
+    readme_block,
+    run_main_job,
+    sample_block,
+)
 
-DOCUMENTS = (ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md")))
-#: read-only inputs of the examples, linked into each block's working directory
-INPUTS = ("specs",)
+QUICKSTART = ROOT / "docs" / "quickstart.md"
+#: in a newcomer's reading order: the README, the quickstart, then the other pages
+DOCUMENTS = (
+    ROOT / "README.md",
+    QUICKSTART,
+    *sorted(p for p in (ROOT / "docs").glob("*.md") if p != QUICKSTART),
+)
 NO_RUN = re.compile(r"^\s*<!--\s*no-run:(?P<reason>.*?)-->\s*$")
 FENCE = re.compile(r"^\s*```")
 TIMEOUT_S = 600
@@ -79,10 +94,53 @@ def _params() -> list:
     return params
 
 
+@attrs.frozen
+class Project:
+    """A newcomer's copy of the checkout, after the README's main command ran in it."""
+
+    folder: Path
+    env: dict[str, str]
+    main_job: subprocess.CompletedProcess
+
+
 @pytest.fixture(scope="session")
-def doc_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """One store for every example of the session."""
-    return tmp_path_factory.mktemp("doc-cache")
+def project(tmp_path_factory: pytest.TempPathFactory) -> Project:
+    folder = copy_checkout(tmp_path_factory.mktemp("newcomer") / "oodsim")
+    return Project(folder, newcomer_env(folder), run_main_job(folder))
+
+
+def test_the_main_command_prints_the_readmes_sample(project: Project) -> None:
+    done = project.main_job
+    assert done.returncode == 0, done.stderr[-6000:]
+    assert (project.folder / "results" / "digits.zarr").is_dir()
+    assert (project.folder / "cache").is_dir()  # the project's store, not a user folder
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    assert MARKER in readme
+    computed = sample_block(done.stdout)
+    problems = disagreements(readme_block(readme), computed)
+    assert problems == [], (
+        "README.md's sample output is stale; run `python -m tests.readme_sample`. "
+        f"The main command printed:\n{computed}"
+    )
+
+
+def test_the_suite_collects_after_the_main_command(
+    project: Project, request: pytest.FixtureRequest
+) -> None:
+    """The README's second command, after its first, in the same folder: every test this
+    session runs is collected there too."""
+    done = subprocess.run(
+        [sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider"],
+        cwd=project.folder,
+        env=project.env,
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT_S,
+    )
+    assert done.returncode == 0, done.stdout[-6000:] + done.stderr[-2000:]
+    collected = {line for line in done.stdout.splitlines() if "::" in line}
+    ours = {item.nodeid for item in request.session.items}
+    assert ours <= collected, sorted(ours - collected)[:10]
 
 
 def test_docs_have_examples() -> None:
@@ -119,24 +177,14 @@ def test_blocks_are_found_with_their_markers(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize("block", _params())
-def test_example_runs_as_a_script(block: Block, tmp_path: Path, doc_cache: Path) -> None:
-    for name in INPUTS:
-        (tmp_path / name).symlink_to(ROOT / name, target_is_directory=True)
-    script = tmp_path / "example.py"
+def test_example_runs_as_a_script(block: Block, project: Project) -> None:
+    script = project.folder / "example.py"
     script.write_text(block.code, encoding="utf-8")
-    env = {
-        **os.environ,
-        "OODSIM_CACHE": str(doc_cache),
-        "MPLBACKEND": "Agg",
-        "OMP_NUM_THREADS": "1",
-        # the repository's own package, also in the spawned Dask workers
-        "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),
-    }
     try:
         done = subprocess.run(
             [sys.executable, script.name],
-            cwd=tmp_path,
-            env=env,
+            cwd=project.folder,
+            env=project.env,
             capture_output=True,
             text=True,
             timeout=TIMEOUT_S,

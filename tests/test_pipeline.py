@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import re
 import subprocess
 from pathlib import Path
 
@@ -116,6 +117,9 @@ def test_progress_reports_to_a_stream(cluster_address: str, cache: Path) -> None
     stream = io.StringIO()
     oodsim.run(small_digits(2), address=cluster_address, cache=cache, progress=stream)
     assert "oodsim: 2/2 simulations (0 cached)" in stream.getvalue()
+    # before any seed landed, a worker's heartbeat (a Dask event) said what it was doing
+    first = stream.getvalue().splitlines()[0]
+    assert re.fullmatch(r"oodsim: 0/2 .* simulation [01]: training, epoch 1/6", first), first
 
 
 def test_scheduler_and_worker_started_with_the_dask_cli(tmp_path: Path) -> None:

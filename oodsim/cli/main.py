@@ -150,15 +150,23 @@ def _cluster_options(address: str | None, cluster: str | None) -> tuple[str | No
 
 
 def _opening_line(spec, cache: Path, out: Path) -> str:
-    """What a run is about to do, before anything heavy: the spec, the store it reads (with
-    how many entries it already holds) and where the results go."""
-    from oodsim.protocols import protocol_of  # (fast --help)
+    """What a run is about to do, before anything heavy: the spec, the plan (seeds in the
+    cache, seeds to compute), the store it reads (with how many entries it already holds) and
+    where the results go."""
+    # (fast --help)
+    from oodsim.engine.plan import count_cached
+    from oodsim.protocols import protocol_of
+    from oodsim.store import Store
+    from oodsim.store_layout import TMP_PREFIX
 
-    entries = sum(1 for _ in cache.glob("*/*/*/meta.json")) if cache.is_dir() else 0
+    protocol = protocol_of(spec)
+    store = Store(cache)
+    entries = sum(not p.parent.name.startswith(TMP_PREFIX) for p in cache.glob("*/*/*/meta.json"))
     held = f"{entries} entries" if entries else "empty: everything is computed"
+    plan = count_cached(spec, store, spec.seeds.all()[: spec.max_seeds]).describe(protocol.unit)
     rule = "" if spec.stopping.rule == "fixed" else f", stopping rule {spec.stopping.rule}"
     return (
-        f"oodsim: {spec.name} ({protocol_of(spec).name}, {spec.seeds.count} seeds{rule}); "
+        f"oodsim: {spec.name} ({protocol.name}; {plan}{rule}); "
         f"cache {cache.resolve()} ({held}); results to {out}"
     )
 

@@ -1,4 +1,4 @@
-"""The Dask side of the engine: one way to get a client, watch work land, and show progress.
+"""The Dask side of the engine: one way to get a client, and to watch work land.
 
 :func:`cluster_client` starts a ``distributed.LocalCluster`` of worker processes (one torch
 thread each), or a cluster of CUDA workers when CUDA and dask-cuda are present (one per GPU, or
@@ -31,7 +31,7 @@ import tempfile
 import time
 from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import Any, TextIO
+from typing import Any
 
 from oodsim.cluster_spec import ClusterSpec
 from oodsim.engine import gpu, jobqueue, nanny
@@ -66,59 +66,6 @@ _LOCAL_SECURITY: dict[str, Any] = {}
 
 class ClusterError(OodsimError):
     """The Dask scheduler could not be reached or the cluster could not start."""
-
-
-# --------------------------------------------------------------------------- progress
-
-
-class Progress:
-    """Status of a run: done/total, cached, failed, elapsed, ETA.
-
-    On a terminal one line is rewritten in place; in logs a line is printed at most every
-    ``interval`` seconds and at the end.
-    """
-
-    def __init__(
-        self, total: int, stream: TextIO | None, interval: float = 5.0, unit: str = "seeds"
-    ) -> None:
-        self.total, self.stream, self.interval, self.unit = total, stream, interval, unit
-        self.done = self.cached = self.failed = 0
-        self.started = self.last = time.perf_counter()
-        self.tty = bool(stream is not None and getattr(stream, "isatty", lambda: False)())
-
-    def update(self, failed: bool, cached: bool) -> None:
-        self.done += 1
-        self.cached += cached
-        self.failed += failed
-        now = time.perf_counter()
-        finished = self.done == self.total
-        if self.stream is None or not (self.tty or finished or now - self.last >= self.interval):
-            return
-        self.last = now
-        elapsed = now - self.started
-        computed = self.done - self.cached
-        eta = ""
-        if computed and not finished:
-            eta = f", ~{_clock(elapsed / computed * (self.total - self.done))} left"
-        failed = f", {self.failed} failed" if self.failed else ""
-        line = (
-            f"oodsim: {self.done}/{self.total} {self.unit} ({self.cached} cached{failed}) "
-            f"in {_clock(elapsed)}{eta}"
-        )
-        if self.tty:
-            print(f"\r{line}   ", end="\n" if finished else "", file=self.stream, flush=True)
-        else:
-            print(line, file=self.stream, flush=True)
-
-    def stopped(self, reason: str) -> None:
-        """End the status line early (a stopping rule fired or the run was interrupted)."""
-        if self.stream is not None:
-            print(("\n" if self.tty else "") + f"oodsim: {reason}", file=self.stream, flush=True)
-
-
-def _clock(seconds: float) -> str:
-    minutes, seconds = divmod(int(seconds), 60)
-    return f"{minutes}:{seconds:02d}"
 
 
 # --------------------------------------------------------------------------- cluster

@@ -26,18 +26,14 @@ import numpy as np
 import xarray as xr
 
 from oodsim.cluster_spec import ClusterSpec, resolve_cluster, runs_in_process
-from oodsim.engine.cluster import (
-    LOCAL_WORKER_TIMEOUT,
-    Progress,
-    as_landed,
-    check_jobs,
-    cluster_client,
-)
+from oodsim.engine.cluster import LOCAL_WORKER_TIMEOUT, as_landed, check_jobs, cluster_client
 from oodsim.engine.guard import check_main_guard
 from oodsim.engine.inprocess import InProcess
 from oodsim.engine.load import as_spec
+from oodsim.engine.progress import Progress
 from oodsim.engine.work import Shipped, run_task, score_seed
 from oodsim.errors import OodsimError, SpecError
+from oodsim.heartbeat import Listener, listening
 from oodsim.protocols import protocol_of
 from oodsim.protocols.base import Protocol, Task, is_lost_entry
 from oodsim.protocols.degenerate import is_degenerate_failure
@@ -69,10 +65,11 @@ class _Submitter:
         worker_timeout: float | None = None,
         jobs: ClusterSpec | None = None,
         in_process: bool = False,
+        listener: Listener | None = None,
     ) -> None:
         self.protocol, self.spec, self.store, self.stack = protocol, spec, store, stack
         self.address, self.n_workers, self.worker_timeout = address, n_workers, worker_timeout
-        self.jobs, self.in_process = jobs, in_process
+        self.jobs, self.in_process, self.listener = jobs, in_process, listener
         self.root = str(store.root.resolve())
         self.shipped = Shipped.of(protocol, spec)
         self.client: Any = None
@@ -92,7 +89,19 @@ class _Submitter:
                 if self.in_process
                 else cluster_client(self.address, self.n_workers, self.jobs)
             )
+            if self.listener is not None:  # the work's heartbeats, for the status line
+                self.stack.enter_context(listening(self.client, self.listener))
         return self.client
+
+    def slots(self) -> int:
+        """How many tasks run at once: the cluster's threads (1 in process or before the
+        cluster started)."""
+        if self.client is None or self.in_process:
+            return 1
+        try:
+            return max(1, sum(self.client.nthreads().values()))
+        except Exception:  # a closing client: the estimate is only a status line
+            return 1
 
     def _done(self, task: Task) -> bool:
         """Whether a task's entries are all intact, checksums included: a corrupt entry is
@@ -281,8 +290,18 @@ def run(
     started = time.perf_counter()
     with contextlib.ExitStack() as stack:
         submitter = _Submitter(
-            protocol, spec, store, stack, address, n_workers, worker_timeout, jobs, in_process
+            protocol,
+            spec,
+            store,
+            stack,
+            address,
+            n_workers,
+            worker_timeout,
+            jobs,
+            in_process,
+            listener=tracker.heard if stream is not None else None,
         )
+        tracker.slots = submitter.slots
         futures: dict[int, Any] = {}
         submitted: dict[int, None] = {}  # every seed handed to the cluster, in order
         try:

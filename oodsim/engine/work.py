@@ -19,6 +19,7 @@ import attrs
 from oodsim.data.registry import adopt_datasets, user_datasets
 from oodsim.detectors import adopt, user_detectors
 from oodsim.errors import DEBUG_ENV
+from oodsim.heartbeat import working_on
 from oodsim.models.registry import adopt_architectures, user_architectures
 from oodsim.protocols import get_protocol, protocol_of
 from oodsim.protocols.base import SeedFailed, Task, first_failure
@@ -125,8 +126,9 @@ def run_task(
         return failure, ()
     _prepare(shipped, torch_threads)
     try:
-        if not task.done(store):
-            task.compute(store)
+        with working_on(task.label or f"task {task.key[:12]}"):
+            if not task.done(store):
+                task.compute(store)
     except SeedFailed as error:
         return str(error), tuple(store.events)
     return "", tuple(store.events)
@@ -150,7 +152,8 @@ def score_seed(
     if not failure:
         _prepare(shipped, torch_threads)
         try:
-            result = protocol.score(spec, seed, store)
+            with working_on(f"seed {seed}: scoring"):
+                result = protocol.score(spec, seed, store)
         except SeedFailed as error:
             failure = str(error)
         else:

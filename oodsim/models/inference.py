@@ -7,19 +7,25 @@ from collections.abc import Iterable
 import numpy as np
 import torch
 
+from oodsim.heartbeat import beat
 from oodsim.models.classifier import Classifier
 from oodsim.models.tensors import to_tensor
 
 
 def infer_batches(
-    model: torch.nn.Module, batches: Iterable[torch.Tensor], device: str = "cpu"
+    model: torch.nn.Module,
+    batches: Iterable[torch.Tensor],
+    device: str = "cpu",
+    total: int | None = None,
 ) -> tuple[list[np.ndarray], list[np.ndarray]]:
     """The one inference loop: (logits, features) float32 blocks of preprocessed batches, in
-    one forward pass per batch (``model.forward_with_features``), model in eval mode."""
+    one forward pass per batch (``model.forward_with_features``), model in eval mode.
+    ``total``: how many batches there are, for the heartbeat (when known)."""
     logits, features = [], []
     model.eval().to(device)
     with torch.no_grad():
-        for batch in batches:
+        for number, batch in enumerate(batches, start=1):
+            beat("inference, batch", number, total)
             z, h = model.forward_with_features(batch.to(device))
             logits.append(z.float().cpu().numpy())
             features.append(h.float().cpu().numpy())
@@ -40,7 +46,7 @@ def infer(
         to_tensor(images[start : start + batch_size], mean, std, device)
         for start in range(0, len(images), batch_size)
     )
-    logits, features = infer_batches(model, batches, device)
+    logits, features = infer_batches(model, batches, device, -(-len(images) // batch_size))
     if not logits:
         last = [m for m in model.head.modules() if isinstance(m, torch.nn.Linear)][-1]
         n_classes, n_features = last.out_features, last.in_features

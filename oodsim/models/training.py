@@ -11,6 +11,7 @@ import torch
 import torch.nn.functional as F
 
 from oodsim.errors import OodsimError
+from oodsim.heartbeat import beat
 from oodsim.models.augment import augment_batch
 from oodsim.models.classifier import Classifier
 from oodsim.models.tensors import to_tensor
@@ -75,6 +76,7 @@ def train(
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(streams.torch_seed("dropout"))  # training-time dropout masks
         for epoch in range(spec.max_epochs):
+            beat("training, epoch", epoch + 1, spec.max_epochs)
             model.train()
             permutation = torch.randperm(len(x_train), generator=order).to(device)
             total = 0.0

@@ -1,0 +1,129 @@
+"""The status line of a run: done/total, cached, failed, elapsed, what is running, time left.
+
+A run says what it does from its first seconds: until seeds finish, the heartbeats of the
+work (:mod:`oodsim.heartbeat`: "simulation 3: training, epoch 4/30") fill the line. A time
+left is shown only once it means something: after every worker finished two seeds, from the
+pace after the first round (which also pays for start-up), with a range.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+import threading
+import time
+from collections.abc import Callable
+from typing import Any, TextIO
+
+from oodsim.heartbeat import describe
+
+#: completed rounds (seeds per worker) before a time left is shown
+ROUNDS_BEFORE_ESTIMATE = 2
+
+
+class Progress:
+    """Status of a run, printed to ``stream`` (None: silent).
+
+    On a terminal one line is rewritten in place; in logs a line is printed at most every
+    ``interval`` seconds and at the end. ``slots`` says how many seeds run at once (the
+    cluster's threads), for the time left; it is asked only from the driver's thread, and never
+    while the lock that heartbeats take is held.
+    """
+
+    def __init__(
+        self,
+        total: int,
+        stream: TextIO | None,
+        interval: float = 5.0,
+        unit: str = "seeds",
+        slots: Callable[[], int] = lambda: 1,
+    ) -> None:
+        self.total, self.stream, self.interval, self.unit = total, stream, interval, unit
+        self.slots = slots
+        self.done = self.cached = self.failed = 0
+        self.started = time.perf_counter()
+        self.last = -math.inf  # when a line was last printed
+        self.finished: list[float] = []  # when each computed (not cached) seed landed
+        self.eta = ""
+        self.working = ""  # the latest heartbeat, in words
+        self.ended = False
+        self.width = 0  # length of the line on a terminal, to blank what a shorter one leaves
+        self.tty = bool(stream is not None and getattr(stream, "isatty", lambda: False)())
+        self._lock = threading.Lock()  # heartbeats arrive on the Dask client's thread
+
+    def update(self, failed: bool, cached: bool) -> None:
+        """One seed landed (scored from the cache, or computed)."""
+        now = time.perf_counter()
+        # asked before the lock: the cluster answers on the thread that delivers heartbeats,
+        # which may be waiting for the lock
+        slots = self.slots() if self.stream is not None else 1
+        with self._lock:
+            self.done += 1
+            self.cached += cached
+            self.failed += failed
+            if not cached:
+                self.finished.append(now)
+            self.working = ""
+            self.eta = self._time_left(slots) if self.stream is not None else ""
+            self._show(now, final=self.done == self.total)
+
+    def heard(self, message: dict[str, Any]) -> None:
+        """A heartbeat of the work (see :mod:`oodsim.heartbeat`)."""
+        now = time.perf_counter()
+        with self._lock:
+            if self.ended or self.done == self.total:
+                return
+            self.working = describe(message)
+            self._show(now)
+
+    def stopped(self, reason: str) -> None:
+        """End the status line early (a stopping rule fired or the run was interrupted)."""
+        with self._lock:
+            self.ended = True
+            if self.stream is not None:
+                start = "\n" if self.tty and self.width else ""
+                print(f"{start}oodsim: {reason}", file=self.stream, flush=True)
+
+    def _show(self, now: float, final: bool = False) -> None:
+        if self.stream is None or self.ended:
+            return
+        if not (final or now - self.last >= (1.0 if self.tty else self.interval)):
+            return
+        self.last = now
+        failed = f", {self.failed} failed" if self.failed else ""
+        working = f"; {self.working}" if self.working and not final else ""
+        line = (
+            f"oodsim: {self.done}/{self.total} {self.unit} ({self.cached} cached{failed}) "
+            f"in {clock(now - self.started)}{'' if final else self.eta}{working}"
+        )
+        if self.tty:
+            blank = " " * max(0, self.width - len(line))
+            self.width = 0 if final else len(line)
+            print(f"\r{line}{blank}", end="\n" if final else "", file=self.stream, flush=True)
+        else:
+            print(line, file=self.stream, flush=True)
+        if final:
+            self.ended = True
+
+    def _time_left(self, slots: int) -> str:
+        """ ", ~m:ss left (low–high)" once each worker finished ``ROUNDS_BEFORE_ESTIMATE``
+        seeds, else "". The pace is the mean gap between landings after the first round;
+        the range is that mean ± 2 standard errors, times the seeds left."""
+        left = self.total - self.done
+        slots = max(1, slots)
+        if left <= 0 or len(self.finished) < ROUNDS_BEFORE_ESTIMATE * slots:
+            return ""
+        gaps = [b - a for a, b in zip(self.finished[slots - 1 :], self.finished[slots:])]
+        if not gaps:
+            return ""
+        pace = statistics.fmean(gaps)
+        error = statistics.stdev(gaps) / math.sqrt(len(gaps)) if len(gaps) > 1 else pace
+        low, high = max(pace - 2 * error, 0.0), pace + 2 * error
+        return f", ~{clock(left * pace)} left ({clock(left * low)}–{clock(left * high)})"
+
+
+def clock(seconds: float) -> str:
+    """Seconds as m:ss (h:mm:ss from an hour)."""
+    minutes, seconds = divmod(int(seconds), 60)
+    hours, minutes = divmod(minutes, 60)
+    return f"{hours}:{minutes:02d}:{seconds:02d}" if hours else f"{minutes}:{seconds:02d}"

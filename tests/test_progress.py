@@ -1,0 +1,87 @@
+"""The status line: heartbeats of the work before seeds land, a time left only once it means
+something (two seeds per worker) and with a range, the plan in ``oodsim run``'s first line."""
+
+from __future__ import annotations
+
+import io
+import re
+from pathlib import Path
+
+import oodsim
+from oodsim.engine.plan import count_cached
+from oodsim.engine.progress import ROUNDS_BEFORE_ESTIMATE, Progress
+from oodsim.heartbeat import beat, describe, listening, working_on
+from oodsim.store import Store
+from tests.conftest import small_digits
+
+
+def _lines(stream: io.StringIO) -> list[str]:
+    return stream.getvalue().splitlines()
+
+
+def test_no_time_left_before_every_worker_finished_two_seeds() -> None:
+    slots, total = 3, 20
+    stream = io.StringIO()
+    progress = Progress(total, stream, interval=0.0, unit="simulations", slots=lambda: slots)
+    progress.update(failed=False, cached=True)  # cached seeds never count towards the pace
+    for _ in range(ROUNDS_BEFORE_ESTIMATE * slots - 1):
+        progress.update(failed=False, cached=False)
+    assert not any("left" in line for line in _lines(stream))
+    progress.update(failed=False, cached=False)
+    last = _lines(stream)[-1]
+    assert re.search(r", ~\d+:\d\d left \(\d+:\d\d–\d+:\d\d\)$", last), last
+    for _ in range(total - progress.done):
+        progress.update(failed=False, cached=False)
+    final = _lines(stream)[-1]
+    assert re.fullmatch(rf"oodsim: {total}/{total} simulations \(1 cached\) in \d+:\d\d", final)
+
+
+def test_heartbeats_fill_the_line_until_the_run_ends() -> None:
+    stream = io.StringIO()
+    progress = Progress(2, stream, interval=0.0)
+    progress.heard({"task": "simulation 0", "stage": "training, epoch", "step": 4, "total": 30})
+    assert _lines(stream) == [
+        "oodsim: 0/2 seeds (0 cached) in 0:00; simulation 0: training, epoch 4/30"
+    ]
+    progress.update(failed=False, cached=False)
+    progress.update(failed=True, cached=False)
+    progress.heard({"task": "simulation 1", "stage": "late", "step": None, "total": None})
+    assert _lines(stream)[-1] == "oodsim: 2/2 seeds (0 cached, 1 failed) in 0:00"
+
+
+def test_a_beat_reaches_a_listener_in_this_process_with_its_task() -> None:
+    heard: list[dict] = []
+    with listening(object(), heard.append), working_on("simulation 7"):
+        beat("training, epoch", 1, 30)
+        beat("training, epoch", 2, 30)  # within the throttle interval: dropped
+    beat("outside", 1)  # nobody listens: nothing happens
+    assert [describe(m) for m in heard] == ["simulation 7: training, epoch 1/30"]
+
+
+def test_an_in_process_run_says_what_it_trains_before_the_seed_lands(tmp_path: Path) -> None:
+    stream = io.StringIO()
+    oodsim.run(small_digits(1), cache=tmp_path / "cache", progress=stream)
+    first, *_, last = _lines(stream)
+    assert first.startswith("oodsim: 0/1 simulations (0 cached) in ")
+    assert first.endswith("; simulation 0: training, epoch 1/6"), first
+    assert last.startswith("oodsim: 1/1 simulations (0 cached) in ")
+
+
+def test_the_plan_counts_cached_seeds(tmp_path: Path) -> None:
+    cache = tmp_path / "cache"
+    spec = small_digits(3)
+    assert count_cached(spec, Store(cache), [0, 1, 2]).describe("simulations") == (
+        "3 simulations: 0 in the cache, 3 to compute"
+    )
+    oodsim.run(small_digits(2), cache=cache, n_workers=1, progress=False)
+    assert count_cached(spec, Store(cache), [0, 1, 2]).describe("simulations") == (
+        "3 simulations: 2 in the cache, 1 to compute"
+    )
+    assert count_cached(spec, Store(cache), [0, 1]).describe("simulations") == (
+        "2 simulations, all in the cache"
+    )
+    partial = count_cached(spec, Store(cache), [0, 1, 2], budget=0.0)
+    assert (partial.cached, partial.checked) == (1, 1)  # at least one seed is always counted
+    assert partial.describe("simulations") == (
+        "3 simulations: 1 of the first 1 in the cache (the rest not checked yet)"
+    )
