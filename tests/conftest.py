@@ -52,12 +52,23 @@ SLOW_MODULES = frozenset(
 )
 
 
+#: The longest modules, started first: the suite runs its test files on two processes
+#: (pytest-xdist, ``--dist loadfile``), and the longest file must not be the last one started.
+FIRST_MODULES = ("test_doc_examples", "test_report", "test_faults", "test_clusters")
+
+
+def _module(item: pytest.Item) -> str:
+    return item.module.__name__.rsplit(".", 1)[-1] if item.module else ""
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Mark the long tests ``slow`` (see :data:`SLOW_MODULES`)."""
+    """Mark the long tests ``slow`` (see :data:`SLOW_MODULES`); the longest files first
+    (:data:`FIRST_MODULES`; the rest keep their order)."""
     for item in items:
-        module = item.module.__name__.rsplit(".", 1)[-1] if item.module else ""
-        if module in SLOW_MODULES or "cluster_address" in getattr(item, "fixturenames", ()):
+        if _module(item) in SLOW_MODULES or "cluster_address" in getattr(item, "fixturenames", ()):
             item.add_marker(pytest.mark.slow)
+    rank = {name: i for i, name in enumerate(FIRST_MODULES)}
+    items.sort(key=lambda item: rank.get(_module(item), len(rank)))
 
 
 def small_digits(n_seeds: int = 4, **changes) -> ExperimentSpec:
