@@ -55,8 +55,7 @@ def count_cached(
         for seed in seeds:
             if checked and time.perf_counter() > deadline:
                 break
-            tasks = protocol.plan(spec, seed)
-            cached += all(store.has(*e) for task in tasks for e in task.entries + task.verify)
+            cached += all(task.present(store) for task in protocol.plan(spec, seed))
             checked += 1
     else:
         checked = len(seeds)

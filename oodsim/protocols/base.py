@@ -59,6 +59,11 @@ class Task:
     verify: tuple[Entry, ...] = ()
     label: str = ""
 
+    def present(self, store: Store) -> bool:
+        """Whether every entry (``verify`` ones included) is in the store at its recorded
+        sizes, without checksums: the cheap look of a plan count (:meth:`done` checks more)."""
+        return all(store.has(*entry) for entry in self.entries + self.verify)
+
     def done(self, store: Store) -> bool:
         """Whether every entry is in the store (and the ``verify`` entries are intact)."""
         return all(store.has(*entry) for entry in self.entries) and all(
