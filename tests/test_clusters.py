@@ -182,7 +182,8 @@ def test_a_refused_slurm_job_is_one_line(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     spec = cluster_spec_file(tmp_path, queue='"nope"')
-    code = cli_main(["run", str(spec), "--quiet", "--cache", str(tmp_path / "c")])
+    out = ("--out", str(tmp_path / "r.zarr"))  # never the checkout's results/ (the main job's)
+    code = cli_main(["run", str(spec), "--quiet", "--cache", str(tmp_path / "c"), *out])
     err = capsys.readouterr().err.strip().splitlines()
     assert code == 2 and len(err) == 1
     assert err[0].startswith("oodsim: error: submitting slurm jobs failed: sbatch: error:")
