@@ -83,6 +83,10 @@ class Entry:
     meta: dict[str, Any]
 
 
+#: Environment variables that move the default store and the default results folder.
+PROJECT_DEFAULTS_ENV = ("OODSIM_CACHE", "OODSIM_RESULTS")
+
+
 def project_folder(start: str | Path | None = None) -> Path | None:
     """The project ``start`` (a folder, default the current one) belongs to: its nearest
     ancestor (itself included) that holds a ``pyproject.toml`` or a ``cache/`` made by oodsim;
@@ -121,8 +125,10 @@ def default_root(near: str | Path | None = None) -> Path:
 
 
 def default_results(name: str, near: str | Path | None = None) -> Path:
-    """Where ``oodsim run`` writes results unless told: the ``results/`` folder of the project
-    ``near`` belongs to (else of the current folder), ``<name>.zarr``."""
+    """Where ``oodsim run`` writes results unless told: ``$OODSIM_RESULTS/<name>.zarr``, else the
+    ``results/`` folder of the project ``near`` belongs to (else of the current folder)."""
+    if os.environ.get("OODSIM_RESULTS"):
+        return Path(os.environ["OODSIM_RESULTS"]) / f"{name}.zarr"
     project = project_folder(near)
     return (project if project is not None else Path.cwd()) / "results" / f"{name}.zarr"
 

@@ -15,6 +15,7 @@ import pytest
 
 from oodsim.cli import main as cli_main
 from oodsim.specs import ExperimentSpec, load_spec
+from oodsim.store import PROJECT_DEFAULTS_ENV
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -198,15 +199,18 @@ def _user_folders() -> dict[str, list[tuple[str, int]]]:
 @pytest.fixture(autouse=True, scope="session")
 def _hermetic(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
     """No test reads or writes the user's ``results/`` or ``cache/``: every run that names no
-    store uses a session store of its own (``$OODSIM_CACHE``, inherited by subprocesses and
-    workers), and the session ends by checking that the checkout's folders did not change."""
+    store or output uses a session folder of its own (``$OODSIM_CACHE`` and ``$OODSIM_RESULTS``,
+    inherited by subprocesses and workers), and the session ends by checking that the
+    checkout's folders did not change."""
     before = _user_folders()
-    previous = os.environ.get("OODSIM_CACHE")
+    previous = {name: os.environ.get(name) for name in PROJECT_DEFAULTS_ENV}
     os.environ["OODSIM_CACHE"] = str(tmp_path_factory.mktemp("session-cache"))
+    os.environ["OODSIM_RESULTS"] = str(tmp_path_factory.mktemp("session-results"))
     yield
-    if previous is None:
-        os.environ.pop("OODSIM_CACHE", None)
-    else:
-        os.environ["OODSIM_CACHE"] = previous
+    for name, value in previous.items():
+        if value is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = value
     after = _user_folders()
     assert after == before, "the test session changed the checkout's results/ or cache/"

@@ -17,6 +17,8 @@ import sys
 import tempfile
 from pathlib import Path
 
+from oodsim.store import PROJECT_DEFAULTS_ENV
+
 ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"
 #: the README's main command (after its install step)
@@ -107,9 +109,9 @@ def copy_checkout(destination: Path) -> Path:
 
 
 def newcomer_env(folder: Path) -> dict[str, str]:
-    """The environment of a newcomer in ``folder``: no ``$OODSIM_CACHE`` (the project's own
-    ``cache/`` is the store), the copy's package first."""
-    env = {k: v for k, v in os.environ.items() if k != "OODSIM_CACHE"}
+    """The environment of a newcomer in ``folder``: no ``$OODSIM_CACHE`` or ``$OODSIM_RESULTS``
+    (the project's own ``cache/`` and ``results/``), the copy's package first."""
+    env = {k: v for k, v in os.environ.items() if k not in PROJECT_DEFAULTS_ENV}
     return env | {"PYTHONPATH": str(folder), "MPLBACKEND": "Agg", "OMP_NUM_THREADS": "1"}
 
 

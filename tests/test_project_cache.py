@@ -11,7 +11,14 @@ from pathlib import Path
 
 import pytest
 
-from oodsim.store import Store, default_results, default_root, project_folder, user_cache
+from oodsim.store import (
+    PROJECT_DEFAULTS_ENV,
+    Store,
+    default_results,
+    default_root,
+    project_folder,
+    user_cache,
+)
 from tests.conftest import digits_toml
 
 
@@ -19,6 +26,7 @@ def test_the_store_is_the_spec_projects_cache(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.delenv("OODSIM_CACHE", raising=False)
+    monkeypatch.delenv("OODSIM_RESULTS", raising=False)
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
     project = tmp_path / "project"
     (project / "specs" / "deep").mkdir(parents=True)
@@ -40,6 +48,8 @@ def test_the_store_is_the_spec_projects_cache(
     assert default_root(other) == user_cache() == tmp_path / "xdg" / "oodsim"
     monkeypatch.setenv("OODSIM_CACHE", str(tmp_path / "env"))
     assert default_root(project) == tmp_path / "env"  # the environment wins
+    monkeypatch.setenv("OODSIM_RESULTS", str(tmp_path / "out"))
+    assert default_results("digits", project) == tmp_path / "out" / "digits.zarr"
 
 
 def test_the_same_spec_from_another_folder_reuses_the_cache(tmp_path: Path) -> None:
@@ -50,7 +60,7 @@ def test_the_same_spec_from_another_folder_reuses_the_cache(tmp_path: Path) -> N
     (project / "notebooks").mkdir()
     (project / "pyproject.toml").write_text("[project]\nname = 'x'\n")
     digits_toml(project / "specs" / "tiny.toml", 1)
-    env = {k: v for k, v in os.environ.items() if k != "OODSIM_CACHE"}
+    env = {k: v for k, v in os.environ.items() if k not in PROJECT_DEFAULTS_ENV}
     oodsim = str(Path(sysconfig.get_path("scripts")) / "oodsim")
     runs = []
     for folder, path in (

@@ -49,7 +49,9 @@ def add_run_options(command: argparse.ArgumentParser) -> None:
         "see docs/caching.md)",
     )
     command.add_argument(
-        "--out", help="where to write results (default: results/<name>.zarr of the spec's project)"
+        "--out",
+        help="where to write results (default: $OODSIM_RESULTS/<name>.zarr, else "
+        "results/<name>.zarr of the spec's project)",
     )
     command.add_argument("--quiet", action="store_true", help="no progress line")
     command.add_argument(
