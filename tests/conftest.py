@@ -167,12 +167,18 @@ def dask_cli_cluster(folder: Path, *worker_args: str) -> Iterator[tuple[str, sub
 
 @pytest.fixture(scope="session")
 def cluster_address() -> Iterator[str]:
-    """A real LocalCluster with two worker processes, shared by the tests that need one."""
+    """A real LocalCluster with two worker processes, shared by the tests that need one; its
+    workers fork from oodsim's server, as those of the clusters oodsim starts."""
     from distributed import LocalCluster
 
-    with LocalCluster(
-        n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None
-    ) as cluster:
+    from oodsim.engine.forkserver import forking
+
+    with (
+        forking() as forked,
+        LocalCluster(
+            n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None, **forked
+        ) as cluster,
+    ):
         yield cluster.scheduler_address
 
 

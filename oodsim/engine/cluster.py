@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from oodsim.cluster_spec import ClusterSpec
-from oodsim.engine import gpu, jobqueue, nanny
+from oodsim.engine import forkserver, gpu, jobqueue, nanny
 from oodsim.engine.guard import check_main_guard
 from oodsim.engine.inprocess import is_deferred
 from oodsim.errors import OodsimError
@@ -224,15 +224,19 @@ def _local_cluster(n_workers: int | None) -> Iterator[Any]:
         **NO_PROFILER,
         "distributed.deploy.lost-worker-timeout": LOCAL_LOST_WORKER_TIMEOUT,
     }
-    with dask.config.set(config):
+    with contextlib.ExitStack() as stack:
+        stack.enter_context(dask.config.set(config))
         cluster = gpu.cuda_cluster(private, n_workers)
         if cluster is None:
+            # CPU workers fork from a server that imported torch once (oodsim.engine.forkserver)
+            forked = stack.enter_context(forkserver.forking())
             cluster = LocalCluster(
                 n_workers=n_workers or os.cpu_count() or 1,
                 threads_per_worker=1,
                 processes=True,
                 silence_logs=logging.ERROR,
                 **private,
+                **forked,
             )
         with cluster:
             _LOCAL_SECURITY[cluster.scheduler_address] = cluster.security

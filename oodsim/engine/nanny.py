@@ -36,16 +36,21 @@ def keep_default_trimming(nanny: Any) -> None:
     its process's ``os.environ`` and never takes it back, so any Dask cluster started here
     before leaves it behind for every later worker to inherit. A value of your own (any other)
     is kept."""
-    # distributed is loaded: this runs in a nanny
-    import dask.config
-
-    dasks = dask.config.get("distributed.nanny.pre-spawn-environ", {}).get(TRIM_VARIABLE)
-    own = os.environ.get(TRIM_VARIABLE)
-    if own is not None and (dasks is None or own != str(dasks)):
+    if TRIM_VARIABLE in os.environ and not dasks_trim_in_environ():
         return
     for environment in (nanny.pre_spawn_env, nanny.env):
         environment.pop(TRIM_VARIABLE, None)
     os.environ.pop(TRIM_VARIABLE, None)
+
+
+def dasks_trim_in_environ() -> bool:
+    """Whether this process's environment holds Dask's own ``MALLOC_TRIM_THRESHOLD_`` (one an
+    earlier Dask nanny left behind), rather than none or a value of the user's."""
+    # distributed is loaded: this runs where a cluster starts
+    import dask.config
+
+    dasks = dask.config.get("distributed.nanny.pre-spawn-environ", {}).get(TRIM_VARIABLE)
+    return dasks is not None and os.environ.get(TRIM_VARIABLE) == str(dasks)
 
 
 def dask_setup(nanny: Any) -> None:
