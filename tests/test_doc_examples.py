@@ -130,7 +130,18 @@ def test_the_suite_collects_after_the_main_command(
     """The README's second command, after its first, in the same folder: every test this
     session runs is collected there too."""
     done = subprocess.run(
-        [sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider"],
+        # in one process (-n 0): collecting on two xdist workers checks nothing more
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "--collect-only",
+            "-q",
+            "-n",
+            "0",
+            "-p",
+            "no:cacheprovider",
+        ],
         cwd=project.folder,
         env=project.env,
         capture_output=True,
