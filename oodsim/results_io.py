@@ -12,9 +12,11 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import errno
+import itertools
 import json
 import os
 import shutil
+import time
 import uuid
 import warnings
 from collections.abc import Mapping, Sequence
@@ -337,17 +339,24 @@ def check_writable(path: str | Path, what: str = "results") -> None:
         ) from None
 
 
+#: Seconds a reader keeps reading again a store that is replaced under it.
+REPLACED_PATIENCE = 60.0
+
+
 def open_results(path: str | Path) -> xr.Dataset:
     """Reopen results written by :func:`save_results` (or ``oodsim run --out``), in memory.
 
     Every file is checked against the store's :data:`MANIFEST` first: a changed, missing or
     added file raises :class:`ResultsCorrupt` naming it. Results written before manifests
-    open unchecked. A store replaced while it is being read is read again.
+    open unchecked. A store replaced while it is being read is read again, for as long as
+    replacements keep coming (up to :data:`REPLACED_PATIENCE` seconds): a reader gets the old or
+    the new results, whole, never an error because of a replacement.
     """
     path = Path(path)
     if not path.exists():
         raise ResultsNotFound(f"no results at {path}")
-    for attempt in range(3):
+    deadline = time.monotonic() + REPLACED_PATIENCE
+    for attempt in itertools.count():
         manifest = _manifest(path) if path.is_dir() else None
         if isinstance(manifest, str):
             raise ResultsCorrupt(f"results at {path} cannot be trusted: {manifest}{REWRITE}")
@@ -357,12 +366,17 @@ def open_results(path: str | Path) -> xr.Dataset:
                 _verify(path, manifest)
             results = _load(path)
         except (ResultsCorrupt, ResultsNotFound):
-            if written is None or _written(path) == written or attempt == 2:
+            if written is None or _written(path) == written:
                 raise
-            continue  # replaced while read: read the new store
-        if written is None or _written(path) == written:
-            return results
-    raise ResultsCorrupt(f"results at {path} kept being replaced while they were read")
+        else:
+            if written is None or _written(path) == written:
+                return results
+        if time.monotonic() > deadline:  # replaced while read, again and again
+            raise ResultsCorrupt(
+                f"results at {path} kept being replaced while they were read "
+                f"(for {REPLACED_PATIENCE:.0f} s); read them once the run that writes them ends"
+            )
+        time.sleep(min(0.01 * 2**attempt, 0.5))  # then read the new store
 
 
 def _written(path: Path) -> str | None:

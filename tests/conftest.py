@@ -35,6 +35,7 @@ SLOW_MODULES = frozenset(
         "test_doc_examples",
         "test_engine",
         "test_faults",
+        "test_forkserver",
         "test_guard",
         "test_imagenet_o",
         "test_inprocess",

@@ -293,6 +293,55 @@ def test_a_reader_never_sees_half_of_a_replacement(tmp_path: Path) -> None:
     assert _siblings(out) == []
 
 
+READER = """
+import os, sys
+import xarray as xr
+from oodsim.results_io import open_results
+from tests.factories import synthetic_results
+
+out, stop = sys.argv[1], sys.argv[2]
+versions = {3: synthetic_results(3), 6: synthetic_results(6, seed=1)}
+reads = 0
+while True:
+    last = os.path.exists(stop)
+    results = open_results(out)  # any error ends this reader with a traceback
+    xr.testing.assert_identical(results, versions[results.sizes["seed"]])
+    reads += 1
+    if last:
+        break
+print(reads)
+"""
+
+
+def test_readers_in_other_processes_see_old_or_new_results_under_load(tmp_path: Path) -> None:
+    """The stress test of replacement: two reader processes open the results in a loop (both
+    cores busy) while this process replaces them 40 times with the other of two versions;
+    every read is one whole version, never an error or a mix."""
+    out, stop = tmp_path / "r.zarr", tmp_path / "stop"
+    versions = [synthetic_results(3), synthetic_results(6, seed=1)]
+    save_results(versions[0], out)
+    readers = [
+        subprocess.Popen(
+            [sys.executable, "-c", READER, str(out), str(stop)],
+            cwd=ROOT,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for _ in range(2)
+    ]
+    try:
+        for i in range(40):
+            save_results(versions[(i + 1) % 2], out)
+    finally:
+        stop.touch()
+        finished = [reader.communicate(timeout=300) for reader in readers]
+    for reader, (stdout, stderr) in zip(readers, finished, strict=True):
+        assert reader.returncode == 0, stderr[-3000:]
+        assert int(stdout) > 0  # it read whole stores while they were being replaced
+    assert _siblings(out) == []
+
+
 def test_a_failing_write_is_one_clear_error_and_keeps_the_old_results(tmp_path: Path) -> None:
     """A full file system at the results write (``RLIMIT_FSIZE``, writes fail with EFBIG, as
     in test_faults.py), after all compute: an OutputError saying nothing changed and that the
