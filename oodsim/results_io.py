@@ -28,7 +28,7 @@ import xarray as xr
 
 from oodsim.errors import OodsimError
 from oodsim.store import META_DIGEST, _checksums, _files, _meta_digest
-from oodsim.store_fs import described, what_is
+from oodsim.store_fs import described, read_json, what_is
 
 
 class ResultsNotFound(OodsimError, FileNotFoundError):
@@ -52,6 +52,8 @@ class ForeignOutput(OutputError):
 MANIFEST = "oodsim-results.json"
 MANIFEST_FORMAT = "oodsim-results"
 MANIFEST_VERSION = 1
+#: The largest manifest (or zarr group record) read: it lists every file of the results.
+MANIFEST_LIMIT = 64 << 20
 
 
 def save_results(results: xr.Dataset, path: str | Path) -> Path:
@@ -203,11 +205,11 @@ def _is_zarr_file(relative: Path) -> bool:
 def _manifest(folder: Path) -> dict[str, Any] | str | None:
     """The manifest of a results store, None when there is none, or why it cannot be trusted."""
     try:
-        record = json.loads((folder / MANIFEST).read_text())
+        record = read_json(folder / MANIFEST, MANIFEST_LIMIT)
     except FileNotFoundError:
         return None
     except (OSError, ValueError) as error:
-        return f"{MANIFEST} cannot be read ({type(error).__name__})"
+        return f"{MANIFEST} cannot be read ({error})"
     if (
         not isinstance(record, dict)
         or record.get("format") != MANIFEST_FORMAT
@@ -223,7 +225,7 @@ def _legacy_key(folder: Path) -> str | None:
     """The spec key of results written before manifests (a zarr group whose attributes oodsim
     wrote, holding only zarr files and a ``score`` array), or None when ``folder`` is not one."""
     try:
-        group = json.loads((folder / "zarr.json").read_text())
+        group = read_json(folder / "zarr.json", MANIFEST_LIMIT)
         attributes = group.get("attributes", {})
         key = attributes.get("spec_key")
         protocol = attributes.get("protocol")

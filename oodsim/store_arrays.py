@@ -25,6 +25,8 @@ from typing import Any
 
 import numpy as np
 
+from oodsim.store_fs import parse_json
+
 #: The file of an entry's arrays, and the folder older entries hold them in.
 ARRAYS_ZIP = "arrays.zarr.zip"
 ARRAYS_FOLDER = "arrays.zarr"
@@ -170,7 +172,7 @@ def read_zip(path: Path) -> dict[str, np.ndarray]:
             name, _, rest = key.partition("/")
             if rest != "zarr.json":
                 continue
-            meta = json.loads(archive.read(key))
+            meta = parse_json(archive.read(key), key)
             dtype = _simple(meta)
             if dtype is None:
                 return _read_by_zarr(path)

@@ -69,10 +69,19 @@ def read_json(path: Path, limit: int) -> Any:
         data = handle.read(limit + 1)
     if len(data) > limit:
         raise ValueError(f"{path.name} is larger than {limit} bytes")
+    return parse_json(data, path.name)
+
+
+def parse_json(data: bytes, name: str) -> Any:
+    """JSON from ``data`` (the content of ``name``); :class:`NotJSON` for anything else, a
+    document nested deeper than Python's recursion limit included (which would otherwise
+    escape as a ``RecursionError`` and stop whatever reads it)."""
     try:
         return json.loads(data.decode())
     except (UnicodeDecodeError, ValueError) as error:
-        raise NotJSON(f"{path.name} is not JSON ({error})") from None
+        raise NotJSON(f"{name} is not JSON ({error})") from None
+    except RecursionError:
+        raise NotJSON(f"{name} is not JSON of oodsim's (nested too deeply)") from None
 
 
 def remove(path: Path) -> None:

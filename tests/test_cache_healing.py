@@ -127,10 +127,14 @@ def test_a_same_size_flipped_byte_in_an_outputs_arrays_file_is_recomputed_in_the
     assert not np.any(result.failure.values != "")
 
 
+#: JSON nested 30,000 levels deep (60 kB): Python's parser gives up with a RecursionError.
+DEEP_JSON = b"[" * 30_000 + b"]" * 30_000
+
+
 @pytest.mark.parametrize(
     "content",
-    [b"{}", b"{not json", b"[1, 2]", b"", b'{"files": {"../../x": "0"}}'],
-    ids=["empty-record", "not-json", "a-list", "empty-file", "files-outside"],
+    [b"{}", b"{not json", b"[1, 2]", b"", b'{"files": {"../../x": "0"}}', DEEP_JSON],
+    ids=["empty-record", "not-json", "a-list", "empty-file", "files-outside", "nested-deep"],
 )
 def test_a_meta_file_of_the_wrong_form_is_recomputed_in_the_same_run(
     cluster_address: str, copy: Path, clean: tuple[Path, Any], content: bytes
@@ -346,6 +350,7 @@ LOCKS: dict[str, Callable[[Path, Path], None]] = {
     "a-link-out": _link,
     "a-fifo": _fifo,
     "huge": _write(b"[" + b"0," * 50_000 + b"0]"),
+    "nested-deep": _write(DEEP_JSON),
 }
 
 
@@ -593,6 +598,24 @@ def test_cache_verify_repair_removes_what_blocks_and_never_follows_links(
     assert cli_main(["cache", "verify", "--cache", str(copy)]) == 0
     result = heals(cluster_address, copy, clean, warns=False)
     assert store_counts(result)["computed"] == {CHECKPOINT: 1, OUTPUTS: 1}
+
+
+def test_cache_commands_treat_a_deeply_nested_meta_as_corrupt(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A meta.json nested 30,000 levels deep used to stop ``cache ls``, ``verify`` and
+    ``verify --repair`` with a RecursionError, bricking the cache until removed by hand."""
+    store = Store(tmp_path / "cache")
+    key = "cd" + "5" * 62
+    folder = store.put(OUTPUTS, key, {"x": np.arange(3)})
+    (folder / "meta.json").write_bytes(DEEP_JSON)
+    assert cli_main(["cache", "ls", "--cache", str(store.root)]) == 0
+    assert cli_main(["cache", "verify", "--cache", str(store.root)]) == 1
+    assert "nested too deeply" in capsys.readouterr().out
+    assert cli_main(["cache", "verify", "--cache", str(store.root), "--repair"]) == 0
+    assert not folder.exists()
+    assert cli_main(["cache", "verify", "--cache", str(store.root)]) == 0
+    assert store.get(OUTPUTS, key) is None  # gone: a run computes it again
 
 
 def test_cache_gc_removes_what_blocks_and_never_follows_links(

@@ -381,6 +381,14 @@ def test_a_flipped_byte_in_a_results_chunk_is_detected(tmp_path: Path) -> None:
     assert open_results(out).sizes["seed"] == 4
 
 
+def test_a_deeply_nested_manifest_is_one_clear_error(tmp_path: Path) -> None:
+    """A manifest nested 30,000 levels deep used to escape as a RecursionError."""
+    out = save_results(synthetic_results(4), tmp_path / "r.zarr")
+    (out / MANIFEST).write_bytes(b"[" * 30_000 + b"]" * 30_000)
+    with pytest.raises(ResultsCorrupt, match="cannot be read .*nested too deeply"):
+        open_results(out)
+
+
 def test_a_deleted_file_in_results_is_detected(tmp_path: Path) -> None:
     out = save_results(synthetic_results(4), tmp_path / "r.zarr")
     # without the manifest zarr would read a missing chunk as its fill value (NaN scores)

@@ -294,6 +294,20 @@ def test_write_report_refuses_a_folder_of_other_files_and_never_deletes_them(
         write_report(results, folder / "notes.txt")
 
 
+def test_a_deeply_nested_report_marker_is_read_as_unreadable(tmp_path: Path) -> None:
+    """A marker nested 30,000 levels deep used to stop ``oodsim report`` with a
+    RecursionError. It is now a marker that cannot be read: the report is written again and,
+    as the old one's files are unknown, nothing else in the folder is removed."""
+    results = make_results(n_seeds=6)
+    write_report(results, tmp_path, n_draws=100)
+    (tmp_path / REPORT_MARKER).write_bytes(b"[" * 30_000 + b"]" * 30_000)
+    (tmp_path / "old_plot.png").write_bytes(b"not oodsim's to remove")
+    write_report(results, tmp_path, n_draws=100)
+    assert (tmp_path / "old_plot.png").read_bytes() == b"not oodsim's to remove"
+    marker = json.loads((tmp_path / REPORT_MARKER).read_text())
+    assert marker["results_key"] == results.attrs["spec_key"]
+
+
 def test_a_report_of_the_same_results_is_refreshed(tmp_path: Path) -> None:
     results = make_results(n_seeds=8)
     write_report(results, tmp_path, n_draws=100)

@@ -19,9 +19,12 @@ import xarray as xr
 
 from oodsim.errors import OodsimError
 from oodsim.stats import as_score
+from oodsim.store_fs import read_json
 
 #: The file that marks a folder as an oodsim report, and names the results it reports.
 REPORT_MARKER = ".oodsim-report.json"
+#: The largest report marker read (it lists the files of one report).
+MARKER_LIMIT = 16 << 20
 
 
 class ReportFolderError(OodsimError, FileExistsError):
@@ -64,7 +67,7 @@ def _read_marker(folder: Path) -> dict[str, Any] | None:
     if not path.is_file():
         return None
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
+        data = read_json(path, MARKER_LIMIT)
     except (OSError, ValueError):
         return {}
     return data if isinstance(data, dict) else {}
