@@ -19,6 +19,7 @@ import math
 import numbers
 import os
 import re
+import stat
 import tomllib
 import types
 import typing
@@ -35,6 +36,8 @@ from oodsim.errors import SpecError, UnknownNameError
 INT64_MAX = 2**63 - 1
 #: A spec ``name`` names files (the default output ``results/<name>.zarr``): letters, digits,
 #: ``.``, ``_`` and ``-``, at most 100 characters, not starting with a dot.
+#: The largest spec file read (a spec is a page of TOML; this is far beyond any).
+SPEC_LIMIT = 4 << 20
 SAFE_NAME = re.compile(r"[A-Za-z0-9_-][A-Za-z0-9._-]{0,99}")
 
 # --------------------------------------------------------------------------- strict types
@@ -478,10 +481,11 @@ def structure(
 
 def read_toml(path: str | Path) -> dict[str, Any]:
     """A TOML file as plain data; a missing file or a syntax error (with line and column) is a
-    :class:`SpecError`."""
+    :class:`SpecError`, and so is anything that is not a regular file of at most
+    :data:`SPEC_LIMIT` bytes (a FIFO or a device would block or never end)."""
     path = Path(path)
     try:
-        return tomllib.loads(path.read_text(encoding="utf-8"))
+        return tomllib.loads(_spec_text(path))
     except FileNotFoundError:
         raise SpecError("spec file", str(path), "an existing TOML file") from None
     except IsADirectoryError:
@@ -496,6 +500,26 @@ def read_toml(path: str | Path) -> dict[str, Any]:
         ) from None
     except tomllib.TOMLDecodeError as error:
         raise SpecError(f"spec file {path}", "TOML syntax", f"valid TOML ({error})") from None
+    except RecursionError:  # tomllib parses nested arrays and tables recursively
+        raise SpecError(
+            "spec file", str(path), "TOML nested a few hundred levels at most"
+        ) from None
+
+
+def _spec_text(path: Path) -> str:
+    """The text of a spec file: a regular file (a link to one is fine) of at most
+    :data:`SPEC_LIMIT` bytes, opened without blocking."""
+    mode = os.stat(path).st_mode
+    if stat.S_ISDIR(mode):
+        raise IsADirectoryError(path)
+    if not stat.S_ISREG(mode):
+        raise SpecError("spec file", str(path), "a regular TOML file, not a pipe or device")
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    with os.fdopen(fd, "rb") as handle:
+        data = handle.read(SPEC_LIMIT + 1)
+    if len(data) > SPEC_LIMIT:
+        raise SpecError("spec file", str(path), f"a TOML file of at most {SPEC_LIMIT >> 20} MiB")
+    return data.decode("utf-8")
 
 
 def unstructure(spec: Any) -> Any:

@@ -775,6 +775,7 @@ class ExperimentSpec(Seeded, _Keyed):
         self._check_unique("detectors", [d.label for d in self.detectors])
         self._check_grids()
         self._check_unique("ood", [o.label for o in self.ood])
+        self._check_ood_is_not_the_id_data()
         self._check_split_fits_dataset()
         self._check_design()
         self.check_stopping(("all",))
@@ -790,6 +791,23 @@ class ExperimentSpec(Seeded, _Keyed):
                 self.split.n_ood_val,
                 f">= 1 OOD validation class to choose the parameters of {tuned}",
             )
+
+    def _check_ood_is_not_the_id_data(self) -> None:
+        """An OOD dataset that is the ID dataset itself (same name, same root) holds the known
+        classes: its "OOD" images would be in-distribution, and the scores meaningless."""
+        for index, ood in enumerate(self.ood):
+            same = ood.dataset is not None and (ood.dataset.name, ood.dataset.root) == (
+                self.dataset.name,
+                self.dataset.root,
+            )
+            if same:
+                raise SpecError(
+                    f"ood[{index}].dataset",
+                    ood.dataset.name,
+                    "a dataset other than the in-distribution one",
+                    f"{ood.dataset.name!r} is the ID dataset: its images include the known "
+                    "classes. Its unknown classes are the OOD set 'held_out'",
+                )
 
     @staticmethod
     def _check_unique(field: str, labels: list[str]) -> None:

@@ -116,6 +116,16 @@ def test_unknown_names_suggest_a_close_match(
     assert_rejected(tmp_path, text, capsys, *patterns)
 
 
+def test_the_id_dataset_as_an_ood_set_is_refused(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Used to run: the "OOD" set held known-class images, AUROC 0.63, no word."""
+    text = 'ood = ["held_out", {kind = "dataset", dataset = "digits"}]\n' + BASE
+    assert_rejected(
+        tmp_path, text, capsys, r"ood\[1\]\.dataset: 'digits'", "is the ID dataset", "held_out"
+    )
+
+
 # --------------------------------------------------------------------------- splits and sizes
 
 
@@ -500,8 +510,22 @@ def one_error_line(capsys: pytest.CaptureFixture[str], argv: list[str]) -> str:
             lambda p: p.write_bytes(b'name = "x"\n\xff\xfe'),
             r"expected a UTF-8 text file \(byte 11 is not UTF-8\)",
         ),
+        # used to block forever (a FIFO) or grow to 17 GB in 43 s (/dev/zero)
+        (lambda p: os.mkfifo(p), r"expected a regular TOML file, not a pipe or device"),
+        (
+            lambda p: p.symlink_to("/dev/zero"),
+            r"expected a regular TOML file, not a pipe or device",
+        ),
+        (
+            lambda p: p.write_bytes(b"# padding\n" * (1 << 19)),
+            r"expected a TOML file of at most 4 MiB",
+        ),
+        (
+            lambda p: p.write_bytes(b"a = " + b"[" * 100_000 + b"]" * 100_000),
+            r"expected TOML nested a few hundred levels at most",
+        ),
     ],
-    ids=["folder", "not-utf8"],
+    ids=["folder", "not-utf8", "fifo", "dev-zero", "too-large", "nested-deep"],
 )
 def test_a_spec_path_that_is_not_a_toml_text_file(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], make: Any, pattern: str
