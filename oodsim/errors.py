@@ -10,6 +10,27 @@ from collections.abc import Iterable
 DEBUG_ENV = "OODSIM_DEBUG"
 
 
+#: The longest name a detector, architecture or dataset may be registered under.
+MAX_NAME_LENGTH = 64
+
+
+def check_registry_name(what: str, name: object) -> None:
+    """A registered name is a Python identifier (ASCII letters, digits and underscores, not
+    starting with a digit) of at most :data:`MAX_NAME_LENGTH` characters: it is written in
+    specs, keys, file names and table rows. ``ValueError`` otherwise (at registration)."""
+    if not (
+        isinstance(name, str)
+        and name.isascii()
+        and name.isidentifier()
+        and len(name) <= MAX_NAME_LENGTH
+    ):
+        raise ValueError(
+            f"{what} name {name!r} cannot be registered: use a Python identifier (letters, "
+            f"digits and underscores, not starting with a digit) of at most {MAX_NAME_LENGTH} "
+            "characters"
+        )
+
+
 class OodsimError(Exception):
     """Base class of every error oodsim raises on purpose."""
 

@@ -305,6 +305,18 @@ def safe_name(instance: Any, attribute: attrs.Attribute, value: str) -> None:
         )
 
 
+def label_text(instance: Any, attribute: attrs.Attribute, value: str) -> None:
+    """A label names a row of results and tables: one line of printable text, not blank."""
+    if not (isinstance(value, str) and value.strip() and value.isprintable()):
+        raise spec_error(
+            instance,
+            attribute.name,
+            value,
+            "one line of printable text, not blank",
+            "The label is a coordinate of the results and a row of every table",
+        )
+
+
 # --------------------------------------------------------------------------- TOML / dict I/O
 
 _converter = cattrs.Converter(forbid_extra_keys=True)

@@ -29,6 +29,7 @@ from oodsim.keys import content_key, digest, no_key
 from oodsim.seeds import OPEN_SET_STREAMS, STREAMS, SeedRange, SeedStreams
 from oodsim.spec_types import (
     INT64_MAX,
+    label_text,
     located,
     non_negative,
     one_of,
@@ -361,7 +362,7 @@ class DetectorSpec(_Keyed):
 
     name: str = attrs.field()
     params: Params = attrs.field(default=(), converter=_params)
-    label: str = attrs.field(metadata=no_key())
+    label: str = attrs.field(validator=label_text, metadata=no_key())
 
     @label.default
     def _default_label(self) -> str:
@@ -431,7 +432,7 @@ class OODSetSpec(_Keyed):
     kind: str = attrs.field(default="held_out", validator=one_of(*OOD_KINDS))
     dataset: DatasetSpec | None = None
     n_samples: int | None = attrs.field(default=None, validator=positive)
-    label: str = attrs.field(metadata=no_key())
+    label: str = attrs.field(validator=label_text, metadata=no_key())
 
     @label.default
     def _default_label(self) -> str:

@@ -126,6 +126,39 @@ def test_the_id_dataset_as_an_ood_set_is_refused(
     )
 
 
+@pytest.mark.parametrize(
+    "label",
+    ['""', '"   "', '"msp\\nline two"', '"tab\\there"'],
+    ids=["empty", "blank", "newline", "tab"],
+)
+def test_a_label_that_breaks_tables_is_refused(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], label: str
+) -> None:
+    """Empty labels and labels holding a newline used to be accepted and break tables."""
+    text = BASE.replace('"msp", "temperature"', f'{{name = "msp", label = {label}}}, "temperature"')
+    assert_rejected(
+        tmp_path, text, capsys, r"detectors\[0\]\.label: ", "one line of printable text"
+    )
+
+
+@pytest.mark.parametrize("name", ["", "../x", "a b", "9lives", "x" * 65, "naïve"])
+@pytest.mark.parametrize("kind", ["detector", "architecture", "dataset"])
+def test_a_registry_name_must_be_an_identifier(kind: str, name: str) -> None:
+    """``register_architecture("")``, ``("../x")``, ``("a b")`` used to be accepted."""
+    from oodsim.data import register_dataset
+    from oodsim.models.registry import register_architecture
+
+    registrar = {
+        "detector": lambda: oodsim.detectors.register(name, needs={"logits"}, replace=True),
+        "architecture": lambda: register_architecture(name, replace=True),
+        "dataset": lambda: register_dataset(
+            name, n_classes=None, hflip=False, description="x", replace=True
+        ),
+    }[kind]
+    with pytest.raises(ValueError, match=f"{kind} name .* cannot be registered: use a Python"):
+        registrar()(lambda *args, **kwargs: None)
+
+
 # --------------------------------------------------------------------------- splits and sizes
 
 

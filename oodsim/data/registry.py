@@ -12,7 +12,7 @@ from collections.abc import Callable, Iterable
 import attrs
 import numpy as np
 
-from oodsim.errors import OodsimError, UnknownNameError
+from oodsim.errors import OodsimError, UnknownNameError, check_registry_name
 
 
 class DatasetError(OodsimError, ValueError):
@@ -124,6 +124,7 @@ def register_dataset(
     """
 
     def decorate(load: Callable[..., ImageData]) -> Callable[..., ImageData]:
+        check_registry_name("a dataset", name)
         info = DatasetInfo(name, n_classes, hflip, load, description, str(version))
         taken = DATASETS.get(name)
         if taken is not None and (taken.builtin or not replace):

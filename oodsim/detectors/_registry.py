@@ -18,7 +18,7 @@ import attrs
 
 from oodsim.detectors._checks import Limit, UnknownParameterError
 from oodsim.detectors.scales import check_scale
-from oodsim.errors import UnknownNameError
+from oodsim.errors import UnknownNameError, check_registry_name
 
 ENTRY_POINT_GROUP = "oodsim.detectors"
 NEEDS = frozenset({"logits", "features", "model"})
@@ -199,6 +199,7 @@ def _decorator(
         prefixed = [p for p in _PREFIXES if name.startswith(p)]
         if prefixed:
             raise ValueError(f"detector names starting with {prefixed[0]!r} are reserved")
+        check_registry_name("a detector", name)
         taken = name in BUILTINS or (name in _USER and not replace)
         if taken:
             raise ValueError(f"a detector named {name!r} is already registered")

@@ -24,7 +24,7 @@ from typing import Any
 
 import attrs
 
-from oodsim.errors import OodsimError, UnknownNameError
+from oodsim.errors import OodsimError, UnknownNameError, check_registry_name
 
 ENTRY_POINT_GROUP = "oodsim.models"
 TIMM_PREFIX = "timm:"
@@ -96,6 +96,7 @@ def _registrar(
     def decorate(build: Callable[..., Any]) -> Callable[..., Any]:
         if name.startswith(TIMM_PREFIX):
             raise ValueError(f"names starting with {TIMM_PREFIX!r} are timm's architectures")
+        check_registry_name("an architecture", name)
         if name in BUILTINS or (name in _USER and not replace):
             raise ValueError(f"an architecture named {name!r} is already registered")
         table[name] = Architecture(name=name, build=build, version=version)
