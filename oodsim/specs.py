@@ -120,12 +120,24 @@ class SplitSpec(_Keyed):
     TAG = "split"
     VERSION = "1"
 
-    n_known: int | None = attrs.field(default=6, validator=positive)
+    n_known: int | None = attrs.field(default=6)
     n_ood_train: int = attrs.field(default=0, validator=non_negative)
     n_ood_val: int = attrs.field(default=0, validator=non_negative)
     n_ood_test: int | None = attrs.field(default=None, validator=non_negative)
     known_classes: tuple[tuple[int, ...], ...] = attrs.field(default=())
     fractions: tuple[float, float, float] = attrs.field(default=(0.6, 0.2, 0.2))
+
+    @n_known.validator
+    def _check_n_known(self, attribute: attrs.Attribute, value: int | None) -> None:
+        if value is not None and not value >= 2:
+            raise spec_error(
+                self,
+                "n_known",
+                value,
+                "at least 2 known classes",
+                "A classifier of one class is sure of every input: no detector can separate "
+                "anything (it used to train, then fail)",
+            )
 
     @fractions.validator
     def _check_fractions(self, attribute: attrs.Attribute, value: tuple[float, ...]) -> None:
@@ -137,9 +149,9 @@ class SplitSpec(_Keyed):
     @known_classes.validator
     def _check_known(self, attribute: attrs.Attribute, value: tuple[tuple[int, ...], ...]) -> None:
         for classes in value:
-            if len(set(classes)) != len(classes) or not classes or min(classes) < 0:
+            if len(set(classes)) != len(classes) or len(classes) < 2 or min(classes) < 0:
                 raise spec_error(
-                    self, "known_classes", classes, "non-empty lists of distinct class ids"
+                    self, "known_classes", classes, "lists of at least 2 distinct class ids"
                 )
             if self.n_known is not None and len(classes) != self.n_known:
                 raise spec_error(

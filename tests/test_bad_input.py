@@ -171,8 +171,22 @@ def test_a_registry_name_must_be_an_identifier(kind: str, name: str) -> None:
         ("n_known = 2\nknown_classes = [[0, 12]]", [r"class ids in 0\.\.9"]),
         ("fractions = [0.5, 0.3, 0.3]", ["summing to 1"]),
         ("fractions = [0.8, 0.2, 0.0]", [r"fractions: \(0\.8, 0\.2, 0\.0\)", "> 0"]),
+        # one known class used to train, then fail after 107 s
+        ("n_known = 1", [r"n_known: 1 ", "at least 2 known classes"]),
+        ("n_known = 0", [r"n_known: 0 ", "at least 2 known classes"]),
+        ("known_classes = [[3]]\nn_known = 1", ["at least 2 known classes"]),
     ],
-    ids=["all-known", "too-many-classes", "known-list-size", "class-id", "sum", "zero"],
+    ids=[
+        "all-known",
+        "too-many-classes",
+        "known-list-size",
+        "class-id",
+        "sum",
+        "zero",
+        "one-known",
+        "no-known",
+        "one-known-list",
+    ],
 )
 def test_impossible_class_splits(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], split: str, patterns: list[str]

@@ -66,7 +66,7 @@ def test_unknown_names_in_toml_name_the_field(tmp_path: Path) -> None:
         ({"n_known": 6, "n_ood_val": 3, "n_ood_test": 2}, r"at most 10 classes"),
         ({"fractions": [0.5, 0.3, 0.3]}, r"summing to 1"),
         ({"fractions": [0.8, 0.2, 0.0]}, r"fractions"),
-        ({"n_known": -1}, r"n_known: -1 .*> 0"),
+        ({"n_known": -1}, r"n_known: -1 .*at least 2 known classes"),
         ({"n_known": 0}, r"n_known: 0"),
         ({"n_ood_val": -2}, r"n_ood_val: -2 .*>= 0"),
         ({"n_known": 3, "known_classes": [[0, 1]]}, r"n_known=3"),
