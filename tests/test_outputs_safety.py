@@ -381,6 +381,34 @@ def test_a_flipped_byte_in_a_results_chunk_is_detected(tmp_path: Path) -> None:
     assert open_results(out).sizes["seed"] == 4
 
 
+@pytest.mark.parametrize("where", [".", "sub/report"], ids=["the-results", "inside"])
+def test_a_report_is_never_written_into_results(tmp_path: Path, where: str) -> None:
+    """``oodsim report R --out R --overwrite`` used to write the report into the results,
+    which were then refused as altered until cleaned by hand."""
+    from oodsim.report import write_report
+    from oodsim.report.folder import ReportFolderError
+
+    results = synthetic_results(6)
+    out = save_results(results, tmp_path / "r.zarr")
+    with pytest.raises(ReportFolderError, match=r"is in the results at .*r\.zarr.*r\.report"):
+        write_report(results, out / where, n_draws=100, overwrite=True)
+    xr.testing.assert_identical(open_results(out), results)
+    assert not (out / "sub").exists()
+
+
+def test_out_and_report_on_one_path_are_refused_before_compute(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``--out r.zarr --report r.zarr`` used to compute everything, then refuse the report."""
+    spec = digits_toml(tmp_path / "spec.toml", 1)
+    out = tmp_path / "r.zarr"
+    args = ["run", str(spec), "--cache", str(tmp_path / "cache"), "--out", str(out)]
+    assert cli_main([*args, "--report", str(out), "--quiet", "--workers", "1"]) == 2
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 1 and "is in the results at" in lines[0], lines
+    assert not (tmp_path / "cache").exists() and not out.exists()
+
+
 def test_a_deeply_nested_manifest_is_one_clear_error(tmp_path: Path) -> None:
     """A manifest nested 30,000 levels deep used to escape as a RecursionError."""
     out = save_results(synthetic_results(4), tmp_path / "r.zarr")

@@ -87,7 +87,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
     new_cache = " (a new cache: it was empty)" if not cache.exists() else ""
     out = Path(args.out) if args.out else default_results(spec.name, near)
     if args.report:  # refused before any compute, not after it
-        check_report_folder(args.report, spec, overwrite=args.overwrite)
+        check_report_folder(args.report, spec, overwrite=args.overwrite, results=out)
     if not args.quiet:
         print(_opening_line(spec, cache, out), flush=True)  # stderr: errors and progress
     started = time.perf_counter()

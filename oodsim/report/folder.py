@@ -18,6 +18,7 @@ import numpy as np
 import xarray as xr
 
 from oodsim.errors import OodsimError
+from oodsim.results_io import MANIFEST
 from oodsim.stats import as_score
 from oodsim.store_fs import read_json
 
@@ -85,9 +86,30 @@ def _describe(marker: dict[str, Any]) -> str:
     return f"{marker.get('experiment') or 'unnamed'}, key {key[:12]}"
 
 
-def _check(folder: Path, marker: dict[str, Any], overwrite: bool) -> dict[str, Any]:
-    """Refuse a file, a folder of other things and a report of other results unless
-    ``overwrite`` (reading only); return the marker of the report already there ({} if none)."""
+def _results_around(folder: Path, results: Path | None) -> Path | None:
+    """The results store that ``folder`` is or lies in: one oodsim wrote (its manifest is on
+    the way up), or ``results``, the output of the run about to write it; None outside any."""
+    here = folder.absolute()
+    target = results.absolute() if results is not None else None
+    for candidate in (here, *here.parents):
+        if candidate == target or (candidate / MANIFEST).is_file():
+            return candidate
+    return None
+
+
+def _check(
+    folder: Path, marker: dict[str, Any], overwrite: bool, results: Path | None = None
+) -> dict[str, Any]:
+    """Refuse a folder in results, even with ``overwrite``; a file, a folder of other things
+    and a report of other results unless ``overwrite`` (reading only); return the marker of
+    the report already there ({} if none)."""
+    inside = _results_around(folder, results)
+    if inside is not None:
+        raise ReportFolderError(
+            f"{folder} is in the results at {inside}: a report there would change the results, "
+            f"which would then be refused as altered; choose another folder, e.g. "
+            f"{report_folder(inside)}"
+        )
     if folder.exists() and not folder.is_dir():
         raise ReportFolderError(f"{folder} is a file, not a report folder; choose another folder")
     if not folder.exists():
@@ -108,10 +130,14 @@ def _check(folder: Path, marker: dict[str, Any], overwrite: bool) -> dict[str, A
     return old
 
 
-def check_report_folder(folder: str | Path, spec: Any, overwrite: bool = False) -> None:
+def check_report_folder(
+    folder: str | Path, spec: Any, overwrite: bool = False, results: str | Path | None = None
+) -> None:
     """Before a run computes anything: raise :class:`ReportFolderError` if the report of
-    ``spec``'s results could not be written into ``folder`` (see :func:`claim`)."""
-    _check(Path(folder), {"results_key": spec.key, "experiment": spec.name}, overwrite)
+    ``spec``'s results could not be written into ``folder`` (see :func:`claim`), or if
+    ``folder`` is in ``results``, where the run will write its results."""
+    marker = {"results_key": spec.key, "experiment": spec.name}
+    _check(Path(folder), marker, overwrite, Path(results) if results is not None else None)
 
 
 def claim(folder: Path, marker: dict[str, Any], overwrite: bool) -> list[str]:
