@@ -34,10 +34,10 @@ from cattrs.errors import AttributeValidationNote, IterableValidationNote
 from oodsim.errors import SpecError, UnknownNameError
 
 INT64_MAX = 2**63 - 1
-#: A spec ``name`` names files (the default output ``results/<name>.zarr``): letters, digits,
-#: ``.``, ``_`` and ``-``, at most 100 characters, not starting with a dot.
 #: The largest spec file read (a spec is a page of TOML; this is far beyond any).
 SPEC_LIMIT = 4 << 20
+#: A spec ``name`` names files (the default output ``results/<name>.zarr``): letters, digits,
+#: ``.``, ``_`` and ``-``, at most 100 characters, not starting with a dot.
 SAFE_NAME = re.compile(r"[A-Za-z0-9_-][A-Za-z0-9._-]{0,99}")
 
 # --------------------------------------------------------------------------- strict types
