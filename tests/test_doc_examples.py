@@ -6,9 +6,11 @@ main command (``oodsim run specs/digits.toml``), whose output must be the README
 block; then the collection of the test suite (the README's second command), which the main
 job's ``results/`` and ``cache/`` must not disturb; then every ```python block of README.md,
 docs/quickstart.md and the other pages, in that order, each saved as ``example.py`` in the
-copy and run with ``sys.executable`` in a fresh interpreter, so that Dask's spawned workers
-re-import it exactly as they would a user's script. Later examples see what earlier ones
-wrote (``results/``, reports) and reuse the models they trained, as a reader's would.
+copy and run as ``python example.py`` runs it, so that Dask's worker processes re-import it
+exactly as they would a user's script. Each script runs in a child forked from one server that
+imported torch, distributed, xarray and oodsim once (:mod:`tests.script_server`): the imports
+cost more than most examples. Later examples see what earlier ones wrote (``results/``,
+reports) and reuse the models they trained, as a reader's would.
 
 A block is skipped only when the line right before its fence is ``<!-- no-run: reason -->``
 (e.g. it needs ImageNet on disk); the reason must not be empty.
@@ -18,8 +20,8 @@ from __future__ import annotations
 
 import re
 import subprocess
-import sys
 import textwrap
+from collections.abc import Iterator
 from pathlib import Path
 
 import attrs
@@ -35,6 +37,7 @@ from tests.readme_sample import (
     run_main_job,
     sample_block,
 )
+from tests.script_server import ScriptServer
 
 QUICKSTART = ROOT / "docs" / "quickstart.md"
 #: in a newcomer's reading order: the README, the quickstart, then the other pages
@@ -109,6 +112,14 @@ def project(tmp_path_factory: pytest.TempPathFactory) -> Project:
     return Project(folder, newcomer_env(folder), run_main_job(folder))
 
 
+@pytest.fixture(scope="session")
+def scripts(project: Project) -> Iterator[ScriptServer]:
+    """Runs scripts in the newcomer's copy, with the newcomer's environment."""
+    server = ScriptServer(project.folder, project.env)
+    yield server
+    server.close()
+
+
 def test_the_main_command_prints_the_readmes_sample(project: Project) -> None:
     done = project.main_job
     assert done.returncode == 0, done.stderr[-6000:]
@@ -125,29 +136,18 @@ def test_the_main_command_prints_the_readmes_sample(project: Project) -> None:
 
 
 def test_the_suite_collects_after_the_main_command(
-    project: Project, request: pytest.FixtureRequest
+    project: Project, scripts: ScriptServer, request: pytest.FixtureRequest
 ) -> None:
     """The README's second command, after its first, in the same folder: every test this
-    session runs is collected there too."""
-    done = subprocess.run(
-        # in one process (-n 0): collecting on two xdist workers checks nothing more
-        [
-            sys.executable,
-            "-m",
-            "pytest",
-            "--collect-only",
-            "-q",
-            "-n",
-            "0",
-            "-p",
-            "no:cacheprovider",
-        ],
-        cwd=project.folder,
-        env=project.env,
-        capture_output=True,
-        text=True,
-        timeout=TIMEOUT_S,
+    session runs is collected there too (in one process, ``-n 0``: collecting on two xdist
+    workers checks nothing more)."""
+    script = project.folder / "collect.py"
+    script.write_text(
+        "import sys\n\nimport pytest\n\n"
+        'if __name__ == "__main__":\n'
+        '    sys.exit(pytest.main(["--collect-only", "-q", "-n", "0", "-p", "no:cacheprovider"]))\n'
     )
+    done = scripts.run(script, TIMEOUT_S)
     assert done.returncode == 0, done.stdout[-6000:] + done.stderr[-2000:]
     collected = {line for line in done.stdout.splitlines() if "::" in line}
     ours = {item.nodeid for item in request.session.items}
@@ -188,18 +188,11 @@ def test_blocks_are_found_with_their_markers(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize("block", _params())
-def test_example_runs_as_a_script(block: Block, project: Project) -> None:
+def test_example_runs_as_a_script(block: Block, project: Project, scripts: ScriptServer) -> None:
     script = project.folder / "example.py"
     script.write_text(block.code, encoding="utf-8")
     try:
-        done = subprocess.run(
-            [sys.executable, script.name],
-            cwd=project.folder,
-            env=project.env,
-            capture_output=True,
-            text=True,
-            timeout=TIMEOUT_S,
-        )
+        done = scripts.run(script, TIMEOUT_S)
     except subprocess.TimeoutExpired as error:
         stderr = error.stderr.decode() if isinstance(error.stderr, bytes) else error.stderr
         pytest.fail(

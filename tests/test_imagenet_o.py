@@ -600,31 +600,6 @@ def test_a_stopping_rule_on_bootstrap_seeds_is_refused_before_any_compute(
     assert attrs.evolve(spec, stopping=StoppingSpec()).stopping.rule == "fixed"
 
 
-# --------------------------------------------------------------------------- the docs
-
-
-def _doc_scripts() -> list[str]:
-    text = (ROOT / "docs" / "imagenet_o.md").read_text()
-    return [block.split("```", 1)[0] for block in text.split("```python\n")[1:]]
-
-
-@pytest.mark.parametrize("index", range(len(_doc_scripts())))
-def test_docs_examples_run_as_saved_scripts(index, tmp_path) -> None:
-    import os
-    import subprocess
-    import sys
-
-    script = tmp_path / f"example_{index}.py"
-    script.write_text(_doc_scripts()[index])
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
-    done = subprocess.run(
-        [sys.executable, script.name], cwd=tmp_path, env=env, capture_output=True, text=True
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
-    if "second run computed" in done.stdout:
-        assert "second run computed: {}" in done.stdout
-
-
 def test_bootstrap_seeds_read_the_logits_once_per_process(engine_run, tmp_path) -> None:
     """Every bootstrap seed resamples the same κ: scoring 6 seeds in one process reads each
     logits entry once, and gives the same scores as a process that read them afresh."""
