@@ -100,12 +100,16 @@ class DatasetSpec(_Keyed):
     download: bool = attrs.field(default=False, metadata=no_key())
 
     def key_extra(self) -> dict[str, Any]:
-        """A registered loader's ``version`` other than "1" enters the key."""
+        """A registered loader's ``version`` other than "1" enters the key, and so does the
+        fingerprint of the files it reads (:mod:`oodsim.data.fingerprint`), for loaders that
+        read files: two folders, or changed files, never share cached results."""
         # specs sit below the registries they validate against
-        from oodsim.data.registry import dataset_info
+        from oodsim.data.registry import data_fingerprint, dataset_info
 
         version = dataset_info(self.name).version
-        return {} if version == "1" else {"loader_version": version}
+        extra = {} if version == "1" else {"loader_version": version}
+        data = data_fingerprint(self.name, self.root)
+        return extra if data is None else extra | {"data": data}
 
 
 @spec_class

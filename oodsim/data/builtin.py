@@ -95,24 +95,38 @@ def fashion_mnist_candidates(root: str | None) -> list[Path]:
     return candidates + [FASHION_MNIST_DEBIAN]
 
 
+FASHION_MNIST_STEMS = (
+    "train-images-idx3-ubyte",
+    "train-labels-idx1-ubyte",
+    "t10k-images-idx3-ubyte",
+    "t10k-labels-idx1-ubyte",
+)
+
+
+def fashion_mnist_files(root: str | None) -> list[Path]:
+    """The four IDX files Fashion-MNIST is read from (the first folder holding all four), or
+    the folders looked in when none does."""
+    candidates = fashion_mnist_candidates(root)
+    for folder in candidates:
+        files = [_idx_file(folder, stem) for stem in FASHION_MNIST_STEMS]
+        if all(files):
+            return files  # type: ignore[return-value]
+    return candidates
+
+
 @register_dataset(
     "fashion_mnist",
     n_classes=10,
     hflip=True,
     description="Fashion-MNIST from IDX files (train + test, 70,000 images 28x28)",
+    files=fashion_mnist_files,
 )
 def load_fashion_mnist(
     root: str | None = None, download: bool = False, image_size: int | None = None
 ) -> ImageData:
-    stems = (
-        "train-images-idx3-ubyte",
-        "train-labels-idx1-ubyte",
-        "t10k-images-idx3-ubyte",
-        "t10k-labels-idx1-ubyte",
-    )
     candidates = fashion_mnist_candidates(root)
     for folder in candidates:
-        files = [_idx_file(folder, stem) for stem in stems]
+        files = [_idx_file(folder, stem) for stem in FASHION_MNIST_STEMS]
         if all(files):
             train_x, train_y, test_x, test_y = (read_idx(f) for f in files)
             _check_idx_pair(folder, "train", train_x, train_y)
@@ -178,6 +192,22 @@ def _torchvision_loader(name: str):
     return load
 
 
+#: what torchvision reads under root= for each dataset (files or folders)
+TORCHVISION_FILES = {
+    "mnist": ("MNIST/raw",),
+    "svhn": ("train_32x32.mat", "test_32x32.mat"),
+    "cifar10": ("cifar-10-batches-py",),
+    "cifar100": ("cifar-100-python",),
+}
+
+
+def _torchvision_files(name: str):
+    def files(root: str | None) -> list[Path]:
+        return [Path(root) / part for part in TORCHVISION_FILES[name]] if root else []
+
+    return files
+
+
 for _name, _classes, _flip in (
     ("mnist", 10, False),
     ("svhn", 10, False),
@@ -189,6 +219,7 @@ for _name, _classes, _flip in (
         n_classes=_classes,
         hflip=_flip,
         description=f"torchvision {_name} (train + test) read from root=",
+        files=_torchvision_files(_name),
     )(_torchvision_loader(_name))
 
 
@@ -245,12 +276,22 @@ def _image_folder_loader(default_size: int | None):
     return load
 
 
+def image_folder_files(root: str | None) -> list[Path]:
+    """An image folder is read whole: every file under ``root``."""
+    return [Path(root)] if root else []
+
+
 register_dataset(
-    "image_folder", n_classes=None, hflip=True, description="class folders of images under root="
+    "image_folder",
+    n_classes=None,
+    hflip=True,
+    description="class folders of images under root=",
+    files=image_folder_files,
 )(_image_folder_loader(None))
 register_dataset(
     "tiny_imagenet",
     n_classes=200,
     hflip=True,
     description="Tiny-ImageNet train folder (root=.../tiny-imagenet-200/train)",
+    files=image_folder_files,
 )(_image_folder_loader(64))

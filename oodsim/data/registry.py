@@ -7,7 +7,8 @@ how to get the data; nothing is downloaded unless the spec asks for ``download =
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
+from pathlib import Path
 
 import attrs
 import numpy as np
@@ -95,6 +96,10 @@ class DatasetInfo:
     load: Callable[..., ImageData]
     description: str
     version: str = "1"
+    #: ``files(root) -> paths`` the loader reads (files or folders): their fingerprint
+    #: (:mod:`oodsim.data.fingerprint`) enters the key. None: the data is not in files the
+    #: user points at (scikit-learn's bundled digits) or the loader's version says it all.
+    files: Callable[[str | None], Sequence[Path]] | None = None
 
     @property
     def builtin(self) -> bool:
@@ -111,6 +116,7 @@ def register_dataset(
     hflip: bool,
     description: str,
     version: str = "1",
+    files: Callable[[str | None], Sequence[Path]] | None = None,
     replace: bool = False,
 ) -> Callable[[Callable[..., ImageData]], Callable[..., ImageData]]:
     """Decorator: register a loader ``load(root=None, download=False, image_size=None) ->
@@ -118,14 +124,17 @@ def register_dataset(
 
     ``n_classes`` (None: whatever the loader finds), ``hflip`` (whether a horizontal flip keeps
     the class, for augmentation), ``description`` (one line). ``version`` enters the key: bump
-    it when the loader returns other data. A script's datasets are shipped to the Dask workers.
+    it when the loader returns other data. ``files(root)`` (optional) returns the files or
+    folders the loader reads for that ``root``: their fingerprint enters the key too, so two
+    folders (or changed files) never share cached results. A script's datasets are shipped to
+    the Dask workers.
     A taken name raises ``ValueError``; ``replace=True`` re-registers a script's own dataset,
     never a built-in one.
     """
 
     def decorate(load: Callable[..., ImageData]) -> Callable[..., ImageData]:
         check_registry_name("a dataset", name)
-        info = DatasetInfo(name, n_classes, hflip, load, description, str(version))
+        info = DatasetInfo(name, n_classes, hflip, load, description, str(version), files)
         taken = DATASETS.get(name)
         if taken is not None and (taken.builtin or not replace):
             raise ValueError(f"a dataset named {name!r} is already registered")
@@ -167,6 +176,16 @@ def adopt_datasets(infos: Iterable[DatasetInfo]) -> None:
         if current is None or _identity(current) != _identity(info):
             DATASETS[info.name] = info
             load_dataset.cache_clear()
+
+
+def data_fingerprint(name: str, root: str | None) -> str | None:
+    """The fingerprint of the files dataset ``name`` reads for ``root`` (None for a loader
+    that declares no files)."""
+    # hashing loads only for datasets read from files
+    from oodsim.data.fingerprint import fingerprint
+
+    files = dataset_info(name).files
+    return None if files is None else fingerprint(files(root))
 
 
 def dataset_info(name: str) -> DatasetInfo:

@@ -17,8 +17,9 @@ from typing import Any
 import attrs
 
 from oodsim.cluster_spec import ClusterSpec
+from oodsim.data.fingerprint import fingerprint
 from oodsim.data.ood_sets import NOISE_KINDS
-from oodsim.data.registry import DATASETS
+from oodsim.data.registry import DATASETS, data_fingerprint
 from oodsim.detectors import Detector, get_detector
 from oodsim.errors import DataNotFoundError, SpecError, UnknownNameError
 from oodsim.keys import no_key
@@ -148,6 +149,20 @@ class SourceSpec(_Keyed):
     @property
     def is_noise(self) -> bool:
         return self.kind in NOISE_KINDS
+
+    def key_extra(self) -> dict[str, Any]:
+        """The fingerprint of the files a dataset or an image folder source reads
+        (:mod:`oodsim.data.fingerprint`): two folders under one name never share cached
+        outputs. A sharded folder (``shard_size``, ImageNet-21k scale) is keyed by its name and
+        each shard's classes only: listing millions of files for every key would cost more
+        than the run."""
+        if self.kind == "dataset":
+            data = data_fingerprint(self.name, self.root)
+        elif self.kind == "image_folder" and self.root and not self.shard_size:
+            data = fingerprint([self.root])
+        else:
+            data = None
+        return {} if data is None else {"data": data}
 
 
 def _sources(value: Any) -> Any:
