@@ -345,14 +345,16 @@ def check_writable(path: str | Path, what: str = "results") -> None:
 REPLACED_PATIENCE = 60.0
 
 
-def open_results(path: str | Path) -> xr.Dataset:
+def open_results(path: str | Path, *, trust: bool = False) -> xr.Dataset:
     """Reopen results written by :func:`save_results` (or ``oodsim run --out``), in memory.
 
     Every file is checked against the store's :data:`MANIFEST` first: a changed, missing or
-    added file raises :class:`ResultsCorrupt` naming it. Results written before manifests
-    open unchecked. A store replaced while it is being read is read again, for as long as
-    replacements keep coming (up to :data:`REPLACED_PATIENCE` seconds): a reader gets the old or
-    the new results, whole, never an error because of a replacement.
+    added file raises :class:`ResultsCorrupt` naming it. Results without a manifest are refused
+    too (:class:`ResultsCorrupt`): a deleted manifest would hide any change. ``trust=True``
+    (``oodsim report --trust``) opens them unchecked: for results written before oodsim wrote
+    manifests, or ones you vouch for. A store replaced while it is being read is read again,
+    for as long as replacements keep coming (up to :data:`REPLACED_PATIENCE` seconds): a reader
+    gets the old or the new results, whole, never an error because of a replacement.
     """
     path = Path(path)
     if not path.exists():
@@ -362,6 +364,8 @@ def open_results(path: str | Path) -> xr.Dataset:
         manifest = _manifest(path) if path.is_dir() else None
         if isinstance(manifest, str):
             raise ResultsCorrupt(f"results at {path} cannot be trusted: {manifest}{REWRITE}")
+        if manifest is None and not trust and path.is_dir():
+            _refuse_unchecked(path)
         written = manifest.get("written") if manifest is not None else None
         try:
             if manifest is not None:
@@ -379,6 +383,16 @@ def open_results(path: str | Path) -> xr.Dataset:
                 f"(for {REPLACED_PATIENCE:.0f} s); read them once the run that writes them ends"
             )
         time.sleep(min(0.01 * 2**attempt, 0.5))  # then read the new store
+
+
+def _refuse_unchecked(path: Path) -> None:
+    """Results without a manifest: nothing tells whether a file was changed."""
+    raise ResultsCorrupt(
+        f"results at {path} have no {MANIFEST}, so oodsim cannot check them (a deleted manifest "
+        "hides any change to the scores); rerun the spec with this output path to rewrite them "
+        "(what it computed is in the cache), or open them unchecked if you trust them: "
+        "`oodsim report --trust`, open_results(path, trust=True)"
+    )
 
 
 def _written(path: Path) -> str | None:

@@ -452,11 +452,15 @@ def test_results_holding_a_file_oodsim_did_not_write_are_not_replaced(tmp_path: 
     assert (out / "score" / "my-note.md").read_text() == "mine"
 
 
-def test_results_written_before_manifests_still_open_and_are_replaced(tmp_path: Path) -> None:
+def test_results_written_before_manifests_open_only_when_trusted_and_are_replaced(
+    tmp_path: Path,
+) -> None:
     results = synthetic_results(4)
     out = save_results(results, tmp_path / "r.zarr")
     (out / MANIFEST).unlink()  # what save_results wrote before results carried a manifest
-    xr.testing.assert_identical(open_results(out), results)  # unchecked, as before
+    with pytest.raises(ResultsCorrupt, match=f"have no {MANIFEST}, so oodsim cannot check them"):
+        open_results(out)
+    xr.testing.assert_identical(open_results(out, trust=True), results)  # unchecked
     assert check_output(out) == results.attrs["spec_key"]
     save_results(synthetic_results(2), out)
     assert (out / MANIFEST).is_file() and open_results(out).sizes["seed"] == 2
@@ -499,3 +503,26 @@ def test_results_of_another_spec_are_replaced_only_with_overwrite(tmp_path: Path
     # tests/test_engine.py::test_results_of_another_spec_are_never_replaced_silently
     check_out(out, small_digits(1), True, tmp_path / "cache")
     assert open_results(out).sizes["seed"] == 2
+
+
+def test_results_whose_manifest_was_deleted_are_refused_by_the_report_unless_trusted(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The probe: a deleted manifest, then one flipped bit changed 3 of 90 scores and
+    `oodsim report` used them without a word."""
+    out = save_results(synthetic_results(4), tmp_path / "r.zarr")
+    (out / MANIFEST).unlink()
+    chunk = max(
+        (p for p in (out / "score").rglob("*") if p.is_file()), key=lambda p: p.stat().st_size
+    )
+    data = bytearray(chunk.read_bytes())
+    data[len(data) // 2] ^= 0x10
+    chunk.write_bytes(bytes(data))
+    report = tmp_path / "report"
+    assert cli_main(["report", str(out), "--out", str(report)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("oodsim: error: ")
+    assert f"have no {MANIFEST}" in err[0] and "oodsim report --trust" in err[0]
+    assert not report.exists()
+    assert cli_main(["report", str(out), "--out", str(report), "--trust"]) == 0
+    assert (report / "summary.md").is_file()

@@ -13,6 +13,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from oodsim.cli.options import add_trust
 from oodsim.errors import SpecError
 
 #: printed names of the metrics of :func:`oodsim.protocols.imagenet_o.evaluate_logits`
@@ -53,7 +54,7 @@ def _cmd_imagenet_o(args: argparse.Namespace) -> int:
         from oodsim.report.tables import bootstrap_table  # (fast --help)
         from oodsim.results_io import open_results
 
-        print(bootstrap_table(open_results(args.results)))
+        print(bootstrap_table(open_results(args.results, trust=args.trust)))
         return 0
     if args.id_logits or args.ood_logits:
         if not (args.id_logits and args.ood_logits):
@@ -124,5 +125,6 @@ def add_command(commands: Any) -> None:
         help="print the point estimates and bootstrap intervals of a saved ImageNet-O run "
         "(results/<name>.zarr of `oodsim run`)",
     )
+    add_trust(inet)
     inet.add_argument("--json", help="also write the numbers to this JSON file")
     inet.set_defaults(func=_cmd_imagenet_o)

@@ -19,6 +19,7 @@ from pathlib import Path
 from types import FrameType
 
 from oodsim.cli.imagenet_o import add_command as add_imagenet_o
+from oodsim.cli.options import add_trust
 from oodsim.errors import DEBUG_ENV, OodsimError, SpecError
 
 #: exit codes of a command stopped by Ctrl-C (SIGINT) or SIGTERM: 128 + the signal's number
@@ -278,7 +279,7 @@ def _cmd_report(args: argparse.Namespace) -> int:
     from oodsim.report import report_folder, write_report
     from oodsim.results_io import open_results
 
-    results = open_results(args.results)
+    results = open_results(args.results, trust=args.trust)
     out = Path(args.out) if args.out else report_folder(args.results)
     path = write_report(results, out, overwrite=args.overwrite, source=args.results)
     print(f"report written to {path}")
@@ -378,6 +379,7 @@ def parser() -> argparse.ArgumentParser:
         help="write into a folder that holds other files or the report of other results "
         "(oodsim's files are replaced; nothing else is deleted)",
     )
+    add_trust(report)
     report.set_defaults(func=_cmd_report)
 
     add_cache_command(commands)

@@ -1,0 +1,16 @@
+"""Command-line options that more than one command takes."""
+
+from __future__ import annotations
+
+import argparse
+
+
+def add_trust(parser: argparse.ArgumentParser) -> None:
+    """``--trust``: open saved results that have no checksum manifest, unchecked
+    (:func:`oodsim.results_io.open_results` refuses them otherwise)."""
+    parser.add_argument(
+        "--trust",
+        action="store_true",
+        help="open results that have no checksum manifest (written before oodsim wrote one, "
+        "or whose manifest was deleted) without checking them",
+    )
