@@ -40,7 +40,7 @@ import attrs
 import numpy as np
 
 from oodsim.errors import OodsimError
-from oodsim.store_arrays import ARRAYS_ZIP, read_arrays, write_zip
+from oodsim.store_arrays import ARRAYS_ZIP, members_problem, read_arrays, write_zip
 from oodsim.store_fs import described, objects, read_json, remove, what_is
 from oodsim.store_layout import (  # noqa: F401 - part of this module's interface
     GITIGNORE,
@@ -201,6 +201,26 @@ def _meta_problem(meta: Any, kind: str | None = None, key: str | None = None) ->
     return ""
 
 
+def _members_problem(folder: Path, meta: Mapping[str, Any]) -> str:
+    """What is wrong with the members of an entry's arrays ZIP against its meta record's
+    ``shapes`` ("" when nothing, or for entries of the older layouts that lack either)."""
+    shapes = meta.get("shapes")
+    if not isinstance(shapes, dict) or not (folder / ARRAYS_ZIP).is_file():
+        return ""
+    return members_problem(folder / ARRAYS_ZIP, shapes)
+
+
+def _arrays_problem(arrays: Mapping[str, np.ndarray], meta: Mapping[str, Any]) -> str:
+    """What differs between the arrays read and the names and shapes recorded at the write."""
+    shapes = meta.get("shapes")
+    if not isinstance(shapes, dict):
+        return ""
+    read = {name: list(np.shape(value)) for name, value in arrays.items()}
+    if read != shapes:
+        return f"the arrays read differ from meta.json: {sorted(read)[:5]}, {sorted(shapes)[:5]}"
+    return ""
+
+
 @attrs.define
 class Store(Maintenance):
     """Artifacts by (kind, content key) under ``root``; see the module docstring."""
@@ -267,7 +287,9 @@ class Store(Maintenance):
             extra = sorted(set(actual) - set(meta["files"]))
             return f"files differ from meta: not recorded {extra}", meta
         bad = [name for name, digest in meta["files"].items() if actual[name] != digest]
-        return (f"checksum mismatch in {bad}" if bad else ""), meta
+        if bad:
+            return f"checksum mismatch in {bad}", meta
+        return _members_problem(folder, meta), meta
 
     def has(self, kind: str, key: str) -> bool:
         """Whether a complete entry exists: its meta file (written last, then renamed) intact and
@@ -337,6 +359,8 @@ class Store(Maintenance):
         try:
             problem, meta = self._inspect(folder, kind, key, full=self.verify_on_read)
             arrays = read_arrays(folder) if problem == "" else {}
+            if problem == "":
+                problem = _arrays_problem(arrays, meta)
         except Exception as error:  # zarr raises many kinds of errors on damaged data
             problem = f"unreadable: {type(error).__name__}: {error}"
         if problem:

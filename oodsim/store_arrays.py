@@ -178,13 +178,51 @@ def read_zip(path: Path) -> dict[str, np.ndarray]:
                 return _read_by_zarr(path)
             array = np.zeros(meta["shape"], dtype=dtype)
             chunk = _chunk_key(name, array.ndim)
-            if chunk in names:
+            if array.size:  # write_zip writes the chunk of every non-empty array
+                if chunk not in names:
+                    raise ValueError(f"chunk {chunk} is missing (zarr would read zeros)")
                 if archive.getinfo(chunk).file_size != array.nbytes:
                     raise ValueError(f"chunk {chunk} is not {array.nbytes} bytes")
                 with archive.open(chunk) as source:
                     source.readinto(memoryview(array).cast("B"))  # type: ignore[attr-defined]
             arrays[name] = array
     return arrays
+
+
+def members_problem(path: Path, shapes: Mapping[str, Any]) -> str:
+    """What is wrong with the members of the arrays ZIP at ``path`` against the array shapes
+    its entry's meta record holds ("" when nothing), from the ZIP's directory and the small
+    metadata members only: an array missing, renamed or added, another shape, a member that
+    belongs to no array, and, for arrays :func:`write_zip` wrote itself, a missing or resized
+    chunk. A ZIP resealed after such an edit (its checksum in meta updated) used to read the
+    lost array as zeros."""
+    with zipfile.ZipFile(path) as archive:
+        infos = {info.filename: info for info in archive.infolist()}
+        found = {k.split("/")[0] for k in infos if k.count("/") == 1 and k.endswith("/zarr.json")}
+        for difference, says in (
+            (set(shapes) - found, "lacks arrays that meta.json records"),
+            (found - set(shapes), "holds arrays that meta.json does not record"),
+        ):
+            if difference:
+                return f"{ARRAYS_ZIP} {says}: {sorted(difference)[:3]}"
+        stray = [k for k in infos if k != "zarr.json" and k.split("/")[0] not in found]
+        if stray:
+            return f"{ARRAYS_ZIP} holds members of no array: {sorted(stray)[:3]}"
+        for name, shape in sorted(shapes.items()):
+            meta = parse_json(archive.read(f"{name}/zarr.json"), f"{name}/zarr.json")
+            if not isinstance(meta, dict) or meta.get("shape") != list(shape):
+                recorded = meta.get("shape") if isinstance(meta, dict) else None
+                return f"array {name} has shape {recorded}, meta.json records {list(shape)}"
+            dtype = _simple(meta)
+            size = int(np.prod(shape, dtype=np.int64))
+            if dtype is None or not size:
+                continue
+            chunk = infos.get(_chunk_key(name, len(shape)))
+            if chunk is None:
+                return f"array {name} lost its data ({_chunk_key(name, len(shape))})"
+            if chunk.file_size != size * dtype.itemsize:
+                return f"array {name} has {chunk.file_size} bytes, not {size * dtype.itemsize}"
+    return ""
 
 
 def _read_by_zarr(path: Path) -> dict[str, np.ndarray]:

@@ -18,6 +18,7 @@ import sys
 import threading
 import time
 import warnings
+import zipfile
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -28,6 +29,7 @@ import pytest
 import xarray as xr
 
 import oodsim
+import oodsim.store as store_module
 from oodsim.cli import main as cli_main
 from oodsim.data import load_dataset, register_dataset
 from oodsim.data.splits import split_classes
@@ -194,6 +196,70 @@ def test_a_link_where_an_entry_belongs_is_removed_never_its_target(
     assert store_counts(result)["computed"] == {OUTPUTS: 1}
     assert not folder.is_symlink() and folder.is_dir()
     assert sorted(p.relative_to(outside) for p in outside.rglob("*")) == before
+
+
+def _rezip(path: Path, edit: Callable[[dict[str, bytes]], None]) -> None:
+    """Rewrite the arrays ZIP at ``path`` with its members edited by ``edit``."""
+    with zipfile.ZipFile(path) as archive:
+        members = {name: archive.read(name) for name in archive.namelist()}
+    edit(members)
+    path.unlink()
+    with zipfile.ZipFile(path, "w", compression=zipfile.ZIP_STORED) as archive:
+        for name in sorted(members):
+            archive.writestr(name, members[name])
+
+
+def _largest_chunk(members: dict[str, bytes]) -> str:
+    return max((n for n in members if "/c/" in n), key=lambda n: len(members[n]))
+
+
+def _drop_chunk(members: dict[str, bytes]) -> None:
+    del members[_largest_chunk(members)]
+
+
+def _rename_array(members: dict[str, bytes]) -> None:
+    array = _largest_chunk(members).split("/")[0]
+    for name in [n for n in members if n.split("/")[0] == array]:
+        members[name.replace(array, f"{array}_renamed", 1)] = members.pop(name)
+
+
+def _extra_array(members: dict[str, bytes]) -> None:
+    array = _largest_chunk(members).split("/")[0]
+    for name in [n for n in members if n.split("/")[0] == array]:
+        members[name.replace(array, "extra", 1)] = members[name]
+
+
+def _inflate_chunk(members: dict[str, bytes]) -> None:
+    members[_largest_chunk(members)] += bytes(64)
+
+
+def reseal(folder: Path) -> None:
+    """Update an entry's meta record (checksums, sizes, its own digest) to its files as they
+    are now: what someone who edits an entry and covers the traces does."""
+    meta = json.loads((folder / "meta.json").read_text())
+    meta["files"], meta["sizes"] = store_module._checksums(folder), store_module._sizes(folder)
+    meta[store_module.META_DIGEST] = store_module._meta_digest(meta)
+    (folder / "meta.json").write_text(json.dumps(meta, sort_keys=True))
+
+
+@pytest.mark.parametrize(
+    "edit",
+    [_drop_chunk, _rename_array, _extra_array, _inflate_chunk],
+    ids=["missing", "renamed", "extra", "inflated"],
+)
+def test_a_resealed_arrays_zip_whose_members_differ_from_meta_is_recomputed(
+    cluster_address: str, copy: Path, clean: tuple[Path, Any], edit: Callable
+) -> None:
+    """The probe: an outputs ZIP that lost its largest array's chunk, resealed, read that
+    array as zeros; the seed turned "degenerate" and `cache verify` said clean."""
+    folder = entry(copy, OUTPUTS)
+    _rezip(arrays_file(folder), edit)
+    reseal(folder)
+    problems = Store(copy).verify()
+    assert [info.key for info, _ in problems] == [folder.name], problems
+    result = heals(cluster_address, copy, clean)
+    assert store_counts(result)["computed"] == {OUTPUTS: 1}
+    assert not np.any(result.failure.values != "")
 
 
 def test_a_missing_arrays_file_is_recomputed_in_the_same_run(
