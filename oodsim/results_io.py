@@ -28,7 +28,7 @@ import xarray as xr
 
 from oodsim.errors import OodsimError
 from oodsim.store import META_DIGEST, _checksums, _files, _meta_digest
-from oodsim.store_fs import described, read_json, what_is
+from oodsim.store_fs import described, owned, read_json, what_is
 
 
 class ResultsNotFound(OodsimError, FileNotFoundError):
@@ -169,9 +169,14 @@ def _written_files(folder: Path) -> list[Path]:
     metadata and chunk files."""
     manifest = _manifest(folder)
     if isinstance(manifest, dict):
-        names = [*manifest.get("files", {}), MANIFEST]
-        return [folder / name for name in names if (folder / name).is_file()]
+        paths = [owned(folder, name) for name in [*manifest.get("files", {}), MANIFEST]]
+        return [path for path in paths if path is not None and _regular(path)]
     return [p for p in _files(folder, skip="") if _is_zarr_file(p.relative_to(folder))]
+
+
+def _regular(path: Path) -> bool:
+    """Whether ``path`` is a regular file itself (not a link to one)."""
+    return what_is(path) == "file"
 
 
 def _discard(folder: Path) -> None:

@@ -14,7 +14,7 @@ import os
 import shutil
 import stat
 from collections.abc import Iterator
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any
 
 
@@ -131,3 +131,21 @@ def listing(folder: Path) -> list[Path]:
         return sorted(folder / name for name in os.listdir(folder))
     except OSError:
         return []
+
+
+def owned(folder: Path, name: object) -> Path | None:
+    """``folder / name`` when ``name`` (read from a record oodsim wrote: a manifest, a report
+    marker) names a path inside ``folder`` without leaving it: relative, no ``..``, and every
+    folder on the way a real folder, not a link. None otherwise: a record that travelled with a
+    folder must never make oodsim delete or overwrite anything outside it."""
+    if not isinstance(name, str) or not name or "\0" in name:
+        return None
+    relative = PurePosixPath(name)
+    if relative.is_absolute() or any(part in ("", ".", "..") for part in relative.parts):
+        return None
+    here = folder
+    for part in relative.parts[:-1]:
+        here = here / part
+        if here.is_symlink() or not here.is_dir():
+            return None
+    return folder / Path(*relative.parts)

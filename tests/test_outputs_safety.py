@@ -526,3 +526,28 @@ def test_results_whose_manifest_was_deleted_are_refused_by_the_report_unless_tru
     assert not report.exists()
     assert cli_main(["report", str(out), "--out", str(report), "--trust"]) == 0
     assert (report / "summary.md").is_file()
+
+
+def test_a_manifest_naming_files_outside_the_results_never_gets_them_deleted(
+    tmp_path: Path,
+) -> None:
+    """The probe: a results manifest listing `../victim.txt`, or `sub/secret.txt` with `sub` a
+    link out of the folder (its own checksum updated), had those files deleted when the
+    results were replaced."""
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "secret.txt").write_text("user's")
+    (tmp_path / "victim.txt").write_text("user's")
+    out = save_results(synthetic_results(4), tmp_path / "r.zarr")
+    (out / "sub").symlink_to(outside, target_is_directory=True)
+    manifest = json.loads((out / MANIFEST).read_text())
+    for name in ("../victim.txt", "sub/secret.txt", str(tmp_path / "victim.txt")):
+        manifest["files"][name] = "0" * 64
+    manifest[results_module.META_DIGEST] = results_module._meta_digest(manifest)
+    (out / MANIFEST).write_text(json.dumps(manifest))
+    # replaced: the old store is discarded, all but what oodsim did not write (the link)
+    with pytest.warns(UserWarning, match="held files oodsim did not write"):
+        save_results(synthetic_results(2), out)
+    assert open_results(out).sizes["seed"] == 2
+    assert (outside / "secret.txt").read_text() == "user's"
+    assert (tmp_path / "victim.txt").read_text() == "user's"

@@ -25,6 +25,7 @@ from oodsim.report import (
     report_folder,
     write_report,
 )
+from oodsim.report.folder import write_file
 from oodsim.results_io import save_results
 from oodsim.stats import StopDecision, estimate
 from tests.conftest import digits_toml
@@ -425,3 +426,32 @@ def test_a_power_table_of_blanks_is_one_line(tmp_path: Path) -> None:
     section = text[text.index("## Seeds needed") : text.index("## Sources of variance")]
     assert "Not computed: no pair has an observed difference" in section
     assert "| msp |" not in section
+
+
+def test_a_report_never_writes_or_deletes_through_links(tmp_path: Path) -> None:
+    """The probe: a `summary.md` that is a link had the file it points to overwritten, and a
+    marker listing `../victim.txt` or `sub/secret.txt` (`sub` a link out of the folder) had
+    those files deleted by the next report."""
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    for name in ("victim.txt", "secret.txt", "linked.txt"):
+        (outside / name).write_text(f"user's {name}")
+    out = tmp_path / "report"
+    results = make_results(n_seeds=3, failed=())
+    write_report(results, out, n_draws=100)
+    (out / "summary.md").unlink()
+    (out / "summary.md").symlink_to(outside / "linked.txt")
+    (out / "sub").symlink_to(outside, target_is_directory=True)
+    (tmp_path / "victim.txt").write_text("user's victim.txt")
+    marker = json.loads((out / REPORT_MARKER).read_text())
+    marker["files"] += ["../victim.txt", "sub/secret.txt", str(outside / "victim.txt")]
+    (out / REPORT_MARKER).write_text(json.dumps(marker))
+    write_report(results, out, n_draws=100)  # the same results: the report is refreshed
+    for path in (*outside.iterdir(), tmp_path / "victim.txt"):
+        assert path.read_text() == f"user's {path.name}", path
+    assert (out / "summary.md").is_file() and not (out / "summary.md").is_symlink()
+    assert (out / "summary.md").read_text().startswith("#")
+    # a link on the way to a file the report writes is refused, never written through
+    with pytest.raises(ReportFolderError, match="is a link in the report folder"):
+        write_file(out / "sub" / "plot.png", lambda tmp: tmp.write_bytes(b"x"))
+    assert sorted(p.name for p in outside.iterdir()) == ["linked.txt", "secret.txt", "victim.txt"]

@@ -19,6 +19,7 @@ from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 
+from oodsim.report.folder import write_file
 from oodsim.stats._common import higher_is_better, is_ood_metric, iter_cells, ood_metrics
 
 _NCOLS = 3
@@ -168,11 +169,9 @@ def ink(rgba: Sequence[float]) -> str:
 
 
 def save(fig: Figure, path: str | Path) -> Path:
-    """Write ``fig`` as a PNG at ``path`` (its folder created); return the path."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, format="png", dpi=100)
-    return path
+    """Write ``fig`` as a PNG at ``path`` (its folder created, a link there replaced, never
+    written through: :func:`oodsim.report.folder.write_file`); return the path."""
+    return write_file(Path(path), lambda tmp: fig.savefig(tmp, format="png", dpi=100))
 
 
 def limits(values: Iterable[np.ndarray], bounds: tuple[float, float] | None) -> tuple:

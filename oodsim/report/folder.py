@@ -11,6 +11,8 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import uuid
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -20,7 +22,7 @@ import xarray as xr
 from oodsim.errors import OodsimError
 from oodsim.results_io import MANIFEST
 from oodsim.stats import as_score
-from oodsim.store_fs import read_json
+from oodsim.store_fs import owned, read_json, what_is
 
 #: The file that marks a folder as an oodsim report, and names the results it reports.
 REPORT_MARKER = ".oodsim-report.json"
@@ -76,9 +78,35 @@ def _read_marker(folder: Path) -> dict[str, Any] | None:
 
 def _write_marker(folder: Path, marker: dict[str, Any]) -> None:
     """Write the marker atomically (a reader never sees half of it)."""
-    tmp = folder / f"{REPORT_MARKER}.tmp"
-    tmp.write_text(json.dumps(marker, indent=1, sort_keys=True) + "\n", encoding="utf-8")
-    os.replace(tmp, folder / REPORT_MARKER)
+    text = json.dumps(marker, indent=1, sort_keys=True) + "\n"
+    write_file(folder / REPORT_MARKER, lambda tmp: tmp.write_text(text, encoding="utf-8"))
+
+
+def write_file(path: Path, write: Callable[[Path], object]) -> Path:
+    """Write a report file through ``write(tmp)`` into a new temporary sibling, then rename it
+    onto ``path``: a link at ``path`` is replaced, never written through (a report used to
+    overwrite the file a ``summary.md`` link pointed to). Inside a report folder (one holding
+    :data:`REPORT_MARKER` above ``path``), a link on the way down to ``path`` is refused with
+    :class:`ReportFolderError`: what is written stays in the folder the report owns."""
+    for parent in path.parents:
+        if (parent / REPORT_MARKER).is_file():
+            break
+        if parent.is_symlink():
+            if any((p / REPORT_MARKER).is_file() for p in parent.parents):
+                raise ReportFolderError(
+                    f"{parent} is a link in the report folder: a report never writes through "
+                    "links; remove it, or choose another folder"
+                )
+            break  # a path the caller chose outside any report folder
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}-{uuid.uuid4().hex[:8]}.tmp")
+    try:
+        write(tmp)
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    return path
 
 
 def _describe(marker: dict[str, Any]) -> str:
@@ -150,22 +178,14 @@ def claim(folder: Path, marker: dict[str, Any], overwrite: bool) -> list[str]:
     return previous
 
 
-def _owned(folder: Path, name: str) -> Path | None:
-    """``folder / name`` if ``name`` is a plain relative path inside ``folder``."""
-    relative = Path(name)
-    if relative.is_absolute() or ".." in relative.parts or not relative.parts:
-        return None
-    return folder / relative
-
-
 def finish(folder: Path, marker: dict[str, Any], written: list[Path], previous: list[str]):
     """Remove files an earlier report wrote and this one did not (only those), then record
     what this report wrote in the marker."""
     names = sorted(p.relative_to(folder).as_posix() for p in written)
     for name in set(previous) - set(names):
-        path = _owned(folder, name)
-        if path is None or not path.is_file():
-            continue
+        path = owned(folder, name)
+        if path is None or what_is(path) != "file":
+            continue  # a name leaving the folder, a link: never followed, never removed
         path.unlink()
         parent = path.parent
         while parent != folder and not any(parent.iterdir()):

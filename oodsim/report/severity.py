@@ -33,6 +33,7 @@ from oodsim.report.figures import (
     save,
     suptitle,
 )
+from oodsim.report.folder import write_file
 
 
 def _levels(results: xr.Dataset) -> list[str]:
@@ -247,8 +248,10 @@ def write_severity_files(
         lines, paths = _section(part, folder, f"{label}/" if label else "", metric, baseline)
         parts += [*lines, ""]
         written += paths
-    path = folder / "severity_summary.md"
-    path.write_text("\n".join(parts) + "\n", encoding="utf-8")
+    text = "\n".join(parts) + "\n"
+    path = write_file(
+        folder / "severity_summary.md", lambda t: t.write_text(text, encoding="utf-8")
+    )
     return [*written, path]
 
 

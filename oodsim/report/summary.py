@@ -26,7 +26,7 @@ from oodsim.report.comparisons import (
     power_table,
 )
 from oodsim.report.figures import metric_label
-from oodsim.report.folder import claim, finish, marker_for
+from oodsim.report.folder import claim, finish, marker_for, write_file
 from oodsim.report.plots import (
     plot_distributions,
     plot_forest,
@@ -441,7 +441,7 @@ def write_report(
         written += severity
         lines += ["", "## Severity levels", ""]
         lines.append(f"See [{severity[-1].name}](severity/{severity[-1].name}).")
-    path = out / "summary.md"
-    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    text = "\n".join(lines) + "\n"
+    path = write_file(out / "summary.md", lambda tmp: tmp.write_text(text, encoding="utf-8"))
     finish(out, marker, [*written, path], previous)
     return path
