@@ -29,7 +29,14 @@ from oodsim.store_layout import (
     EntryInfo,
     belongs,
 )
-from oodsim.store_locks import STALE_MARK, WRITE_GRACE_SECONDS, break_lock, lock_problem, why_stale
+from oodsim.store_locks import (
+    STALE_LOCK_SECONDS,
+    STALE_MARK,
+    WRITE_GRACE_SECONDS,
+    break_lock,
+    lock_problem,
+    why_stale,
+)
 
 
 class Maintenance:
@@ -175,7 +182,10 @@ class Maintenance:
         """Remove what can block or clutter a run: locks of dead holders and malformed locks,
         misplaced objects (a file or link where a folder belongs; a link is removed, never its
         target), quarantine leftovers, and temporary leftovers of interrupted writes that are
-        at least ``older_than`` seconds old. Returns the paths removed."""
+        at least ``older_than`` seconds old. A temporary folder younger than
+        :data:`STALE_LOCK_SECONDS`, or of a key whose lock a live process holds, is a write in
+        progress and is kept whatever ``older_than`` says (removing it used to abort the run
+        writing it). Returns the paths removed."""
         removed: list[Path] = []
         if not self.root.is_dir():
             return removed
@@ -198,9 +208,24 @@ class Maintenance:
                     removed.append(path)
             elif role == "tmp":
                 with contextlib.suppress(OSError):
-                    if abs(now - os.lstat(path).st_mtime) >= older_than and _removed(path):
+                    age = abs(now - os.lstat(path).st_mtime)
+                    if (
+                        age >= max(older_than, STALE_LOCK_SECONDS)
+                        and not self._being_written(path)
+                        and _removed(path)
+                    ):
                         removed.append(path)
         return removed
+
+    def _being_written(self, tmp: Path) -> bool:
+        """Whether the temporary folder ``tmp`` of a write (``.tmp-<key>-<pid>-<id>``, beside
+        the entry) belongs to a key whose lock a live process holds: the writer is at work."""
+        parts = tmp.relative_to(self.root).parts
+        key = tmp.name[len(TMP_PREFIX) :].split("-")[0]
+        if len(parts) != 3 or not key:
+            return False
+        lock = self.root / LOCKS / f"{parts[0]}-{key}.lock"
+        return what_is(lock) == "file" and not why_stale(lock)
 
     def stale_locks(self) -> list[Path]:
         """Lock files whose holder is gone, and malformed ones (see :mod:`oodsim.store_locks`)."""

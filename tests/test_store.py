@@ -51,6 +51,33 @@ def _slow_writer(root: str) -> None:
     store.put("outputs", KEY, big)
 
 
+def _slow_locked_writer(root: str) -> None:
+    """A run's write: under the key's lock, as :meth:`Store.ensure` computes."""
+    store = Store(root)
+    store.ensure("outputs", KEY, lambda: _slow_writer(root))
+
+
+def test_gc_never_removes_the_temporary_folder_of_a_live_writer(tmp_path: Path) -> None:
+    """The probe: `oodsim cache gc --older-than 0` during a run deleted the live writer's
+    temporary folder, and the run aborted. Here the folder is even made to look old."""
+    process = multiprocessing.get_context("spawn").Process(
+        target=_slow_locked_writer, args=(str(tmp_path),)
+    )
+    process.start()
+    folder = tmp_path / "outputs" / "ab"
+    deadline = time.time() + 60
+    while time.time() < deadline and not (
+        folder.is_dir() and any(p.name.startswith(".tmp-") for p in folder.iterdir())
+    ):
+        time.sleep(0.01)
+    (tmp,) = [p for p in folder.iterdir() if p.name.startswith(".tmp-")]
+    os.utime(tmp, (time.time() - 3600,) * 2)
+    assert Store(tmp_path).gc(older_than=0) == []
+    process.join(120)
+    assert process.exitcode == 0
+    assert Store(tmp_path).verify() == [] and Store(tmp_path).has("outputs", KEY)
+
+
 def test_kill_between_write_and_rename_leaves_no_visible_entry(tmp_path: Path) -> None:
     ctx = multiprocessing.get_context("spawn")
     process = ctx.Process(target=_slow_writer, args=(str(tmp_path),))
@@ -69,6 +96,9 @@ def test_kill_between_write_and_rename_leaves_no_visible_entry(tmp_path: Path) -
     assert store.get("outputs", KEY) is None
     leftovers = [p for p in folder.iterdir()]
     assert leftovers and all(p.name.startswith(".tmp-") for p in leftovers)
+    assert store.gc(older_than=0) == []  # younger than the heartbeat window: could be live
+    for leftover in leftovers:
+        os.utime(leftover, (time.time() - STALE_LOCK_SECONDS - 1,) * 2)
     assert store.gc(older_than=0) and not any(folder.iterdir())
     store.put("outputs", KEY, _arrays())  # the next run recomputes it
     assert store.has("outputs", KEY)

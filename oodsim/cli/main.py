@@ -430,7 +430,8 @@ def add_cache_command(commands: argparse._SubParsersAction) -> None:
                 type=float,
                 default=3600.0,
                 metavar="SECONDS",
-                help="remove temporary leftovers only when they are this old (default: 3600)",
+                help="remove temporary leftovers only when they are this old (default: 3600; "
+                "a write in progress, younger than 200 s or under a live lock, is always kept)",
             )
 
 
