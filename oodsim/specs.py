@@ -23,6 +23,7 @@ from typing import Any
 
 import attrs
 
+from oodsim import limits
 from oodsim.cluster_spec import ClusterSpec
 from oodsim.errors import SpecError, UnknownNameError
 from oodsim.keys import content_key, digest, no_key
@@ -273,6 +274,15 @@ def _check_param_table(
                 raise refuse(at, item, expected)
 
 
+#: architecture parameters that size a model, and the limit each is checked against
+MODEL_SIZES = {
+    "depth": "model_depth",
+    "width": "model_width",
+    "widen_factor": "model_width",
+    "num_features": "model_width",
+}
+
+
 @spec_class
 class ModelSpec(_Keyed):
     """A classifier architecture by registry name (:mod:`oodsim.models.registry`).
@@ -318,6 +328,16 @@ class ModelSpec(_Keyed):
             value,
             grids=False,
         )
+        for name, size in value:
+            bound = MODEL_SIZES.get(name)
+            problem = bound and isinstance(size, int) and limits.over(size, bound)
+            if problem:
+                raise spec_error(self, f"params.{name}", size, *problem)
+
+    @width.validator
+    def _check_width(self, attribute: attrs.Attribute, value: int) -> None:
+        if problem := limits.over(value, "model_width"):
+            raise spec_error(self, "width", value, *problem)
 
     @property
     def kwargs(self) -> dict[str, Any]:
@@ -400,6 +420,9 @@ class DetectorSpec(_Keyed):
         from oodsim.detectors import get_detector
 
         detector = get_detector(self.name)
+        points = math.prod(len(v) for _, v in value if isinstance(v, list | tuple))
+        if problem := limits.over(points, "grid_points"):
+            raise spec_error(self, "params", f"a grid of {points:,} points", *problem)
         _check_param_table(
             f"detector {self.name!r}",
             detector.func,
@@ -459,6 +482,9 @@ class OODSetSpec(_Keyed):
             raise spec_error(
                 self, "dataset", self.dataset, "a dataset exactly when kind = 'dataset'"
             )
+        noise = self.kind in ("uniform_noise", "gaussian_noise")
+        if noise and self.n_samples and (problem := limits.over(self.n_samples, "noise_samples")):
+            raise spec_error(self, "n_samples", self.n_samples, *problem)
 
     @property
     def size(self) -> int | None:

@@ -27,7 +27,7 @@ from oodsim.data.builtin import read_image_folder
 from oodsim.detectors import confidence
 from oodsim.detectors._checks import DetectorInputError
 from oodsim.engine import ClusterError
-from oodsim.errors import DataNotFoundError
+from oodsim.errors import DataNotFoundError, SpecError
 from oodsim.metrics import accuracy, auroc
 from oodsim.outputs import Outputs
 from oodsim.specs import DatasetSpec, ExperimentSpec
@@ -245,6 +245,58 @@ def test_negative_or_zero_sizes(
         assert old in BASE
         text = BASE.replace(old, new, 1)
     assert_rejected(tmp_path, text, capsys, pattern)
+
+
+SEVERITY = (ROOT / "specs" / "severity_fashion_mnist.toml").read_text()
+TEMPERATURES = ", ".join(str(float(t)) for t in range(1, 20002))
+GRID_OF_20001 = f'{{ name = "temperature", temperature = [{TEMPERATURES}] }}'
+
+
+@pytest.mark.parametrize(
+    ("text", "pattern"),
+    [
+        (
+            BASE.replace('"msp", "temperature",', f'"msp", {GRID_OF_20001},', 1),
+            r"detectors\[1\]\.params: 'a grid of 20,001 points' .*at most 10,000 .*"
+            r"OODSIM_LIMITS=grid_points=20001",
+        ),
+        (BASE.replace("width = 16", "width = 100000"), r"model\.width: 100000 .*at most 4,096"),
+        (
+            BASE.replace('arch = "small_cnn"', 'arch = "wrn40_2"\nparams = { depth = 600004 }'),
+            r"model\.params\.depth: 600004 .*at most 1,000 layers",
+        ),
+        (
+            'ood = [{ kind = "uniform_noise", n_samples = 2000000000 }]\n' + BASE,
+            r"ood\[0\]\.n_samples: 2000000000 .*at most 1,000,000 images",
+        ),
+        (SEVERITY.replace("n_levels = 11", "n_levels = 1000000000"), r"n_levels: 1000000000 .*"),
+    ],
+    ids=["grid", "width", "depth", "noise", "n-levels"],
+)
+def test_absurd_sizes_are_refused_with_the_limit_and_how_to_lift_it(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], text: str, pattern: str
+) -> None:
+    """The probe: a grid of 200,000 temperatures ran silently for minutes, `depth = 600004`
+    hung in preflight, `width = 100000` failed after 131 s, noise `n_samples = 2e9` raised
+    MemoryError after training, `n_levels = 1e9` allocated ~22 GB at spec load."""
+    line = assert_rejected(tmp_path, text, capsys, pattern)
+    assert "to run it anyway, lift the limit: OODSIM_LIMITS=" in line
+
+
+def test_a_lifted_limit_lets_the_spec_through(monkeypatch: pytest.MonkeyPatch) -> None:
+    from oodsim import limits
+    from oodsim.specs import ModelSpec
+
+    with pytest.raises(SpecError, match="at most 4,096"):
+        ModelSpec(width=5000)
+    monkeypatch.setenv(limits.ENV, "model_width=8000")
+    assert ModelSpec(width=5000).width == 5000
+    monkeypatch.setenv(limits.ENV, "model_wdth=8000")
+    with pytest.raises(SpecError, match="OODSIM_LIMITS: 'model_wdth=8000'"):
+        ModelSpec(width=5000)
+    monkeypatch.delenv(limits.ENV)
+    monkeypatch.setitem(limits.LIMITS, "model_width", 6000)
+    assert ModelSpec(width=5000).width == 5000
 
 
 # --------------------------------------------------------------------------- TOML

@@ -16,6 +16,7 @@ from typing import Any
 
 import attrs
 
+from oodsim import limits
 from oodsim.cluster_spec import ClusterSpec
 from oodsim.data.fingerprint import fingerprint
 from oodsim.data.ood_sets import NOISE_KINDS
@@ -143,6 +144,8 @@ class SourceSpec(_Keyed):
             raise spec_error(self, "low/high", pixels, "0 <= low < high <= 255")
         if self.kind != "image_folder" and (self.wordnet_filter or self.shard_size):
             raise spec_error(self, "wordnet_filter/shard_size", self.kind, "kind = 'image_folder'")
+        if self.is_noise and (problem := limits.over(self.n_samples, "noise_samples")):
+            raise spec_error(self, "n_samples", self.n_samples, *problem)
         if self.kind in ("split", *NOISE_KINDS) and self.classes:
             raise spec_error(self, "classes", self.classes, f"none for kind = {self.kind!r}")
 
@@ -262,6 +265,8 @@ class SeveritySpec(Seeded, _Keyed):
             raise SpecError("metrics", self.metrics, "a non-empty list of distinct metric names")
         if self.n_levels < 2:
             raise SpecError("n_levels", self.n_levels, "an integer >= 2")
+        if problem := limits.over(self.n_levels, "n_levels"):
+            raise SpecError("n_levels", self.n_levels, *problem)
         self._check_pools()
         self._check_detectors()
         self._check_models()
