@@ -369,8 +369,8 @@ def open_results(path: str | Path, *, trust: bool = False) -> xr.Dataset:
         manifest = _manifest(path) if path.is_dir() else None
         if isinstance(manifest, str):
             raise ResultsCorrupt(f"results at {path} cannot be trusted: {manifest}{REWRITE}")
-        if manifest is None and not trust and path.is_dir():
-            _refuse_unchecked(path)
+        if manifest is None and not trust and (path / "zarr.json").is_file():
+            _refuse_unchecked(path)  # results without a manifest (anything else: not results)
         written = manifest.get("written") if manifest is not None else None
         try:
             if manifest is not None:
