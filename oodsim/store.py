@@ -40,6 +40,7 @@ import attrs
 import numpy as np
 
 from oodsim.errors import OodsimError
+from oodsim.heartbeat import beat
 from oodsim.store_arrays import ARRAYS_ZIP, members_problem, read_arrays, write_zip
 from oodsim.store_fs import described, objects, read_json, remove, what_is
 from oodsim.store_layout import (  # noqa: F401 - part of this module's interface
@@ -58,10 +59,14 @@ from oodsim.store_locks import (
     Heartbeat,
     _start_time,  # noqa: F401 - re-exported for tests
     break_lock,
+    holder,
     owner,
     why_stale,
 )
 from oodsim.store_maintenance import Maintenance
+
+#: seconds between two notices of a run that waits for another's lock
+LOCK_NOTICE_SECONDS = 30.0
 
 
 class StoreError(OodsimError):
@@ -425,12 +430,16 @@ class Store(Maintenance):
         folder = self._locks()
         path = folder / f"{kind}-{key}.lock"
         record = owner()
+        told = time.monotonic()
         while True:
             try:
                 fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY | os.O_NOFOLLOW, 0o644)
             except FileExistsError:
                 reason = why_stale(path)
                 if not reason:
+                    if time.monotonic() - told >= LOCK_NOTICE_SECONDS:
+                        told = time.monotonic()
+                        self._waiting(kind, key, path)
                     time.sleep(poll)
                     continue
                 try:
@@ -467,6 +476,16 @@ class Store(Maintenance):
             with contextlib.suppress(OSError, ValueError):
                 if read_json(path, LOCK_LIMIT) == record:
                     path.unlink()
+
+    def _waiting(self, kind: str, key: str, path: Path) -> None:
+        """Say, every :data:`LOCK_NOTICE_SECONDS`, whose lock this process waits for (a
+        heartbeat: the run's status line shows it): a run waiting on another used to print
+        nothing, for ever if the holder was stopped."""
+        notice = (
+            f"waiting for {kind} {key[:12]}: another process computes it ({holder(path)}; "
+            f"its lock {path} is taken over once untouched for {STALE_LOCK_SECONDS:.0f} s)"
+        )
+        beat(notice)
 
     # ----------------------------------------------------------------- write
     def put(

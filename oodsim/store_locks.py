@@ -122,7 +122,21 @@ def _state(path: Path) -> tuple[str, bool]:
         return f"its holder (pid {pid}) has exited", False  # a zombie holds nothing
     if record.get("start") != _start_time(pid):
         return f"pid {pid} now belongs to another process", False
+    if age > STALE_LOCK_SECONDS:  # a live holder touches it every HEARTBEAT_SECONDS
+        return f"its holder (pid {pid}) has not touched it for {age:.0f} s (stopped?)", False
     return "", False
+
+
+def holder(path: Path) -> str:
+    """Who holds the lock at ``path``, in words: "pid 12 on host a, touched 40 s ago"."""
+    try:
+        age = abs(time.time() - os.lstat(path).st_mtime)
+        record = read_json(path, LOCK_LIMIT)
+    except (OSError, ValueError):
+        return "a holder being written"
+    if record_problem(record):
+        return "an unreadable holder"
+    return f"pid {record['pid']} on host {record['host']}, touched {age:.0f} s ago"
 
 
 def why_stale(path: Path) -> str:

@@ -6,13 +6,18 @@ import json
 import multiprocessing
 import os
 import signal
+import socket
+import threading
 import time
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
 
-from oodsim.store import CorruptEntryWarning, Store, StoreError
+import oodsim.store as store_module
+from oodsim import heartbeat
+from oodsim.store import CorruptEntryWarning, Store, StoreError, _start_time
 from oodsim.store_arrays import ARRAYS_ZIP
 from oodsim.store_locks import HEARTBEAT_SECONDS, STALE_LOCK_SECONDS, Heartbeat, why_stale
 
@@ -177,3 +182,62 @@ def test_a_held_lock_is_touched_by_its_heartbeat(tmp_path: Path) -> None:
         while time.time() - lock.stat().st_mtime > 50 and time.monotonic() < deadline:
             time.sleep(0.05)
     assert time.time() - lock.stat().st_mtime < 50  # touched: it looks alive to other nodes
+
+
+def _hold_lock(root: str, taken: Any, release: Any) -> None:
+    """Hold the lock of outputs/KEY, as a run computing it does, until ``release`` is set."""
+    with Store(root).lock("outputs", KEY):
+        taken.set()
+        release.wait(120)
+
+
+def test_a_forged_or_stopped_holder_is_named_while_waited_for_then_taken_over(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The probe: a lock of a stopped process (Ctrl-Z), or a forged live one (this host, pid
+    1), made a second run wait for ever without a word. The waiter now says whose lock it
+    waits for, and takes over a lock untouched for the heartbeat window."""
+    monkeypatch.setattr(store_module, "LOCK_NOTICE_SECONDS", 0.2)
+    store = Store(tmp_path)
+    context = multiprocessing.get_context("spawn")
+    taken, release = context.Event(), context.Event()
+    holder = context.Process(target=_hold_lock, args=(str(tmp_path), taken, release))
+    holder.start()
+    try:
+        assert taken.wait(60)
+        os.kill(holder.pid, signal.SIGSTOP)  # Ctrl-Z: alive, but its heartbeat stops
+        lock = tmp_path / "locks" / f"outputs-{KEY}.lock"
+        heard: list[str] = []
+        done = threading.Event()
+
+        def compute() -> None:
+            store.put("outputs", KEY, _arrays())
+
+        def second_run() -> None:
+            with heartbeat.listening(None, lambda message: heard.append(message["stage"])):
+                store.ensure("outputs", KEY, compute)
+            done.set()
+
+        thread = threading.Thread(target=second_run, daemon=True)
+        thread.start()
+        deadline = time.time() + 30
+        while not heard and time.time() < deadline:
+            time.sleep(0.05)
+        assert heard and f"pid {holder.pid} on host " in heard[0], heard
+        assert "taken over once untouched for 200 s" in heard[0]
+        assert not done.is_set()
+        old = time.time() - STALE_LOCK_SECONDS - 1  # the window passes without a heartbeat
+        os.utime(lock, (old, old))
+        thread.join(30)
+        assert done.is_set() and store.has("outputs", KEY)
+    finally:
+        os.kill(holder.pid, signal.SIGCONT)
+        release.set()
+        holder.join(30)
+    # a forged live lock (this host, pid 1 with its real start time) is taken over the same way
+    forged = tmp_path / "locks" / "outputs-cd.lock"
+    record = {"host": socket.gethostname(), "pid": 1, "start": _start_time(1), "time": 0}
+    forged.write_text(json.dumps(record))
+    assert why_stale(forged) == ""
+    os.utime(forged, (old, old))
+    assert "has not touched it for" in why_stale(forged)
