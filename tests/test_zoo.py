@@ -154,3 +154,19 @@ def one_thread():
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(threads)
+
+
+@pytest.mark.parametrize("name", ["timm:test_resnet", "torchvision:resnet18"])
+@pytest.mark.parametrize("content", ["text", "a state dict of another model"])
+def test_a_weights_file_that_is_no_checkpoint_is_one_spec_error(
+    tmp_path, name: str, content: str
+) -> None:
+    """The probe: `weights = "/etc/passwd"` (or a timm checkpoint_path that is not a
+    checkpoint) ended in `IndexError: list index out of range`."""
+    path = tmp_path / "weights.pth"
+    if content == "text":
+        path.write_text("root:x:0:0:root:/root:/bin/bash\n")
+    else:
+        torch.save({"layer.weight": torch.zeros(3, 3)}, path)
+    with pytest.raises(SpecError, match=r"^weights: .* is not allowed; expected a checkpoint of "):
+        zoo.load_model(name, weights=str(path))

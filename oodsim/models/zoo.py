@@ -522,6 +522,24 @@ def _state_dict(path: Path) -> dict[str, Any]:
 
 
 @contextlib.contextmanager
+def _weights_file(path: Path, arch: str) -> Iterator[None]:
+    """Turn any failure to read ``path`` as ``arch``'s weights into one :class:`SpecError`: a
+    file that is no checkpoint (``/etc/passwd``) used to end in ``IndexError: list index out
+    of range`` deep inside torch or timm."""
+    try:
+        yield
+    except (SpecError, DataNotFoundError):
+        raise
+    except Exception as error:  # torch, safetensors and timm raise many kinds on a bad file
+        raise SpecError(
+            "weights",
+            str(path),
+            f"a checkpoint of {arch} (a .pth, .pt or .safetensors state dict)",
+            f"Reading it failed: {type(error).__name__}: {str(error)[:200]}",
+        ) from error
+
+
+@contextlib.contextmanager
 def _seeded(seed: int) -> Iterator[None]:
     """Random weights drawn from ``seed`` without touching the caller's global torch RNG."""
     with torch.random.fork_rng(devices=[]):
@@ -551,9 +569,10 @@ def _load_timm(ref: ModelRef) -> LoadedModel:
         if file is not None:
             if not file.is_file():
                 raise DataNotFoundError(f"weights file {file} does not exist")
-            net = timm.create_model(
-                full, pretrained=True, pretrained_cfg_overlay={"file": str(file)}, **kwargs
-            )
+            with _weights_file(file, full):
+                net = timm.create_model(
+                    full, pretrained=True, pretrained_cfg_overlay={"file": str(file)}, **kwargs
+                )
             source = str(file)
         else:
             net = timm.create_model(full, pretrained=False, **kwargs)
@@ -580,13 +599,14 @@ def _load_torchvision(ref: ModelRef) -> LoadedModel:
             path = Path(ref.weights).expanduser()
             if not path.is_file():
                 raise DataNotFoundError(f"weights file {path} does not exist")
-            state = _state_dict(path)
-            net = get_model(arch, weights=None, num_classes=ref.num_classes or 1000)
-            last = [n for n, m in net.named_modules() if isinstance(m, nn.Linear)][-1]
-            rows = state.get(f"{last}.weight")
-            if rows is not None and rows.shape[0] != (ref.num_classes or 1000):
-                net = get_model(arch, weights=None, num_classes=int(rows.shape[0]))
-            net.load_state_dict(state)
+            with _weights_file(path, arch):
+                state = _state_dict(path)
+                net = get_model(arch, weights=None, num_classes=ref.num_classes or 1000)
+                last = [n for n, m in net.named_modules() if isinstance(m, nn.Linear)][-1]
+                rows = state.get(f"{last}.weight")
+                if rows is not None and rows.shape[0] != (ref.num_classes or 1000):
+                    net = get_model(arch, weights=None, num_classes=int(rows.shape[0]))
+                net.load_state_dict(state)
             source = str(path)
         elif ref.pretrained:
             if cached is None:
