@@ -274,6 +274,9 @@ def _check_param_table(
                 raise refuse(at, item, expected)
 
 
+#: detector parameters that count classes (at most the known classes of an open set split)
+CLASS_BOUNDED = {"openmax": "alpha", "pytorch_ood:OpenMax": "alpha"}
+
 #: architecture parameters that size a model, and the limit each is checked against
 MODEL_SIZES = {
     "depth": "model_depth",
@@ -820,6 +823,7 @@ class ExperimentSpec(Seeded, _Keyed):
         self._check_unique("ood", [o.label for o in self.ood])
         self._check_ood_is_not_the_id_data()
         self._check_split_fits_dataset()
+        self._check_detectors_fit_the_classes()
         self._check_design()
         self.check_stopping(("all",))
 
@@ -850,6 +854,29 @@ class ExperimentSpec(Seeded, _Keyed):
                     "a dataset other than the in-distribution one",
                     f"{ood.dataset.name!r} is the ID dataset: its images include the known "
                     "classes. Its unknown classes are the OOD set 'held_out'",
+                )
+
+    def _check_detectors_fit_the_classes(self) -> None:
+        """Detector parameters bounded by the number of known classes, in the driver: OpenMax
+        recalibrates its ``alpha`` top classes, so ``alpha`` above the classes the model has
+        is refused (pytorch-ood's ``OpenMax`` used to run with it, silently identical to
+        ``alpha`` = the number of classes, and labelled with the larger value)."""
+        split = self.split
+        known = len(split.known_classes[0]) if split.known_classes else split.n_known
+        if known is None:
+            return
+        for index, detector in enumerate(self.detectors):
+            name = CLASS_BOUNDED.get(detector.name)
+            value = detector.kwargs.get(name) if name else None
+            values = value if isinstance(value, list | tuple) else [value]
+            too_many = [v for v in values if isinstance(v, int) and v > known]
+            if too_many:
+                raise SpecError(
+                    f"detectors[{index}].{name}",
+                    too_many[0],
+                    f"at most {known}, the number of known classes (split.n_known)",
+                    f"{detector.name} recalibrates the {name} top classes of a model that has "
+                    f"{known} classes",
                 )
 
     @staticmethod

@@ -283,6 +283,31 @@ def test_absurd_sizes_are_refused_with_the_limit_and_how_to_lift_it(
     assert "to run it anyway, lift the limit: OODSIM_LIMITS=" in line
 
 
+@pytest.mark.parametrize(
+    ("detector", "pattern"),
+    [
+        (
+            '{ name = "pytorch_ood:DICE", p = 2.0 }',
+            r"detectors\[1\]\.p: 2\.0 is not allowed; expected a number in \[0, 1\]",
+        ),
+        (
+            '{ name = "pytorch_ood:OpenMax", alpha = 100 }',
+            r"detectors\[1\]\.alpha: 100 .*at most 6, the number of known classes",
+        ),
+        ('{ name = "openmax", alpha = [2, 7] }', r"detectors\[1\]\.alpha: 7 .*at most 6"),
+    ],
+    ids=["dice-p", "pytorch-ood-openmax-alpha", "openmax-alpha-grid"],
+)
+def test_detector_parameters_bounded_by_the_data_are_checked_in_the_driver(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], detector: str, pattern: str
+) -> None:
+    """The probe: `pytorch_ood:DICE p = 2.0` failed only after training; `pytorch_ood:OpenMax
+    alpha = 100` ran, silently identical to alpha = 6 and labelled 100."""
+    text = BASE.replace('"msp", "temperature",', f'"msp", {detector},', 1)
+    text = text.replace("[split]\nn_known = 6", "[split]\nn_known = 6\nn_ood_val = 1", 1)
+    assert_rejected(tmp_path, text, capsys, pattern)
+
+
 def test_a_lifted_limit_lets_the_spec_through(monkeypatch: pytest.MonkeyPatch) -> None:
     from oodsim import limits
     from oodsim.specs import ModelSpec

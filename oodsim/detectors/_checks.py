@@ -99,6 +99,7 @@ class Limit:
     low: float | None = None
     low_open: bool = False
     choices: tuple[str, ...] | None = None
+    high: float | None = None
 
     def allows(self, value: object) -> bool:
         if value is None:
@@ -108,6 +109,8 @@ class Limit:
         if isinstance(value, bool) or not isinstance(value, numbers.Real):
             return False
         if not math.isfinite(value):
+            return False
+        if self.high is not None and value > self.high:
             return False
         if self.low is None:
             return True
@@ -119,9 +122,11 @@ class Limit:
         if self.choices is not None:
             return "one of " + ", ".join(repr(c) for c in self.choices)
         if self.low is None:
-            return "a finite number"
-        low = int(self.low) if float(self.low).is_integer() else self.low
-        return f"a number {'>' if self.low_open else '>='} {low}"
+            return "a finite number" + ("" if self.high is None else f" <= {_short(self.high)}")
+        if self.high is not None:
+            opening = "(" if self.low_open else "["
+            return f"a number in {opening}{_short(self.low)}, {_short(self.high)}]"
+        return f"a number {'>' if self.low_open else '>='} {_short(self.low)}"
 
     def check(self, name: str, param: str, value: object) -> None:
         """Raise :class:`DetectorInputError` naming the detector when ``value`` is outside."""
@@ -129,6 +134,16 @@ class Limit:
             raise DetectorInputError(
                 f"detector {name!r}: {param} must be {self.expected}, got {value!r}"
             )
+
+
+def _short(number: float) -> float | int:
+    """A bound as a message writes it (1, not 1.0)."""
+    return int(number) if float(number).is_integer() else number
+
+
+def between(low: float, high: float) -> Limit:
+    """Numbers in [``low``, ``high``]."""
+    return Limit(low=low, high=high)
 
 
 def at_least(low: float) -> Limit:

@@ -38,6 +38,7 @@ from oodsim.detectors._checks import (
     DetectorInputError,
     Limit,
     at_least,
+    between,
     fit_arrays,
     greater_than,
     one_of,
@@ -79,7 +80,7 @@ class Use:
     limits: Mapping[str, Limit] = attrs.field(factory=dict)
 
 
-_FRACTION = at_least(0)  # pytorch-ood itself checks the upper end (≤ 1)
+_FRACTION = between(0, 1)  # pytorch-ood checks it too, but only once the model is trained
 
 #: The classes of ``pytorch_ood.detector`` oodsim can run, and how.
 SUPPORTED: dict[str, Use] = {
