@@ -159,6 +159,43 @@ def test_a_registry_name_must_be_an_identifier(kind: str, name: str) -> None:
         registrar()(lambda *args, **kwargs: None)
 
 
+@pytest.mark.parametrize(
+    ("module", "registration"),
+    [
+        ("oodsim.models.registry", 'register_architecture("small_cnn")(lambda **kw: None)'),
+        (
+            "oodsim.data.registry",
+            'register_dataset("digits", n_classes=10, hflip=False, description="x")'
+            "(lambda **kw: None)",
+        ),
+        ("oodsim.detectors", 'register("msp", needs={"logits"})(lambda o, *, fit=None: o)'),
+    ],
+    ids=["architecture", "dataset", "detector"],
+)
+def test_a_script_taking_a_builtin_name_first_never_breaks_oodsims_import(
+    module: str, registration: str
+) -> None:
+    """The probe: registering `small_cnn` before oodsim's built-ins loaded broke oodsim's own
+    import. In a fresh interpreter, the script's registration is refused and oodsim works."""
+    name = registration.split("(")[0]
+    code = (
+        f"from {module} import {name}\n"
+        "try:\n"
+        f"    {registration}\n"
+        "except ValueError as error:\n"
+        "    print('refused:', error)\n"
+        "import oodsim, oodsim.models.architectures, oodsim.data, oodsim.detectors\n"
+        "spec = oodsim.load('specs/digits.toml')\n"
+        "print('oodsim works:', spec.model.arch, spec.dataset.name)\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "refused:" in done.stdout and "is already registered" in done.stdout, done.stdout
+    assert "oodsim works: small_cnn digits" in done.stdout
+
+
 # --------------------------------------------------------------------------- splits and sizes
 
 

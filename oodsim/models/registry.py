@@ -115,6 +115,10 @@ def register_architecture(
     ``version`` enters the checkpoint key. A name already taken raises ``ValueError``;
     ``replace=True`` re-registers a script's own architecture, never a built-in one.
     """
+    # oodsim's own register first (no torch), so that a script's name is checked against
+    # them: registering "small_cnn" before they loaded used to break oodsim's own import
+    import oodsim.models.architectures  # noqa: F401
+
     return _registrar(_USER, name, version, replace)
 
 
