@@ -34,6 +34,7 @@ from oodsim.engine.progress import Progress
 from oodsim.engine.work import Shipped, run_task, score_seed
 from oodsim.errors import OodsimError, SpecError
 from oodsim.heartbeat import Listener, listening
+from oodsim.plugin_sources import check_sources
 from oodsim.protocols import protocol_of
 from oodsim.protocols.base import Protocol, Task, is_lost_entry
 from oodsim.protocols.degenerate import is_degenerate_failure
@@ -302,6 +303,7 @@ def run(
             listener=tracker.heard if stream is not None else None,
         )
         tracker.slots = submitter.slots
+        check_sources(store.root, submitter.shipped.sources())
         futures: dict[int, Any] = {}
         submitted: dict[int, None] = {}  # every seed handed to the cluster, in order
         try:

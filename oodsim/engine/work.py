@@ -44,6 +44,13 @@ class Shipped:
             user_architectures(protocol.architecture_names(spec)),
         )
 
+    def sources(self) -> list[tuple[str, str, str, Any]]:
+        """(kind, name, version, function) of the shipped architectures and datasets, whose
+        source the store fingerprints (:mod:`oodsim.plugin_sources`)."""
+        return [("architecture", a.name, a.version, a.build) for a in self.architectures] + [
+            ("dataset", d.name, d.version, d.load) for d in self.datasets
+        ]
+
     def adopt(self) -> None:
         """Register the shipped detectors, datasets and architectures in this process."""
         if self.detectors:
