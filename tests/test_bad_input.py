@@ -196,6 +196,13 @@ def test_a_script_taking_a_builtin_name_first_never_breaks_oodsims_import(
     assert "oodsim works: small_cnn digits" in done.stdout
 
 
+def test_the_builtin_architecture_names_are_those_registered() -> None:
+    import oodsim.models.architectures  # noqa: F401 - registers the built-ins
+    from oodsim.models.registry import BUILTIN_NAMES, BUILTINS
+
+    assert sorted(BUILTINS) == sorted(BUILTIN_NAMES)
+
+
 # --------------------------------------------------------------------------- splits and sizes
 
 

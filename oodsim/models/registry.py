@@ -85,6 +85,10 @@ class Architecture:
         return self.build(**given, **params)
 
 
+#: oodsim's own architectures (:mod:`oodsim.models.architectures` registers them): a script's
+#: registration is checked against these names even before they are loaded (registering
+#: "small_cnn" first used to break oodsim's own import)
+BUILTIN_NAMES = ("small_cnn", "resnet18", "wrn40_2")
 BUILTINS: dict[str, Architecture] = {}
 _USER: dict[str, Architecture] = {}
 _LOADED: dict[str, Architecture] = {}
@@ -97,7 +101,8 @@ def _registrar(
         if name.startswith(TIMM_PREFIX):
             raise ValueError(f"names starting with {TIMM_PREFIX!r} are timm's architectures")
         check_registry_name("an architecture", name)
-        if name in BUILTINS or (name in _USER and not replace):
+        builtin = name in BUILTINS or (table is _USER and name in BUILTIN_NAMES)
+        if builtin or (name in _USER and not replace):
             raise ValueError(f"an architecture named {name!r} is already registered")
         table[name] = Architecture(name=name, build=build, version=version)
         build.__oodsim_architecture__ = table[name]  # lets an entry point name the function
@@ -115,10 +120,6 @@ def register_architecture(
     ``version`` enters the checkpoint key. A name already taken raises ``ValueError``;
     ``replace=True`` re-registers a script's own architecture, never a built-in one.
     """
-    # oodsim's own register first (no torch), so that a script's name is checked against
-    # them: registering "small_cnn" before they loaded used to break oodsim's own import
-    import oodsim.models.architectures  # noqa: F401
-
     return _registrar(_USER, name, version, replace)
 
 
