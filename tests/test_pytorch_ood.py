@@ -313,9 +313,14 @@ def test_spec_parameters_are_checked_and_reach_the_class() -> None:
         DetectorSpec(name="pytorch_ood:MCD", params={"mode": "max"})
     with pytest.raises(SpecError, match=r"parameter p: nan"):
         DetectorSpec(name="pytorch_ood:DICE", params={"p": float("nan")})
-    # a value pytorch-ood itself refuses says which class refused it
-    with pytest.raises(ValueError, match="pytorch_ood:DICE.*DICE raised"):
+    # a fraction outside [0, 1] is refused by oodsim's table, before any class is built
+    with pytest.raises(SpecError, match=r"parameter p: 1\.5 .*expected a number in \[0, 1\]"):
+        DetectorSpec(name="pytorch_ood:DICE", params={"p": 1.5})
+    with pytest.raises(ValueError, match=r"pytorch_ood:DICE': p must be a number in \[0, 1\]"):
         confidence("pytorch_ood:DICE", TEST, fit=TRAIN, p=1.5)
+    # a value pytorch-ood itself refuses says which class refused it
+    with pytest.raises(ValueError, match="pytorch_ood:VRA.*VRA raised"):
+        confidence("pytorch_ood:VRA", TEST, fit=TRAIN, lower_percentile=0.9, upper_percentile=0.5)
 
 
 @pytest.mark.parametrize(
