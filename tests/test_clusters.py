@@ -369,3 +369,24 @@ def test_every_protocol_takes_a_cluster_table_that_stays_out_of_the_key() -> Non
         bad = {**data, "cluster": {"kind": "slurm", "cores": "4"}}
         with pytest.raises(SpecError, match=r"^cluster\.cores: '4' is not allowed; expected an"):
             protocol.from_data(bad, ROOT / "specs")
+
+
+def test_job_workers_that_never_connect_are_told_then_stop_the_run(tmp_path: Path) -> None:
+    """The probe: local jobs with `memory = "1MB"` hung with no output for 240 s. The status
+    line now says that no worker has connected and where to look, and local jobs (no batch
+    queue) stop after the worker timeout (by default 120 s, here 14 s) with one line."""
+    spec = cluster_spec_file(tmp_path, memory='"1MB"')
+    out = ["--cache", str(tmp_path / "cache"), "--out", str(tmp_path / "r.zarr")]
+    done = subprocess.run(
+        [sys.executable, "-m", "oodsim.cli", "run", str(spec), *out]
+        + ["--cluster", "local-jobs", "--worker-timeout", "14"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=RUN_TIMEOUT,
+    )
+    assert done.returncode == 2, done.stderr[-3000:]
+    lines = done.stderr.strip().splitlines()
+    assert any("no worker yet" in line and "log_directory" in line for line in lines), lines
+    assert lines[-1].startswith("oodsim: error: the Dask cluster has had no worker for 14 s")
+    assert "Traceback" not in done.stderr

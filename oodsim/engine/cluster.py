@@ -29,7 +29,7 @@ import shutil
 import signal
 import tempfile
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -378,10 +378,15 @@ def _client(
 
 
 def as_landed(
-    futures: Sequence[Any], worker_timeout: float | None, poll: float = 2.0
+    futures: Sequence[Any],
+    worker_timeout: float | None,
+    poll: float = 2.0,
+    no_worker: Callable[[float], None] | None = None,
 ) -> Iterator[Any]:
     """Futures as they finish; a cluster without any worker for ``worker_timeout`` seconds
-    raises :class:`ClusterError` instead of waiting forever (finished work stays cached)."""
+    raises :class:`ClusterError` instead of waiting forever (finished work stays cached).
+    While it has none, ``no_worker(seconds)`` is told how long that has been (a job cluster
+    whose jobs are queued, or fail before their worker starts, used to wait in silence)."""
     if is_deferred(futures):  # in-process tasks: computed here, one by one, in order
         for future in futures:
             future.compute()
@@ -398,7 +403,7 @@ def as_landed(
         except TimeoutError:
             done = set()
         yield from done
-        if done or worker_timeout is None:
+        if done or not pending or (worker_timeout is None and no_worker is None):
             idle_since = None
             continue
         client = next(iter(pending)).client
@@ -406,7 +411,13 @@ def as_landed(
             idle_since = None
         elif idle_since is None:
             idle_since = time.monotonic()
-        elif time.monotonic() - idle_since > worker_timeout:
+        elif no_worker is not None:
+            no_worker(time.monotonic() - idle_since)
+        if (
+            idle_since is not None
+            and worker_timeout is not None
+            and (time.monotonic() - idle_since > worker_timeout)
+        ):
             raise ClusterError(
                 f"the Dask cluster has had no worker for {worker_timeout:.0f} s with "
                 f"{len(pending)} tasks pending; finished work is cached, run "

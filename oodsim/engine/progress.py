@@ -19,6 +19,8 @@ from oodsim.heartbeat import describe
 
 #: completed rounds (seeds per worker) before a time left is shown
 ROUNDS_BEFORE_ESTIMATE = 2
+#: seconds without any worker before the status line says so
+NO_WORKER_NOTICE = 10.0
 
 
 class Progress:
@@ -74,6 +76,20 @@ class Progress:
             if self.ended or self.done == self.total:
                 return
             self.working = describe(message)
+            self._show(now)
+
+    def no_worker(self, seconds: float) -> None:
+        """The cluster has had no worker for ``seconds``: say so on the status line, with
+        where to look (job workers may be queued, or fail before they connect)."""
+        now = time.perf_counter()
+        with self._lock:
+            if self.ended or seconds < NO_WORKER_NOTICE:
+                return
+            self.working = (
+                f"no worker yet ({clock(seconds)}): the cluster's workers have not connected; "
+                "a job cluster's jobs may be queued (squeue, qstat) or failing: see their "
+                "log_directory"
+            )
             self._show(now)
 
     def stopped(self, reason: str) -> None:

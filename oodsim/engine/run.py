@@ -284,7 +284,9 @@ def run(
     sequential = spec.stopping.rule != "fixed"
     batches = SeedBatches(seeds, spec.stopping.batch_size if sequential else max(len(seeds), 1))
     tracker = Progress(len(seeds), stream, unit=protocol.unit)
-    if worker_timeout is None and address is None and jobs is None:
+    if worker_timeout is None and address is None and (jobs is None or jobs.kind == "local-jobs"):
+        # local processes (a local cluster, or local jobs: no batch queue to wait in) start
+        # within seconds; a batch system's jobs may queue for hours, so they get no default
         worker_timeout = LOCAL_WORKER_TIMEOUT
     results: list[SeedResult] = []
     decision = None
@@ -376,7 +378,8 @@ def _collect(
             results.append(_check(spec, submitter.score_here(seed)))
             tracker.update(results[-1].failed, cached=True)
     running = [futures.pop(seed) for seed in batch if futures.get(seed) is not None]
-    for future in as_landed(running, worker_timeout):
+    no_worker = tracker.no_worker if tracker.stream is not None else None
+    for future in as_landed(running, worker_timeout, no_worker=no_worker):
         results.append(_check(spec, submitter.heal(future.result())))
         tracker.update(results[-1].failed, cached=False)
     for seed in batch:
