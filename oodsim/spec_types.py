@@ -19,7 +19,6 @@ import math
 import numbers
 import os
 import re
-import stat
 import tomllib
 import types
 import typing
@@ -32,6 +31,7 @@ import cattrs
 from cattrs.errors import AttributeValidationNote, IterableValidationNote
 
 from oodsim.errors import SpecError, UnknownNameError
+from oodsim.store_fs import NotARegularFile, TooLarge, read_limited
 
 INT64_MAX = 2**63 - 1
 #: The largest spec file read (a spec is a page of TOML; this is far beyond any).
@@ -521,16 +521,18 @@ def read_toml(path: str | Path) -> dict[str, Any]:
 def _spec_text(path: Path) -> str:
     """The text of a spec file: a regular file (a link to one is fine) of at most
     :data:`SPEC_LIMIT` bytes, opened without blocking."""
-    mode = os.stat(path).st_mode
-    if stat.S_ISDIR(mode):
-        raise IsADirectoryError(path)
-    if not stat.S_ISREG(mode):
-        raise SpecError("spec file", str(path), "a regular TOML file, not a pipe or device")
-    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
-    with os.fdopen(fd, "rb") as handle:
-        data = handle.read(SPEC_LIMIT + 1)
-    if len(data) > SPEC_LIMIT:
-        raise SpecError("spec file", str(path), f"a TOML file of at most {SPEC_LIMIT >> 20} MiB")
+    try:
+        data = read_limited(path, SPEC_LIMIT, follow_links=True)
+    except NotARegularFile as error:
+        if error.found == "folder":
+            raise IsADirectoryError(path) from None
+        raise SpecError(
+            "spec file", str(path), "a regular TOML file, not a pipe or device"
+        ) from None
+    except TooLarge:
+        raise SpecError(
+            "spec file", str(path), f"a TOML file of at most {SPEC_LIMIT >> 20} MiB"
+        ) from None
     return data.decode("utf-8")
 
 

@@ -54,22 +54,49 @@ class NotJSON(ValueError):
     """A regular file whose content is not JSON (maybe one being written)."""
 
 
-def read_json(path: Path, limit: int) -> Any:
-    """The JSON content of a regular file of at most ``limit`` bytes. Anything else raises
-    ``ValueError`` (saying what is there; :class:`NotJSON` for a file of something else) or
-    ``FileNotFoundError``; a FIFO or a link is never
-    opened, so reading never blocks and never leaves the cache."""
-    found = what_is(path)
+class NotARegularFile(ValueError):
+    """What :func:`read_limited` found instead of a regular file (``found``, as
+    :func:`what_is` says it)."""
+
+    def __init__(self, path: Path, found: str) -> None:
+        self.found = found
+        super().__init__(f"{path.name} is {described(found)}")
+
+
+class TooLarge(ValueError):
+    """A file larger than the limit it was read with."""
+
+
+def read_limited(path: Path, limit: int, *, follow_links: bool = False) -> bytes:
+    """The bytes of a regular file of at most ``limit`` bytes, opened without blocking: a FIFO
+    or a device is never opened (a reader would block on one, or read for ever), and a link
+    only with ``follow_links``. Raises ``FileNotFoundError``, :class:`NotARegularFile` (a
+    folder, a link, a FIFO, ...) or :class:`TooLarge`."""
+    if follow_links:
+        try:
+            mode = os.stat(path).st_mode
+        except FileNotFoundError:
+            raise FileNotFoundError(f"no {path.name}") from None
+        found = "file" if stat.S_ISREG(mode) else "folder" if stat.S_ISDIR(mode) else "other"
+    else:
+        found = what_is(path)
     if found == "missing":
         raise FileNotFoundError(f"no {path.name}")
     if found != "file":
-        raise ValueError(f"{path.name} is {described(found)}")
-    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
-    with os.fdopen(fd, "rb") as handle:
+        raise NotARegularFile(path, found if found != "other" else "a FIFO or device")
+    flags = os.O_RDONLY | os.O_NONBLOCK | (0 if follow_links else os.O_NOFOLLOW)
+    with os.fdopen(os.open(path, flags), "rb") as handle:
         data = handle.read(limit + 1)
     if len(data) > limit:
-        raise ValueError(f"{path.name} is larger than {limit} bytes")
-    return parse_json(data, path.name)
+        raise TooLarge(f"{path.name} is larger than {limit} bytes")
+    return data
+
+
+def read_json(path: Path, limit: int) -> Any:
+    """The JSON content of a regular file of at most ``limit`` bytes (:func:`read_limited`,
+    links never followed). Anything else raises ``ValueError`` (saying what is there;
+    :class:`NotJSON` for a file of something else) or ``FileNotFoundError``."""
+    return parse_json(read_limited(path, limit), path.name)
 
 
 def parse_json(data: bytes, name: str) -> Any:
