@@ -15,6 +15,7 @@ from __future__ import annotations
 import functools
 import importlib.util
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -390,3 +391,33 @@ def test_job_workers_that_never_connect_are_told_then_stop_the_run(tmp_path: Pat
     assert any("no worker yet" in line and "log_directory" in line for line in lines), lines
     assert lines[-1].startswith("oodsim: error: the Dask cluster has had no worker for 14 s")
     assert "Traceback" not in done.stderr
+
+
+@pytest.mark.parametrize(
+    ("table", "pattern"),
+    [
+        (
+            {"python": '"/nonexistent/python3"'},
+            r"cluster\.python: '/nonexistent/python3' is not allowed; expected a Python "
+            r"interpreter that exists",
+        ),
+        (
+            {"log_directory": '"/proc/nope/logs"'},
+            r"cluster\.log_directory: '/proc/nope/logs' is not allowed; expected a folder the "
+            r"jobs can write their logs in",
+        ),
+    ],
+    ids=["missing-python", "bad-log-directory"],
+)
+def test_a_local_jobs_table_that_cannot_work_is_one_line_before_compute(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], table: dict, pattern: str
+) -> None:
+    """The probe: a missing `python` gave a tornado traceback, then `TypeError`; a bad
+    `log_directory` three "Exception ignored" tracebacks."""
+    spec = cluster_spec_file(tmp_path, **table)
+    cache = tmp_path / "cache"
+    args = ["run", str(spec), "--cache", str(cache), "--out", str(tmp_path / "r.zarr")]
+    assert cli_main([*args, "--cluster", "local-jobs", "--quiet"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and re.search(pattern, err[0]), err
+    assert not cache.exists()

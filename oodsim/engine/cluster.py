@@ -37,7 +37,7 @@ from oodsim.cluster_spec import ClusterSpec
 from oodsim.engine import forkserver, gpu, jobqueue, nanny
 from oodsim.engine.guard import check_main_guard
 from oodsim.engine.inprocess import is_deferred
-from oodsim.errors import OodsimError
+from oodsim.errors import OodsimError, SpecError
 
 CONNECT_TIMEOUT = 10.0
 LOCAL_WORKER_TIMEOUT = 120.0  # seconds without any worker before a local run gives up
@@ -262,6 +262,37 @@ def check_jobs(spec: ClusterSpec) -> None:
             "run oodsim on a login node of the batch system (or use --cluster ADDRESS, "
             "see docs/cluster.md)"
         )
+    if spec.kind == "local-jobs" and spec.python and not _runnable(spec.python):
+        raise SpecError(  # local jobs run it on this machine (a batch node's cannot be seen)
+            "cluster.python",
+            spec.python,
+            "a Python interpreter that exists and can be run here (local jobs start it)",
+        )
+    if spec.log_directory:
+        _check_log_directory(Path(spec.log_directory).expanduser())
+
+
+def _runnable(program: str) -> bool:
+    """Whether ``program`` (a path, or a name on PATH) is an executable file."""
+    found = shutil.which(program)
+    return found is not None and os.access(found, os.X_OK)
+
+
+def _check_log_directory(folder: Path) -> None:
+    """The jobs' ``log_directory`` exists as a folder (or can be made) and takes new files:
+    dask-jobqueue would otherwise fail in callbacks, with tracebacks and no clear line."""
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        probe = folder / f".oodsim-probe-{os.getpid()}"
+        probe.touch()
+        probe.unlink()
+    except OSError as error:
+        raise SpecError(
+            "cluster.log_directory",
+            str(folder),
+            "a folder the jobs can write their logs in",
+            f"{error.strerror or error}",
+        ) from None
 
 
 def _shared_folder(spec: ClusterSpec) -> Path:
