@@ -8,6 +8,7 @@ leave the cache directory uncreated.
 from __future__ import annotations
 
 import gzip
+import importlib
 import os
 import re
 import socket
@@ -651,6 +652,23 @@ def test_report_of_anything_but_results_is_one_error_line(tmp_path, capsys, targ
     err = capsys.readouterr().err
     assert err.startswith("oodsim: error: ") and err.count("\n") == 1, err
     assert "no results at" in err or "is not a results store written by oodsim" in err
+
+
+@pytest.mark.parametrize("message", ["", "Unable to allocate 119. GiB for an array"])
+def test_a_memory_error_says_what_ran_out_and_what_to_lower(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], message: str
+) -> None:
+    """The probe: a `MemoryError` with an empty message gave `oodsim: error: MemoryError: `."""
+    cli_module = importlib.import_module("oodsim.cli.main")
+
+    def out_of_memory(args):
+        raise MemoryError(message) if message else MemoryError
+
+    monkeypatch.setattr(cli_module, "_cmd_report", out_of_memory)
+    line = one_error_line(capsys, ["report", "anything.zarr"])
+    assert line.startswith("oodsim: error: MemoryError: out of memory")
+    assert "dataset.max_per_class" in line and "what finished is cached" in line
+    assert (message in line) if message else "()" not in line
 
 
 def test_debug_shows_the_traceback_instead(tmp_path) -> None:

@@ -501,6 +501,13 @@ def _debug_env(debug: bool) -> Iterator[None]:
 
 
 def _describe(error: Exception) -> str:
-    """An unexpected error as one line: its type and message, and where to see more."""
+    """An unexpected error as one line: its type and message, and where to see more. A
+    ``MemoryError`` (often without any message) says what ran out and what to lower."""
     text = str(error).strip().splitlines()[0] if str(error).strip() else ""
+    if isinstance(error, MemoryError):
+        text = (
+            f"out of memory{f' ({text})' if text else ''}: lower the sizes of the spec "
+            "(dataset.max_per_class, n_samples of noise sets, batch_size, the model's width) "
+            "or give the run more memory; what finished is cached"
+        )
     return f"{type(error).__name__}: {text} (run with --debug for the traceback)"
