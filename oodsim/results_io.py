@@ -376,8 +376,13 @@ def open_results(path: str | Path, *, trust: bool = False) -> xr.Dataset:
             if manifest is not None:
                 _verify(path, manifest)
             results = _load(path)
-        except (ResultsCorrupt, ResultsNotFound):
+        except (ResultsCorrupt, ResultsNotFound, FileNotFoundError) as error:
+            # a file listed a moment ago can vanish when the store is replaced meanwhile
             if written is None or _written(path) == written:
+                if isinstance(error, FileNotFoundError):
+                    raise ResultsCorrupt(
+                        f"results at {path} are damaged: {error.filename} is missing{REWRITE}"
+                    ) from None
                 raise
         else:
             if written is None or _written(path) == written:
