@@ -370,19 +370,29 @@ def cluster_client(
             try:
                 yield client
             except KeyboardInterrupt:
-                logging.disable(logging.CRITICAL)
-                if local:  # oodsim's workers end with the cluster: they go quiet too
-                    # (callback_timeout bounds the call: a busy worker does not hold up the stop)
-                    with contextlib.suppress(Exception):
-                        client.run(
-                            logging.disable,
-                            logging.CRITICAL,
-                            on_error="ignore",
-                            callback_timeout=QUIET_TIMEOUT,
-                        )
+                _quiet(client, local)
                 raise
+            else:  # the run is over: closing its own cluster has nothing to tell the user
+                if local:
+                    _quiet(client, local)
     finally:
         logging.disable(disabled)
+
+
+def _quiet(client: Any, local: bool) -> None:
+    """Silence distributed's logs here and, on oodsim's own cluster, in its workers, before the
+    cluster closes: a worker losing its scheduler at the close used to print a
+    ``CommClosedError`` traceback (seen in one of three concurrent runs that ended well)."""
+    logging.disable(logging.CRITICAL)
+    if local:  # oodsim's workers end with the cluster: they go quiet too
+        # (callback_timeout bounds the call: a busy worker does not hold up the stop)
+        with contextlib.suppress(Exception):
+            client.run(
+                logging.disable,
+                logging.CRITICAL,
+                on_error="ignore",
+                callback_timeout=QUIET_TIMEOUT,
+            )
 
 
 @contextlib.contextmanager
