@@ -379,7 +379,7 @@ def open_results(path: str | Path, *, trust: bool = False) -> xr.Dataset:
         except (ResultsCorrupt, ResultsNotFound, FileNotFoundError) as error:
             # a file listed a moment ago can vanish when the store is replaced meanwhile
             if written is None or _written(path) == written:
-                if isinstance(error, FileNotFoundError):
+                if not isinstance(error, ResultsCorrupt | ResultsNotFound):  # a raw OS error
                     raise ResultsCorrupt(
                         f"results at {path} are damaged: {error.filename} is missing{REWRITE}"
                     ) from None
