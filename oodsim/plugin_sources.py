@@ -15,14 +15,12 @@ import hashlib
 import inspect
 import json
 import marshal
-import os
-import uuid
 import warnings
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
-from oodsim.store_fs import read_json
+from oodsim.store_fs import read_json, write_replacing
 
 #: the folder of the records in a cache root (a dot name: not one of the store's kinds)
 FOLDER = ".plugin-sources"
@@ -76,11 +74,10 @@ def check_sources(root: Path, plugins: Iterable[tuple[str, str, str, Callable[..
 
 def _record(path: Path, fingerprint: str) -> None:
     """Write the record atomically; a cache that cannot take it just gets no notice later."""
+    text = json.dumps({"source": fingerprint})
     try:
         path.parent.mkdir(exist_ok=True)
-        tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex[:8]}.tmp")
-        tmp.write_text(json.dumps({"source": fingerprint}))
-        os.replace(tmp, path)
+        write_replacing(path, lambda tmp: tmp.write_text(text))
     except OSError:
         pass
 

@@ -33,7 +33,7 @@ import time
 import uuid
 import warnings
 from collections.abc import Callable, Iterator, Mapping
-from pathlib import Path, PurePosixPath
+from pathlib import Path
 from typing import Any
 
 import attrs
@@ -42,7 +42,7 @@ import numpy as np
 from oodsim.errors import OodsimError
 from oodsim.heartbeat import beat
 from oodsim.store_arrays import ARRAYS_ZIP, members_problem, read_arrays, write_zip
-from oodsim.store_fs import described, objects, read_json, remove, what_is
+from oodsim.store_fs import described, objects, plain_relative, read_json, remove, what_is
 from oodsim.store_layout import (  # noqa: F401 - part of this module's interface
     GITIGNORE,
     LOCKS,
@@ -172,10 +172,7 @@ def _meta_digest(meta: Mapping[str, Any]) -> str:
 
 def _inside(name: object) -> bool:
     """Whether ``name`` is a relative path of a file inside an entry (not its meta file)."""
-    if not isinstance(name, str) or not name or "\0" in name or name == META:
-        return False
-    path = PurePosixPath(name)
-    return not path.is_absolute() and all(part not in ("", ".", "..") for part in path.parts)
+    return name != META and plain_relative(name) is not None
 
 
 def _meta_problem(meta: Any, kind: str | None = None, key: str | None = None) -> str:

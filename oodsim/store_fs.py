@@ -13,7 +13,8 @@ import json
 import os
 import shutil
 import stat
-from collections.abc import Iterator
+import uuid
+from collections.abc import Callable, Iterator
 from pathlib import Path, PurePosixPath
 from typing import Any
 
@@ -160,15 +161,24 @@ def listing(folder: Path) -> list[Path]:
         return []
 
 
-def owned(folder: Path, name: object) -> Path | None:
-    """``folder / name`` when ``name`` (read from a record oodsim wrote: a manifest, a report
-    marker) names a path inside ``folder`` without leaving it: relative, no ``..``, and every
-    folder on the way a real folder, not a link. None otherwise: a record that travelled with a
-    folder must never make oodsim delete or overwrite anything outside it."""
+def plain_relative(name: object) -> PurePosixPath | None:
+    """``name`` as a relative path that stays inside its folder by its text alone (no ``..``,
+    no absolute path, no empty part); None for anything else, a non-string included."""
     if not isinstance(name, str) or not name or "\0" in name:
         return None
     relative = PurePosixPath(name)
     if relative.is_absolute() or any(part in ("", ".", "..") for part in relative.parts):
+        return None
+    return relative
+
+
+def owned(folder: Path, name: object) -> Path | None:
+    """``folder / name`` when ``name`` (read from a record oodsim wrote: a manifest, a report
+    marker) names a path inside ``folder`` without leaving it: :func:`plain_relative`, and
+    every folder on the way a real folder, not a link. None otherwise: a record that travelled
+    with a folder must never make oodsim delete or overwrite anything outside it."""
+    relative = plain_relative(name)
+    if relative is None:
         return None
     here = folder
     for part in relative.parts[:-1]:
@@ -176,3 +186,17 @@ def owned(folder: Path, name: object) -> Path | None:
         if here.is_symlink() or not here.is_dir():
             return None
     return folder / Path(*relative.parts)
+
+
+def write_replacing(path: Path, write: Callable[[Path], object]) -> Path:
+    """Write ``path`` through ``write(tmp)`` into a new temporary sibling, then rename it onto
+    ``path``: a reader never sees half of it, and a link at ``path`` is replaced, never written
+    through. The temporary file is removed if the write fails."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}-{uuid.uuid4().hex[:8]}.tmp")
+    try:
+        write(tmp)
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    return path

@@ -10,8 +10,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
-import uuid
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -22,7 +20,7 @@ import xarray as xr
 from oodsim.errors import OodsimError
 from oodsim.results_io import MANIFEST
 from oodsim.stats import as_score
-from oodsim.store_fs import owned, read_json, what_is
+from oodsim.store_fs import owned, read_json, what_is, write_replacing
 
 #: The file that marks a folder as an oodsim report, and names the results it reports.
 REPORT_MARKER = ".oodsim-report.json"
@@ -99,14 +97,7 @@ def write_file(path: Path, write: Callable[[Path], object]) -> Path:
                 )
             break  # a path the caller chose outside any report folder
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}-{uuid.uuid4().hex[:8]}.tmp")
-    try:
-        write(tmp)
-        os.replace(tmp, path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
-    return path
+    return write_replacing(path, write)
 
 
 def _describe(marker: dict[str, Any]) -> str:
