@@ -1,9 +1,9 @@
 """The workers of oodsim's local cluster start from a fork server that imported torch once.
 
 Dask's nanny starts each worker in a fresh interpreter (``spawn``), which then imports
-distributed, numpy, torch, and, at its first optimizer, ``torch._dynamo`` (torch's optimizers
-import the compiler on first use): about 7 s of CPU per worker before it trains anything, paid
-again for every worker a nanny restarts. Measured on a 2-core machine, a 2-seed digits run with
+distributed, numpy, torch, zarr and scikit-learn: about 5 s of CPU per worker before it trains
+anything, paid again for every worker a nanny restarts (7 s while training used
+``torch.optim``, which imports ``torch._dynamo``; :mod:`oodsim.models.optimizer` avoids it). Measured on a 2-core machine, a 2-seed digits run with
 2 workers used 30 s of CPU with ``spawn`` and 17.5 s with the fork server, with bit-identical
 scores; the saving grows with the number of workers.
 
@@ -35,7 +35,6 @@ WORKER_MODULES = (
     "distributed",
     "numpy",
     "torch",
-    "torch._dynamo",  # torch.optim imports it at the first optimizer: 2 to 3 s per process
     "zarr",
     "sklearn.datasets",  # the embedded default's data (digits); brings scipy.stats
     "oodsim.engine.cluster",

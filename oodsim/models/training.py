@@ -14,6 +14,7 @@ from oodsim.errors import OodsimError
 from oodsim.heartbeat import beat
 from oodsim.models.augment import augment_batch
 from oodsim.models.classifier import Classifier
+from oodsim.models.optimizer import SGD, cosine_lr
 from oodsim.models.tensors import to_tensor
 from oodsim.seeds import SeedStreams
 from oodsim.specs import TrainingSpec
@@ -67,10 +68,7 @@ def train(
     y_val = torch.as_tensor(val_labels, device=device)
     order = torch.Generator().manual_seed(streams.torch_seed("data_order"))
     augmentation = torch.Generator().manual_seed(streams.torch_seed("augmentation"))
-    optimizer = torch.optim.SGD(
-        model.parameters(), lr=spec.lr, momentum=spec.momentum, weight_decay=spec.weight_decay
-    )
-    schedule = torch.optim.lr_scheduler.CosineAnnealingLR(optimizer, T_max=spec.max_epochs)
+    optimizer = SGD(model.parameters(), spec.lr, spec.momentum, spec.weight_decay)
     best = (math.inf, 0, {k: v.clone() for k, v in model.state_dict().items()})
     train_losses, val_losses = [], []
     with torch.random.fork_rng(devices=[]):
@@ -86,11 +84,11 @@ def train(
                 loss = F.cross_entropy(model(batch), y_train[index])
                 if not torch.isfinite(loss):
                     raise TrainingDiverged(f"training loss became {loss.item()} in epoch {epoch}")
-                optimizer.zero_grad(set_to_none=True)
+                optimizer.zero_grad()
                 loss.backward()
                 optimizer.step()
                 total += loss.item() * len(index)
-            schedule.step()
+            optimizer.lr = cosine_lr(optimizer.lr, epoch + 1, spec.max_epochs)
             train_losses.append(total / len(x_train))
             val_loss = _mean_loss(model, x_val, y_val, 4 * spec.batch_size)
             if not math.isfinite(val_loss):
