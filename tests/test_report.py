@@ -26,6 +26,7 @@ from oodsim.report import (
     write_report,
 )
 from oodsim.report.folder import write_file
+from oodsim.report.summary import NO_FIGURES
 from oodsim.results_io import save_results
 from oodsim.stats import StopDecision, estimate
 from tests.conftest import digits_toml
@@ -90,7 +91,9 @@ def test_paired_comparisons_in_the_report_are_those_of_stats_compare(tmp_path: P
     from oodsim.stats import compare
 
     results = make_results(n_seeds=30)
-    text = write_report(results, tmp_path / "report", n_draws=500, adjust="bh").read_text()
+    text = write_report(
+        results, tmp_path / "report", n_draws=500, adjust="bh", figures=False
+    ).read_text()
     cmp = compare(results, "auroc", adjust="bh")
     section = text[text.index("## Paired comparisons") : text.index("## Seeds needed")]
     assert f"Benjamini-Hochberg adjustment over {cmp.attrs['n_tests']} tests" in section
@@ -220,7 +223,7 @@ def test_summary_names_the_spec_the_data_and_every_excluded_seed(tmp_path: Path)
     failure = results["failure"].values.astype(object)
     failure[[5, 6, 9]] = "degenerate: accuracy 0.17 is not above chance (0.17)"
     results["failure"] = ("seed", failure.astype(str))
-    text = write_report(results, tmp_path, n_draws=200).read_text()
+    text = write_report(results, tmp_path, n_draws=200, figures=False).read_text()
     key = results.attrs["spec_key"]
     assert f"- spec: `experiment` (protocol `open_set`, key `{key}`)" in text
     assert "- datasets: digits; OOD sets: held_out" in text
@@ -235,10 +238,11 @@ def test_summary_names_the_spec_the_data_and_every_excluded_seed(tmp_path: Path)
     flagged = np.full(12, "", dtype=object)
     flagged[[5, 7]] = "test accuracy 0.17 is not above chance"
     results["degenerate"] = ("seed", flagged.astype(str))
-    text = write_report(results, tmp_path, n_draws=200).read_text()
+    text = write_report(results, tmp_path, n_draws=200, figures=False).read_text()
     kept = "  - kept although degenerate (the classifier is not above chance): 107"
     assert kept in text.splitlines()
-    clean = write_report(make_results(n_seeds=4, failed=()), tmp_path / "clean").read_text()
+    clean = make_results(n_seeds=4, failed=())
+    clean = write_report(clean, tmp_path / "clean", figures=False).read_text()
     assert "- seeds: 4 (100-103); none excluded" in clean
 
 
@@ -256,8 +260,8 @@ def test_cli_report_writes_each_results_into_its_own_folder(
 ) -> None:
     first = _saved(tmp_path, "first", n_seeds=4, failed=())
     second = _saved(tmp_path, "second", n_seeds=4, failed=(), methods=("msp", "energy"))
-    assert cli_main(["report", str(first)]) == 0
-    assert cli_main(["report", str(second)]) == 0
+    assert cli_main(["report", str(first), "--no-figures"]) == 0
+    assert cli_main(["report", str(second), "--no-figures"]) == 0
     for path in (first, second):
         summary = (tmp_path / f"{path.stem}.report" / "summary.md").read_text()
         assert f"- results: `{path}`" in summary
@@ -267,13 +271,13 @@ def test_cli_report_writes_each_results_into_its_own_folder(
 
     # another results' report is never replaced without --overwrite
     before = (tmp_path / "first.report" / "summary.md").read_text()
-    assert cli_main(["report", str(second), "--out", str(tmp_path / "first.report")]) == 2
+    again = ["report", str(second), "--out", str(tmp_path / "first.report"), "--no-figures"]
+    assert cli_main(again) == 2
     err = capsys.readouterr().err
     assert err.startswith("oodsim: error: ") and err.count("\n") == 1
     assert "holds the report of other results" in err and "--overwrite" in err
     assert (tmp_path / "first.report" / "summary.md").read_text() == before
-    args = ["report", str(second), "--out", str(tmp_path / "first.report"), "--overwrite"]
-    assert cli_main(args) == 0
+    assert cli_main([*again, "--overwrite"]) == 0
     assert "energy" in (tmp_path / "first.report" / "summary.md").read_text()
 
 
@@ -285,10 +289,10 @@ def test_write_report_refuses_a_folder_of_other_files_and_never_deletes_them(
     (folder / "notes.txt").write_text("mine")
     results = make_results(n_seeds=6)
     with pytest.raises(ReportFolderError, match="is not an oodsim report") as error:
-        write_report(results, folder, n_draws=100)
+        write_report(results, folder, n_draws=100, figures=False)
     assert isinstance(error.value, OodsimError)
     assert sorted(p.name for p in folder.iterdir()) == ["notes.txt"]
-    write_report(results, folder, n_draws=100, overwrite=True)
+    write_report(results, folder, n_draws=100, overwrite=True, figures=False)
     assert (folder / "notes.txt").read_text() == "mine"
     assert (folder / "summary.md").is_file() and (folder / REPORT_MARKER).is_file()
     with pytest.raises(ReportFolderError, match="not a report folder"):
@@ -338,6 +342,21 @@ def test_severity_report_lists_its_files_and_thins_the_levels_of_its_figures(
         assert (tmp_path / name).is_file()
         if name.endswith(".png"):
             assert_png(tmp_path / name)
+
+    # without figures: the same documents less their images, and no PNG
+    plain = write_report(results, tmp_path / "text", n_draws=100, figures=False).read_text()
+    assert not list((tmp_path / "text").rglob("*.png"))
+    assert NO_FIGURES in plain and "![" not in plain
+    assert plain[: plain.index("## Figures")] == text[: text.index("## Figures")]
+    drawn, bare = (
+        (folder / "severity" / "severity_summary.md").read_text().splitlines()
+        for folder in (tmp_path, tmp_path / "text")
+    )
+    assert [line for line in bare if line] == [
+        line for line in drawn if line and not line.startswith("![")
+    ]
+    marker = json.loads((tmp_path / "text" / REPORT_MARKER).read_text())
+    assert sorted(marker["files"]) == ["severity/severity_summary.md", "summary.md"]
 
 
 def test_run_refuses_a_foreign_report_folder_before_computing(
@@ -398,7 +417,8 @@ def test_a_report_of_few_seeds_has_no_blank_tables_and_says_n_too_small(
 
 def test_the_win_table_has_every_method(tmp_path: Path) -> None:
     methods = ("msp", "temperature", "odin", "entropy", "max_logit", "energy", "knn", "vim")
-    text = write_report(make_results(n_seeds=8, methods=methods), tmp_path, n_draws=200).read_text()
+    results = make_results(n_seeds=8, methods=methods)
+    text = write_report(results, tmp_path, n_draws=200, figures=False).read_text()
     section = text[text.index("## Win probability") : text.index("## Paired comparisons")]
     rows = [line.split(" | ")[0].strip("| ") for line in section.splitlines() if line[:2] == "| "]
     assert rows[1:] == list(methods)
@@ -406,14 +426,15 @@ def test_the_win_table_has_every_method(tmp_path: Path) -> None:
 
 def test_one_model_and_one_ood_set_are_not_called_across_models(tmp_path: Path) -> None:
     levels = ("0", "1", "2")
-    write_report(make_results(n_seeds=3, failed=(), levels=levels), tmp_path / "one", n_draws=100)
+    one = make_results(n_seeds=3, failed=(), levels=levels)
+    write_report(one, tmp_path / "one", n_draws=100, figures=False)
     texts = [p.read_text() for p in (tmp_path / "one").rglob("*.md")]
     assert len(texts) == 2  # summary.md and severity/severity_summary.md
     for text in texts:
         assert "across models" not in text and "per OOD set" not in text
     assert "### Improvement over msp (model model_a)" in texts[0] + texts[1]
     two = make_results(n_seeds=3, failed=(), levels=levels, models=("a", "b"))
-    write_report(two, tmp_path / "two", n_draws=100)
+    write_report(two, tmp_path / "two", n_draws=100, figures=False)
     severity = (tmp_path / "two" / "severity" / "severity_summary.md").read_text()
     assert "### Improvement over msp (median across 2 models)" in severity
 
@@ -422,7 +443,7 @@ def test_a_power_table_of_blanks_is_one_line(tmp_path: Path) -> None:
     results = make_results(n_seeds=6, failed=())
     score = results["score"].transpose("seed", "method", ...)
     results["score"] = score.copy(data=np.repeat(score.values[:, :1], score.sizes["method"], 1))
-    text = write_report(results, tmp_path, n_draws=100).read_text()
+    text = write_report(results, tmp_path, n_draws=100, figures=False).read_text()
     section = text[text.index("## Seeds needed") : text.index("## Sources of variance")]
     assert "Not computed: no pair has an observed difference" in section
     assert "| msp |" not in section

@@ -281,7 +281,9 @@ def _cmd_report(args: argparse.Namespace) -> int:
 
     results = open_results(args.results, trust=args.trust)
     out = Path(args.out) if args.out else report_folder(args.results)
-    path = write_report(results, out, overwrite=args.overwrite, source=args.results)
+    path = write_report(
+        results, out, overwrite=args.overwrite, source=args.results, figures=args.figures
+    )
     print(f"report written to {path}")
     return 0
 
@@ -378,6 +380,12 @@ def parser() -> argparse.ArgumentParser:
         action="store_true",
         help="write into a folder that holds other files or the report of other results "
         "(oodsim's files are replaced; nothing else is deleted)",
+    )
+    report.add_argument(
+        "--no-figures",
+        dest="figures",
+        action="store_false",
+        help="write summary.md alone, every table and no PNG (seconds instead of minutes)",
     )
     add_trust(report)
     report.set_defaults(func=_cmd_report)

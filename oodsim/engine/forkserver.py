@@ -3,9 +3,10 @@
 Dask's nanny starts each worker in a fresh interpreter (``spawn``), which then imports
 distributed, numpy, torch, zarr and scikit-learn: about 5 s of CPU per worker before it trains
 anything, paid again for every worker a nanny restarts (7 s while training used
-``torch.optim``, which imports ``torch._dynamo``; :mod:`oodsim.models.optimizer` avoids it). Measured on a 2-core machine, a 2-seed digits run with
-2 workers used 30 s of CPU with ``spawn`` and 17.5 s with the fork server, with bit-identical
-scores; the saving grows with the number of workers.
+``torch.optim``, which imports ``torch._dynamo``; :mod:`oodsim.models.optimizer` avoids it).
+Measured on a 2-core machine (with ``torch.optim``), a 2-seed digits run with 2 workers used
+30 s of CPU with ``spawn`` and 17.5 s with the fork server, with bit-identical scores; the
+saving grows with the number of workers.
 
 With ``forkserver`` (Python's :mod:`multiprocessing` method, supported by Dask), one server
 process per driver imports :data:`WORKER_MODULES` once and every worker is forked from it. The

@@ -14,6 +14,7 @@ deviation across seeds, and results with a ``dataset`` dimension get one section
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -208,33 +209,46 @@ def _markdown(table: xr.DataArray, name: str, digits: int = 3) -> str:
 
 
 def _section(
-    results: xr.Dataset, folder: Path, prefix: str, metric: str, baseline: str
+    results: xr.Dataset, folder: Path, prefix: str, metric: str, baseline: str, figures: bool
 ) -> tuple[list[str], list[Path]]:
-    """The plots of one dataset in ``folder / prefix``: their Markdown lines and paths."""
-    parts = [f"![{metric} by level]({prefix}{metric}_by_level.png)"]
-    written = [plot_levels(results, folder / f"{prefix}{metric}_by_level.png", metric)]
+    """The tables and plots of one dataset in ``folder / prefix``: their Markdown lines and
+    the paths of the plots (none without ``figures``)."""
+    parts: list[str] = []
+    written: list[Path] = []
+
+    def plot(name: str, alt: str, draw: Callable[[Path], Path]) -> None:
+        if figures:
+            written.append(draw(folder / f"{prefix}{metric}_{name}.png"))
+            parts.extend([*([""] if parts else []), f"![{alt}]({prefix}{metric}_{name}.png)"])
+
+    plot("by_level", f"{metric} by level", lambda path: plot_levels(results, path, metric))
     methods = method_names(results)
     if baseline in methods and len(methods) > 1:
-        path = folder / f"{prefix}{metric}_improvement.png"
-        written.append(plot_improvement(results, path, baseline, metric))
         summary = analysis.improvement_summary(results, baseline, metric)
         median = "median " if results.sizes["model"] > 1 else ""
         parts += ["", f"### Improvement over {baseline} ({median}{_models(results)})", ""]
-        parts += [_markdown(summary["median"], "method"), ""]
-        parts.append(f"![improvement]({prefix}{metric}_improvement.png)")
+        parts.append(_markdown(summary["median"], "method"))
+        plot(
+            "improvement",
+            "improvement",
+            lambda path: plot_improvement(results, path, baseline, metric),
+        )
     if results.sizes["model"] >= 3:
-        path = folder / f"{prefix}{metric}_correlation.png"
-        written.append(plot_correlation(results, path, metric))
         for predictor in analysis.PREDICTORS:
             rho = analysis.correlation(results, predictor, metric)["rho"]
             parts += ["", f"### Spearman ρ across models: {predictor} vs. {metric}", ""]
             parts.append(_markdown(rho, "method"))
-        parts += ["", f"![correlation]({prefix}{metric}_correlation.png)"]
+        plot("correlation", "correlation", lambda path: plot_correlation(results, path, metric))
     return parts, written
 
 
 def write_severity_files(
-    results: xr.Dataset, folder: str | Path, *, metric: str = "auroc", baseline: str = "msp"
+    results: xr.Dataset,
+    folder: str | Path,
+    *,
+    metric: str = "auroc",
+    baseline: str = "msp",
+    figures: bool = True,
 ) -> list[Path]:
     """:func:`write_severity_report`, returning every path it wrote (the summary last)."""
     folder = Path(folder)
@@ -245,7 +259,8 @@ def write_severity_files(
     for label, part in per_dataset(results):
         if label:
             parts += [f"## {label}", ""]
-        lines, paths = _section(part, folder, f"{label}/" if label else "", metric, baseline)
+        prefix = f"{label}/" if label else ""
+        lines, paths = _section(part, folder, prefix, metric, baseline, figures)
         parts += [*lines, ""]
         written += paths
     text = "\n".join(parts) + "\n"
