@@ -25,6 +25,8 @@ _LAZY = {
 
 #: subpackages reachable as attributes (``oodsim.detectors.register``) without an import
 _SUBPACKAGES = (
+    "data",
+    "models",
     "detectors",
     "stats",
     "results",

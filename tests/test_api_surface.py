@@ -4,6 +4,8 @@ reproducible by default, and ``oodsim.select`` around xarray's ``sel(method=...)
 from __future__ import annotations
 
 import inspect
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -236,3 +238,34 @@ def test_select_refuses_a_dim_the_results_lack(results: xr.Dataset) -> None:
         oodsim.select(results, model="model_a")
     with pytest.raises(ValueError, match="Did you mean 'metric'"):
         oodsim.select(results.score, metrc="auroc")
+
+
+# --------------------------------------------------------------------------- package attributes
+
+
+def test_models_and_data_are_attributes_and_classifier_loads_torch_on_first_use() -> None:
+    """``oodsim.models`` and ``oodsim.data`` were an AttributeError while ``oodsim.detectors``
+    worked; ``Classifier`` lived only in ``oodsim.models.architectures``."""
+    code = (
+        "import sys\n"
+        "import oodsim\n"
+        "assert callable(oodsim.models.register_architecture)\n"
+        "assert callable(oodsim.data.register_dataset)\n"
+        "assert 'digits' in oodsim.data.available_datasets()\n"
+        "print('torch' in sys.modules)\n"
+        "from oodsim.models.architectures import Classifier\n"
+        "import torch\n"
+        "assert oodsim.models.Classifier is Classifier\n"
+        "assert issubclass(Classifier, torch.nn.Module)\n"
+        "assert oodsim.models.ContractModel.__module__ == 'oodsim.models.classifier'\n"
+        "try:\n"
+        "    oodsim.models.Nothing\n"
+        "except AttributeError as error:\n"
+        "    print(error)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.splitlines() == [
+        "False",  # the driver stays torch-free until a classifier is asked for
+        "module 'oodsim.models' has no attribute 'Nothing'",
+    ]

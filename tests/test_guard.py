@@ -99,3 +99,28 @@ def test_a_package_main_run_with_dash_m_is_not_flagged(tmp_path: Path) -> None:
     )
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "None"
+
+
+def test_a_script_from_stdin_that_starts_a_local_cluster_gets_one_clear_error(
+    tmp_path: Path,
+) -> None:
+    """``python - <<EOF``: spawned workers used to crash trying to run ``<stdin>`` again."""
+    source = (
+        "import oodsim\n\n"
+        'if __name__ == "__main__":\n'
+        f"    spec = oodsim.load({str(ROOT / 'specs' / 'digits.toml')!r})\n"
+        '    oodsim.run(spec, n_workers=2, cache="cache")\n'
+    )
+    done = subprocess.run(
+        [sys.executable, "-"],
+        input=source,
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 1
+    assert "UnreadableScript" in done.stderr and "(<stdin>)" in done.stderr
+    assert "Save it to a file" in done.stderr and 'cluster="in-process"' in done.stderr
+    assert done.stderr.count("Traceback") == 1 and "FileNotFoundError" not in done.stderr
+    assert not (tmp_path / "cache").exists()  # stopped before anything was written

@@ -21,6 +21,10 @@ class UnguardedScript(OodsimError):
     """A script calls oodsim at its top level without an ``if __name__ == "__main__":`` guard."""
 
 
+class UnreadableScript(OodsimError):
+    """The main script is not a file (``python - <<EOF``): workers could not re-import it."""
+
+
 def _is_main_test(node: ast.expr) -> bool:
     """``__name__ == "__main__"`` (either order), alone or in an ``and``."""
     if isinstance(node, ast.BoolOp) and isinstance(node.op, ast.And):
@@ -78,8 +82,28 @@ def unguarded_call() -> tuple[str, int] | None:
     return str(path), line
 
 
+def unreadable_main() -> str | None:
+    """The ``__file__`` of a ``__main__`` module that a spawned or forked worker would try, and
+    fail, to run again: a script read from standard input (``<stdin>``) has a ``__file__`` that
+    names no file. None otherwise (a file, ``python -c``, ``python -m``, a notebook)."""
+    main = sys.modules.get("__main__")
+    path = getattr(main, "__file__", None)
+    if main is None or not path or getattr(main, "__spec__", None) is not None:
+        return None
+    return None if Path(path).is_file() else str(path)
+
+
 def check_main_guard() -> None:
-    """Raise :class:`UnguardedScript` before a local cluster starts from an unguarded script."""
+    """Raise :class:`UnguardedScript` before a local cluster starts from an unguarded script,
+    and :class:`UnreadableScript` from a script that is not a file."""
+    unreadable = unreadable_main()
+    if unreadable is not None:
+        raise UnreadableScript(
+            f"this script ({unreadable}) starts oodsim's local cluster, whose worker processes "
+            "re-import the main script, and it is not a file they can read. Save it to a file "
+            '(with its oodsim calls under `if __name__ == "__main__":`) and run that, or run in '
+            'this process: n_workers=1 or cluster="in-process".'
+        )
     found = unguarded_call()
     if found is None:
         return

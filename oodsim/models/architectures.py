@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
+from oodsim.models import torch_attribute
 from oodsim.models.registry import (
     BUILTINS,
     TIMM_PREFIX,
@@ -43,13 +44,7 @@ register_prefix(TIMM_PREFIX, timm_architecture)
 
 
 def __getattr__(name: str) -> Any:
-    """``Classifier`` and ``ContractModel``, imported (with torch) on first use."""
-    if name in ("Classifier", "ContractModel"):
-        # torch loads when a classifier is first needed, not when a spec names one
-        from oodsim.models import classifier
-
-        return getattr(classifier, name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return torch_attribute(__name__, name)
 
 
 @builtin_architecture("small_cnn")
