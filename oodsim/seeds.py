@@ -101,27 +101,3 @@ class SeedRange(Sequence[int]):
 
     def __repr__(self) -> str:
         return f"SeedRange({self._range.start}, {self._range.stop})"
-
-
-class SeedBatches(Sequence[Sequence[int]]):
-    """``seeds`` cut into consecutive batches of ``size``, each made when it is asked for: a
-    run of a billion seeds with a stopping rule holds two batches, not a list of all of them."""
-
-    __slots__ = ("seeds", "size")
-
-    def __init__(self, seeds: Sequence[int], size: int) -> None:
-        if size < 1:
-            raise ValueError(f"batch size must be >= 1, got {size}")
-        self.seeds, self.size = seeds, size
-
-    def __len__(self) -> int:
-        return -(-len(self.seeds) // self.size)
-
-    def __getitem__(self, index: Any) -> Any:
-        if isinstance(index, slice):
-            return [self[i] for i in range(*index.indices(len(self)))]
-        if index < 0:
-            index += len(self)
-        if not 0 <= index < len(self):
-            raise IndexError(f"batch {index} of {len(self)}")
-        return self.seeds[index * self.size : (index + 1) * self.size]

@@ -698,7 +698,7 @@ class Seeded:
     """Mixin of every protocol's spec: ``seeds``, ``stopping`` and ``on_failure`` fields.
 
     The rule watches ``stopping.metric`` at severity level ``stopping.severity`` (default: the
-    first level) for every method; see :func:`oodsim.engine.run.stopping_values`.
+    first level) for every method; see :func:`oodsim.engine.stopping.stopping_values`.
     """
 
     TABLE = ""  # a top-level spec: its fields are written without a table

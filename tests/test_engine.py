@@ -15,7 +15,7 @@ import pytest
 import oodsim
 from oodsim.cli import main as cli_main
 from oodsim.data.registry import ImageData, load_dataset, register_dataset
-from oodsim.engine import OutputExists
+from oodsim.engine import OutputExists, window
 from oodsim.errors import SpecError
 from oodsim.results import store_counts
 from oodsim.specs import DatasetSpec, ExperimentSpec
@@ -120,6 +120,61 @@ def test_an_interrupted_run_says_how_many_seeds_are_stored_and_resumes(tmp_path:
     again = oodsim.run(spec, cache=cache, n_workers=1, progress=False)
     assert (again.failure.values == "").all()
     assert store_counts(again)["computed"].get("checkpoint", 0) <= 6 - stored
+
+
+def test_a_million_seeds_stream_through_a_bounded_window(tmp_path: Path) -> None:
+    """The probe: with ``seeds.n = 1000000`` the driver hashed task keys for every seed and
+    computed nothing in 100 s, then Ctrl-C made it plan every submitted seed again (killed
+    after 18 minutes). Seeds now go out two batches at a time: the first simulation lands
+    while the rest of the range is not even planned, and Ctrl-C counts the seeds reached."""
+    n = 1_000_000
+    spec = small_digits(n)
+    path = tmp_path / "spec.toml"
+    path.write_text(_toml(spec))
+    cache = tmp_path / "cache"
+    driver = subprocess.Popen(
+        [sys.executable, "-m", "oodsim.cli", "run", str(path), "--workers", "2"]
+        + ["--cache", str(cache), "--out", str(tmp_path / "r.zarr")],
+        stderr=subprocess.PIPE,
+        stdout=subprocess.DEVNULL,
+        text=True,
+        cwd=ROOT,
+    )
+    deadline = time.monotonic() + 300  # a hang guard, not a speed check
+    while time.monotonic() < deadline and not list(cache.glob("outputs/*/*/meta.json")):
+        assert driver.poll() is None, driver.communicate()[1]
+        time.sleep(0.2)
+    driver.send_signal(signal.SIGINT)
+    _, stderr = driver.communicate(timeout=120)
+    assert driver.returncode == 130, stderr
+    found = re.search(
+        rf"interrupted; (\d+) of the first (\d+) of {n} simulations have everything in the "
+        "store; run the same spec again to resume.",
+        stderr,
+    )
+    assert found, stderr
+    stored, reached = int(found.group(1)), int(found.group(2))
+    # seeds before the window have landed; at most two batches (a few seeds per worker
+    # thread each) are in flight: the driver never planned the whole range
+    assert 1 <= stored <= reached <= stored + 2 * window.fixed_batch_size(slots=2)
+    assert reached < 100
+    assert "Traceback" not in stderr
+    assert stderr.rstrip().splitlines()[-1].startswith("oodsim: interrupted;")
+
+
+def test_batches_are_cut_when_asked_for() -> None:
+    sizes = iter([2, 3, 100])
+    assert list(window.batches(range(7), lambda: next(sizes))) == [
+        range(2),
+        range(2, 5),
+        range(5, 7),
+    ]
+    assert list(window.batches((), lambda: 4)) == []
+    assert window.fixed_batch_size(1) == window.MIN_BATCH
+    assert window.fixed_batch_size(10) == 10 * window.PER_SLOT
+    assert window.interrupted_message(3, 6, 6, "seeds").startswith("interrupted; 3 of 6 seeds")
+    reached = window.interrupted_message(3, 16, 10**6, "seeds")
+    assert reached.startswith("interrupted; 3 of the first 16 of 1000000 seeds have everything")
 
 
 def test_results_of_another_spec_are_never_replaced_silently(tmp_path: Path, capsys) -> None:

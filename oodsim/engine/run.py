@@ -4,9 +4,10 @@ For each batch of seeds the spec's protocol plans content-keyed tasks; the engin
 ones whose store entries exist, submits the others to a Dask cluster (started on first need;
 a task shared by several seeds runs once), scores each seed where its tasks ran (or here, when
 everything was cached) and assembles one result. The next batch is submitted while the current
-one runs; a sequential stopping rule is checked when a whole batch has landed, in seed order,
-so its decision does not depend on worker timing. An interrupted run loses nothing that
-finished: the same call resumes from the store.
+one runs, and no other (:mod:`oodsim.engine.window`): planning, futures and scheduler state
+stay bounded at any number of seeds. A sequential stopping rule is checked when a whole batch
+has landed, in seed order, so its decision does not depend on worker timing. An interrupted
+run loses nothing that finished: the same call resumes from the store.
 """
 
 from __future__ import annotations
@@ -21,16 +22,16 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, TextIO
 
-import attrs
-import numpy as np
 import xarray as xr
 
 from oodsim.cluster_spec import ClusterSpec, resolve_cluster, runs_in_process
+from oodsim.engine import window
 from oodsim.engine.cluster import LOCAL_WORKER_TIMEOUT, as_landed, check_jobs, cluster_client
 from oodsim.engine.guard import check_main_guard
 from oodsim.engine.inprocess import InProcess
 from oodsim.engine.load import as_spec
 from oodsim.engine.progress import Progress
+from oodsim.engine.stopping import check_stopping
 from oodsim.engine.work import Shipped, run_task, score_seed
 from oodsim.errors import OodsimError, SpecError
 from oodsim.heartbeat import Listener, listening
@@ -38,10 +39,12 @@ from oodsim.plugin_sources import check_sources
 from oodsim.protocols import protocol_of
 from oodsim.protocols.base import Protocol, Task, is_lost_entry
 from oodsim.protocols.degenerate import is_degenerate_failure
-from oodsim.results import Layout, SeedResult, build
+from oodsim.results import SeedResult, build
 from oodsim.results_io import ForeignOutput, check_output, save_results
-from oodsim.seeds import SeedBatches
 from oodsim.store import Store, default_root
+
+#: task keys remembered as complete in the store before the set is emptied (memory bound)
+_MAX_CACHED = 100_000
 
 
 class RunAborted(OodsimError):
@@ -74,7 +77,9 @@ class _Submitter:
         self.root = str(store.root.resolve())
         self.shipped = Shipped.of(protocol, spec)
         self.client: Any = None
-        self.tasks: dict[str, Any] = {}  # task key → future
+        self.tasks: dict[str, Any] = {}  # task key → future, of the batches in flight
+        self.seed_tasks: dict[int, list[str]] = {}  # seed in flight → its submitted tasks
+        self.events: list[tuple[str, str, str]] = []  # of tasks released (see release())
         self.cached: set[str] = set()  # task keys found complete in the store
         self.healed: set[int] = set()  # seeds computed again after scoring lost an entry
         self.replaced: list[Any] = []  # task futures of earlier attempts (for their events)
@@ -111,7 +116,10 @@ class _Submitter:
         if task.key not in self.cached and all(
             self.store.verify_entry(*entry) for entry in dict.fromkeys(task.entries + task.verify)
         ):
+            if len(self.cached) >= _MAX_CACHED:  # bounded: a key forgotten is checked again
+                self.cached.clear()
             self.cached.add(task.key)
+            return True
         return task.key in self.cached
 
     def _task_future(self, task: Task, planned: dict[str, Task]) -> Any:
@@ -142,6 +150,7 @@ class _Submitter:
                 futures[seed] = None
                 continue
             upstream = [self._task_future(t, planned) for t in missing]
+            self.seed_tasks[seed] = [t.key for t in missing]
             futures[seed] = self._client().submit(
                 score_seed,
                 self.protocol.name,
@@ -198,9 +207,21 @@ class _Submitter:
         failure = future.result()[0]
         return bool(failure) and not is_lost_entry(failure)
 
+    def release(self, batch: Sequence[int]) -> None:
+        """Forget the finished tasks of a collected batch (keeping their store events), so
+        that the futures held here and the scheduler's state do not grow with the run. A task
+        another seed still needs stays with that seed's scoring in the scheduler; once
+        finished, it is found in the store."""
+        for seed in batch:
+            for key in self.seed_tasks.pop(seed, ()):
+                future = self.tasks.get(key)
+                if future is not None and future.status == "finished":
+                    self.events += future.result()[1]
+                    del self.tasks[key]
+
     def task_events(self) -> list[tuple[str, str, str]]:
         """Store events of every task that finished (each shared task counted once)."""
-        events: list[tuple[str, str, str]] = []
+        events = list(self.events)
         for future in [*self.replaced, *self.tasks.values()]:
             if future.status == "finished":
                 events += future.result()[1]
@@ -282,7 +303,6 @@ def run(
     layout = protocol.layout(spec)
     stream = (sys.stderr if progress is True else progress) or None
     sequential = spec.stopping.rule != "fixed"
-    batches = SeedBatches(seeds, spec.stopping.batch_size if sequential else max(len(seeds), 1))
     tracker = Progress(len(seeds), stream, unit=protocol.unit)
     if worker_timeout is None and address is None and (jobs is None or jobs.kind == "local-jobs"):
         # local processes (a local cluster, or local jobs: no batch queue to wait in) start
@@ -306,28 +326,42 @@ def run(
         )
         tracker.slots = submitter.slots
         check_sources(store.root, submitter.shipped.sources())
-        futures: dict[int, Any] = {}
-        submitted: dict[int, None] = {}  # every seed handed to the cluster, in order
+        futures: dict[int, Any] = {}  # seed in flight → its scoring future (None: cached)
+        upcoming = window.batches(
+            seeds,
+            (lambda: spec.stopping.batch_size)
+            if sequential
+            else (lambda: window.fixed_batch_size(submitter.slots())),
+        )
+        flight: list[Sequence[int]] = []  # the batch being collected and the next one
+        reached = 0  # seeds handed out so far: those of the batches before and in flight
+
+        def hand_out(batch: Sequence[int] | None) -> Sequence[int] | None:
+            nonlocal reached
+            if batch is not None:
+                reached += len(batch)
+                flight.append(batch)
+                futures.update(dict.fromkeys(batch))
+                futures.update(submitter.submit(batch))
+            return batch
+
         try:
-            for index, batch in enumerate(batches):
-                for ahead in batches[index : index + 2]:  # this batch and the next one
-                    if ahead[0] not in submitted:
-                        submitted.update(dict.fromkeys(ahead))
-                        futures.update(dict.fromkeys(ahead))
-                        futures.update(submitter.submit(ahead))
+            batch = hand_out(next(upcoming, None))
+            while batch is not None:
+                following = hand_out(next(upcoming, None))  # runs while this batch lands
                 results += _collect(spec, submitter, batch, futures, tracker, worker_timeout)
+                submitter.release(flight.pop(0))
                 if sequential:
-                    final = index == len(batches) - 1
-                    decision = check_stopping(spec, layout, results, final=final)
+                    decision = check_stopping(spec, layout, results, final=following is None)
                     if decision.stop:
                         break
+                batch = following
         except KeyboardInterrupt:
-            # the seeds this run submitted (all of a fixed run; the batches a rule reached)
-            stored = sum(submitter.complete(seed) for seed in submitted)
-            tracker.stopped(
-                f"interrupted; {stored} of {len(submitted)} {protocol.unit} have everything in the "
-                "store; run the same spec again to resume."
-            )
+            # what landed, and the seeds in flight (planned again: two batches at most)
+            landed = {r.seed for r in results if not r.failed}
+            unsure = {*(s for b in flight for s in b), *(r.seed for r in results)} - landed
+            stored = len(landed) + sum(map(submitter.complete, unsure))
+            tracker.stopped(window.interrupted_message(stored, reached, len(seeds), protocol.unit))
             raise
         events = submitter.task_events()
         if decision is not None and decision.stop and len(results) < len(seeds):
@@ -397,48 +431,3 @@ def _check(spec: Any, result: SeedResult) -> SeedResult:
             "(on_failure = 'abort'; finished seeds stay cached)"
         )
     return result
-
-
-def stopping_values(layout: Layout, results: Sequence[SeedResult], rule: Any) -> np.ndarray:
-    """(seed, method) values a stopping rule watches: ``rule.metric`` at level
-    ``rule.severity`` (default: the first), first entry of every other dimension (model,
-    dataset, ood); failed seeds are NaN rows, which the rules skip."""
-    metric = list(layout.coords["metric"]).index(rule.metric)
-    levels = [str(level) for level in layout.coords["severity"]]
-    level = levels.index(str(rule.severity)) if rule.severity is not None else 0
-    n_methods = len(layout.coords["method"])
-    rows = []
-    for result in results:
-        if result.failed:
-            rows.append(np.full(n_methods, np.nan))
-            continue
-        score = np.asarray(result.variables["score"])[:, metric, level]
-        rows.append(score.reshape(n_methods, -1)[:, 0])
-    return np.array(rows).reshape(-1, n_methods)
-
-
-def check_stopping(
-    spec: Any, layout: Layout, results: Sequence[SeedResult], *, final: bool = False
-) -> Any:
-    """Apply the spec's stopping rule to the results so far (in submission order).
-    Reaching ``max_seeds`` always stops."""
-    # stats pulls in scipy: only runs with a stopping rule need it
-    from oodsim.stats import decide, higher_is_better
-
-    rule = spec.stopping
-    params: dict[str, Any] = {"min_seeds": rule.min_seeds, "max_seeds": spec.max_seeds}
-    if rule.rule == "ci_width":
-        params["epsilon"] = rule.epsilon
-    else:
-        params |= {
-            "alpha": rule.alpha,
-            "batch_size": rule.batch_size,
-            "higher_is_better": higher_is_better(rule.metric),
-            "method_names": [str(m) for m in layout.coords["method"]],
-        }
-    decision = decide(rule.rule, stopping_values(layout, results, rule), **params)
-    if final and not decision.stop:
-        decision = attrs.evolve(
-            decision, stop=True, reason=f"all {len(results)} seeds ran ({decision.reason})"
-        )
-    return decision

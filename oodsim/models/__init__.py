@@ -29,6 +29,7 @@ def torch_attribute(module: str, name: str) -> Any:
     """``Classifier`` or ``ContractModel`` for a module's ``__getattr__``: imported (with
     torch) on first use, not when a spec names an architecture."""
     if name in ("Classifier", "ContractModel"):
+        # torch loads when a classifier is first needed, not when a spec names one
         from oodsim.models import classifier
 
         return getattr(classifier, name)
