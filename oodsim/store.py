@@ -255,12 +255,14 @@ class Store(Maintenance):
         return folder
 
     def _inspect(
-        self, folder: Path, kind: str | None, key: str | None, *, full: bool
+        self, folder: Path, kind: str | None, key: str | None, *, full: bool, members: bool = True
     ) -> tuple[str | None, dict[str, Any]]:
         """(what is wrong with an entry folder, its meta record): "" when nothing, None when
         the folder vanished meanwhile (moved aside by another process). Always checks the meta
         record and that each file is a regular file of its recorded size; ``full`` also checks
-        that no other object is there and every checksum."""
+        that no other object is there, every checksum and, with ``members``, the arrays ZIP's
+        members against the recorded shapes (a reader that checks the arrays it reads skips
+        it)."""
         try:
             meta = read_json(folder / META, META_LIMIT)
         except FileNotFoundError:
@@ -291,7 +293,7 @@ class Store(Maintenance):
         bad = [name for name, digest in meta["files"].items() if actual[name] != digest]
         if bad:
             return f"checksum mismatch in {bad}", meta
-        return _members_problem(folder, meta), meta
+        return (_members_problem(folder, meta) if members else ""), meta
 
     def has(self, kind: str, key: str) -> bool:
         """Whether a complete entry exists: its meta file (written last, then renamed) intact and
@@ -359,7 +361,10 @@ class Store(Maintenance):
         if folder is None:
             return None
         try:
-            problem, meta = self._inspect(folder, kind, key, full=self.verify_on_read)
+            # the arrays read are checked against meta below: no members check first
+            problem, meta = self._inspect(
+                folder, kind, key, full=self.verify_on_read, members=False
+            )
             arrays = read_arrays(folder) if problem == "" else {}
             if problem == "":
                 problem = _arrays_problem(arrays, meta)
