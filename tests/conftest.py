@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import signal
 import subprocess
 import time
 from collections.abc import Iterator
@@ -60,6 +61,16 @@ SLOW_MODULES = frozenset(
 #: The longest modules, started first: the suite runs its test files on two processes
 #: (pytest-xdist, ``--dist loadfile``), and the longest file must not be the last one started.
 FIRST_MODULES = ("test_doc_examples", "test_report", "test_faults", "test_clusters")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Ctrl-C reaches the runs the tests start, however the suite was started: a shell starts
+    a background job (``pytest ... &`` in a script, ``nohup``) with SIGINT ignored, which every
+    child inherits, so the tests that interrupt ``oodsim run`` saw it finish with exit 0. A
+    handler (unlike "ignored") is reset to the default in each child that execs, and Python
+    then installs its own, as in a terminal."""
+    if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 def _module(item: pytest.Item) -> str:
