@@ -92,27 +92,38 @@ def _toml(spec: ExperimentSpec) -> str:
     return "\n".join(f"{k} = {value(v)}" for k, v in data.items() if v is not None) + "\n"
 
 
-def test_an_interrupted_run_says_how_many_seeds_are_stored_and_resumes(tmp_path: Path) -> None:
-    """Ctrl-C (SIGINT) mid-run: the message counts the seeds whose work is all in the store,
-    and the next run computes at most the others."""
-    spec = small_digits(6)
+def _interrupted(
+    spec: ExperimentSpec, tmp_path: Path, workers: int, outputs: int
+) -> tuple[Path, str]:
+    """``oodsim run`` of ``spec`` with ``workers``, sent SIGINT once ``outputs`` output entries
+    are in its cache; checks the exit code of an interrupt (130) and returns the cache and the
+    run's stderr."""
     path = tmp_path / "spec.toml"
     path.write_text(_toml(spec))
     cache = tmp_path / "cache"
     driver = subprocess.Popen(
-        [sys.executable, "-m", "oodsim.cli", "run", str(path), "--workers", "1"]
+        [sys.executable, "-m", "oodsim.cli", "run", str(path), "--workers", str(workers)]
         + ["--cache", str(cache), "--out", str(tmp_path / "r.zarr")],
         stderr=subprocess.PIPE,
         stdout=subprocess.DEVNULL,
         text=True,
         cwd=ROOT,
     )
-    deadline = time.monotonic() + 180
-    while time.monotonic() < deadline and len(list(cache.glob("outputs/*/*/meta.json"))) < 2:
+    deadline = time.monotonic() + 300  # a hang guard, not a speed check
+    while time.monotonic() < deadline and len(list(cache.glob("outputs/*/*/meta.json"))) < outputs:
+        assert driver.poll() is None, driver.communicate()[1]
         time.sleep(0.2)
     driver.send_signal(signal.SIGINT)
     _, stderr = driver.communicate(timeout=120)
     assert driver.returncode == 130, stderr
+    return cache, stderr
+
+
+def test_an_interrupted_run_says_how_many_seeds_are_stored_and_resumes(tmp_path: Path) -> None:
+    """Ctrl-C (SIGINT) mid-run: the message counts the seeds whose work is all in the store,
+    and the next run computes at most the others."""
+    spec = small_digits(6)
+    cache, stderr = _interrupted(spec, tmp_path, workers=1, outputs=2)
     found = re.search(r"interrupted; (\d+) of 6 simulations have everything in the store", stderr)
     assert found, stderr
     stored = int(found.group(1))
@@ -128,25 +139,7 @@ def test_a_million_seeds_stream_through_a_bounded_window(tmp_path: Path) -> None
     after 18 minutes). Seeds now go out two batches at a time: the first simulation lands
     while the rest of the range is not even planned, and Ctrl-C counts the seeds reached."""
     n = 1_000_000
-    spec = small_digits(n)
-    path = tmp_path / "spec.toml"
-    path.write_text(_toml(spec))
-    cache = tmp_path / "cache"
-    driver = subprocess.Popen(
-        [sys.executable, "-m", "oodsim.cli", "run", str(path), "--workers", "2"]
-        + ["--cache", str(cache), "--out", str(tmp_path / "r.zarr")],
-        stderr=subprocess.PIPE,
-        stdout=subprocess.DEVNULL,
-        text=True,
-        cwd=ROOT,
-    )
-    deadline = time.monotonic() + 300  # a hang guard, not a speed check
-    while time.monotonic() < deadline and not list(cache.glob("outputs/*/*/meta.json")):
-        assert driver.poll() is None, driver.communicate()[1]
-        time.sleep(0.2)
-    driver.send_signal(signal.SIGINT)
-    _, stderr = driver.communicate(timeout=120)
-    assert driver.returncode == 130, stderr
+    _, stderr = _interrupted(small_digits(n), tmp_path, workers=2, outputs=1)
     found = re.search(
         rf"interrupted; (\d+) of the first (\d+) of {n} simulations have everything in the "
         "store; run the same spec again to resume.",

@@ -341,8 +341,7 @@ def run(
             if batch is not None:
                 reached += len(batch)
                 flight.append(batch)
-                futures.update(dict.fromkeys(batch))
-                futures.update(submitter.submit(batch))
+                futures.update(submitter.submit(batch))  # a future or None for every seed
             return batch
 
         try:
