@@ -8,8 +8,9 @@ import os
 import signal
 import subprocess
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import TypeVar
 
 import attrs
 import pytest
@@ -19,6 +20,7 @@ from oodsim.specs import ExperimentSpec, load_spec
 from oodsim.store import PROJECT_DEFAULTS_ENV
 
 ROOT = Path(__file__).resolve().parents[1]
+T = TypeVar("T")
 
 #: Modules whose tests train models, start clusters or run ``oodsim`` in subprocesses: marked
 #: ``slow``, so that ``pytest -m "not slow"`` is the quick subset (README). Any other test that
@@ -85,6 +87,17 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             item.add_marker(pytest.mark.slow)
     rank = {name: i for i, name in enumerate(FIRST_MODULES)}
     items.sort(key=lambda item: rank.get(_module(item), len(rank)))
+
+
+def wait_for(probe: Callable[[], T | None], timeout: float, what: str) -> T:
+    """Poll ``probe`` until it returns something truthy."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        found = probe()
+        if found:
+            return found
+        time.sleep(0.01)
+    raise AssertionError(f"timed out after {timeout} s waiting for {what}")
 
 
 def small_digits(n_seeds: int = 4, **changes) -> ExperimentSpec:

@@ -6,7 +6,6 @@ import re
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import numpy as np
@@ -17,9 +16,11 @@ from oodsim.cli import main as cli_main
 from oodsim.data.registry import ImageData, load_dataset, register_dataset
 from oodsim.engine import OutputExists, window
 from oodsim.errors import SpecError
+from oodsim.protocols.open_set import entries
 from oodsim.results import store_counts
 from oodsim.specs import DatasetSpec, ExperimentSpec
-from tests.conftest import ROOT, small_digits
+from oodsim.store import Store
+from tests.conftest import ROOT, small_digits, wait_for
 
 
 # Registered here, in the driver: the cluster's worker processes never import this module, so
@@ -93,10 +94,11 @@ def _toml(spec: ExperimentSpec) -> str:
 
 
 def _interrupted(
-    spec: ExperimentSpec, tmp_path: Path, workers: int, outputs: int
+    spec: ExperimentSpec, tmp_path: Path, workers: int, complete: int
 ) -> tuple[Path, str]:
-    """``oodsim run`` of ``spec`` with ``workers``, sent SIGINT once ``outputs`` output entries
-    are in its cache; checks the exit code of an interrupt (130) and returns the cache and the
+    """``oodsim run`` of ``spec`` with ``workers``, sent SIGINT once ``complete`` of its first
+    16 seeds have every entry in the store (a seed has several outputs entries: the first
+    one says little); checks the exit code of an interrupt (130) and returns the cache and the
     run's stderr."""
     path = tmp_path / "spec.toml"
     path.write_text(_toml(spec))
@@ -109,10 +111,13 @@ def _interrupted(
         text=True,
         cwd=ROOT,
     )
-    deadline = time.monotonic() + 300  # a hang guard, not a speed check
-    while time.monotonic() < deadline and len(list(cache.glob("outputs/*/*/meta.json"))) < outputs:
+    store, needed = Store(cache), [entries(spec, seed) for seed in spec.seeds.all()[:16]]
+
+    def enough() -> bool:
         assert driver.poll() is None, driver.communicate()[1]
-        time.sleep(0.2)
+        return sum(all(store.has(*entry) for entry in seed) for seed in needed) >= complete
+
+    wait_for(enough, 300, f"{complete} complete seeds")  # a hang guard, not a speed check
     driver.send_signal(signal.SIGINT)
     _, stderr = driver.communicate(timeout=120)
     assert driver.returncode == 130, stderr
@@ -123,7 +128,7 @@ def test_an_interrupted_run_says_how_many_seeds_are_stored_and_resumes(tmp_path:
     """Ctrl-C (SIGINT) mid-run: the message counts the seeds whose work is all in the store,
     and the next run computes at most the others."""
     spec = small_digits(6)
-    cache, stderr = _interrupted(spec, tmp_path, workers=1, outputs=2)
+    cache, stderr = _interrupted(spec, tmp_path, workers=1, complete=2)
     found = re.search(r"interrupted; (\d+) of 6 simulations have everything in the store", stderr)
     assert found, stderr
     stored = int(found.group(1))
@@ -139,7 +144,7 @@ def test_a_million_seeds_stream_through_a_bounded_window(tmp_path: Path) -> None
     after 18 minutes). Seeds now go out two batches at a time: the first simulation lands
     while the rest of the range is not even planned, and Ctrl-C counts the seeds reached."""
     n = 1_000_000
-    _, stderr = _interrupted(small_digits(n), tmp_path, workers=2, outputs=1)
+    _, stderr = _interrupted(small_digits(n), tmp_path, workers=2, complete=1)
     found = re.search(
         rf"interrupted; (\d+) of the first (\d+) of {n} simulations have everything in the "
         "store; run the same spec again to resume.",

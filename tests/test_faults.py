@@ -16,7 +16,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import attrs
 import numpy as np
@@ -35,23 +35,9 @@ from oodsim.results import store_counts
 from oodsim.specs import ExperimentSpec, load_spec
 from oodsim.store import CorruptEntryWarning, Store, _start_time
 from oodsim.store_arrays import ARRAYS_ZIP
-from tests.conftest import cli_run_on, dask_cli_cluster, digits_toml, small_digits
-
-T = TypeVar("T")
-
+from tests.conftest import cli_run_on, dask_cli_cluster, digits_toml, small_digits, wait_for
 
 # --------------------------------------------------------------------------- helpers
-
-
-def wait_for(probe: Callable[[], T | None], timeout: float, what: str) -> T:
-    """Poll ``probe`` until it returns something truthy."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        found = probe()
-        if found:
-            return found
-        time.sleep(0.01)
-    raise AssertionError(f"timed out after {timeout} s waiting for {what}")
 
 
 def complete(cache: Path, kind: str) -> list[str]:
@@ -130,7 +116,7 @@ def own_cluster(n_workers: int = 2) -> Iterator[Any]:
         yield client
 
 
-def in_thread(function: Callable[[], T]) -> tuple[threading.Thread, dict[str, Any]]:
+def in_thread(function: Callable[[], Any]) -> tuple[threading.Thread, dict[str, Any]]:
     """Run ``function`` in a thread; its result or exception lands in the returned dict."""
     box: dict[str, Any] = {}
 

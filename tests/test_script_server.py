@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import ROOT
+from tests.conftest import ROOT, wait_for
 from tests.script_server import ScriptServer
 
 SPAWNS = """
@@ -104,6 +104,13 @@ def test_a_timeout_kills_the_script_and_what_it_started(server: ScriptServer) ->
     assert caught.value.output == "started\n"
     sleeper = int(pid_file.read_text())
     status = Path(f"/proc/{sleeper}/stat")
-    assert not status.exists() or status.read_text().split()[2] == "Z"  # gone or a zombie
+
+    def gone() -> bool:  # or a zombie; SIGKILL ends a process asynchronously, so poll
+        try:
+            return status.read_text().split()[2] == "Z"
+        except FileNotFoundError:
+            return True
+
+    wait_for(gone, 30, f"the killed script's child {sleeper} to end")
     # and the server runs the next script
     assert server.run(write(server, "next.py", "print(1)\n"), 60).stdout == "1\n"
