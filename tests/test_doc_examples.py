@@ -189,6 +189,40 @@ def test_blocks_are_found_with_their_markers(tmp_path: Path) -> None:
     assert (third.line, third.no_run) == (16, "")
 
 
+#: what the main command's sample block read on an AVX-512 EPYC (2026-12-03): other numbers,
+#: and the P(best) columns one character wider (a row the block elides, openmax, reads
+#: ``<0.001 [0.000, 0.002]`` there)
+OTHER_PROCESSOR = """\
+```
+Mean [95% bound-aware interval (logit-t inside, exact where seeds sit on a bound)] over 50 seeds
+method              auroc                 aupr_in               aupr_out              fpr95                 accuracy              n
+------------------  --------------------  --------------------  --------------------  --------------------  --------------------  --
+msp                 0.931 [0.914, 0.945]  0.950 [0.935, 0.961]  0.894 [0.871, 0.913]  0.316 [0.260, 0.379]  0.988 [0.986, 0.991]  50
+odin                0.934 [0.917, 0.948]  ...
+mahalanobis         0.958 [0.951, 0.963]  ...
+
+P(best mean auroc in a 5-seed comparison; 10000 draws) [95% bootstrap percentile interval: ...]:
+  method              independent            paired
+  ------------------  ---------------------  --------------------
+  msp                 0.063 [0.032, 0.093]   0.000 [0.000, 0.002]
+  mahalanobis         0.357 [0.192, 0.558]   0.889 [0.713, 0.976]
+  ...
+```"""  # noqa: E501
+
+
+def test_the_sample_check_allows_another_processor_and_catches_a_moved_result() -> None:
+    """The README's block agrees with what another processor printed; a result moved past its
+    interval, or a changed word, is still caught."""
+    shown = readme_block((ROOT / "README.md").read_text(encoding="utf-8"))
+    assert disagreements(shown, OTHER_PROCESSOR) == []
+    mahalanobis = next(line for line in shown.splitlines() if line.startswith("mahalanobis"))
+    moved = re.sub(r"0\.\d+ \[0\.\d+, 0\.\d+\]", "0.500 [0.490, 0.510]", mahalanobis)
+    assert disagreements(shown, shown.replace(mahalanobis, moved)) == [
+        "0.957 [0.950, 0.963] shown; 0.500 [0.490, 0.510] computed (in 'mahalanobis')"
+    ]
+    assert len(disagreements(shown, shown.replace("paired", "pooled"))) == 1
+
+
 @pytest.mark.parametrize("block", _params())
 def test_example_runs_as_a_script(block: Block, project: Project, scripts: ScriptServer) -> None:
     script = project.folder / "example.py"
