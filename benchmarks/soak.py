@@ -55,7 +55,7 @@ from distributed.diagnostics.plugin import WorkerPlugin
 import oodsim
 from oodsim.protocols import protocol_of
 from oodsim.store import LOCKS, META, CorruptEntryWarning, Store
-from oodsim.store_arrays import ARRAYS_ZIP
+from oodsim.store.arrays import ARRAYS_ZIP
 
 ROOT = Path(__file__).resolve().parents[1]
 COMPARED = ("score", "failure", "class_split")

@@ -2,7 +2,7 @@
 
 ``load(path)`` reads a spec of any protocol (open set, severity, ImageNet-O) and ``run(spec)``
 runs it on the engine (:mod:`oodsim.engine`); ``select(results, method=...)`` picks cells of
-its results by label (:mod:`oodsim.selection`). The public API is imported lazily so that
+its results by label (:mod:`oodsim.results`). The public API is imported lazily so that
 ``import oodsim`` stays cheap in worker processes.
 """
 
@@ -17,8 +17,8 @@ _LAZY = {
     "run": "oodsim.engine",
     "load": "oodsim.engine",
     "load_spec": "oodsim.specs",
-    "open_results": "oodsim.results_io",
-    "select": "oodsim.selection",
+    "open_results": "oodsim.results",
+    "select": "oodsim.results",
     "Outputs": "oodsim.outputs",
     "Store": "oodsim.store",
 }
@@ -30,7 +30,7 @@ _SUBPACKAGES = (
     "detectors",
     "stats",
     "results",
-    "results_io",
+    "store",
     "report",
     "specs",
     "engine",

@@ -20,7 +20,7 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
-from oodsim.store_fs import read_json, write_replacing
+from oodsim.store.fs import read_json, write_replacing
 
 #: the folder of the records in a cache root (a dot name: not one of the store's kinds)
 FOLDER = ".plugin-sources"

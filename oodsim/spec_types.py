@@ -31,7 +31,7 @@ import cattrs
 from cattrs.errors import AttributeValidationNote, IterableValidationNote
 
 from oodsim.errors import SpecError, UnknownNameError
-from oodsim.store_fs import NotARegularFile, TooLarge, read_limited
+from oodsim.store.fs import NotARegularFile, TooLarge, read_limited
 
 INT64_MAX = 2**63 - 1
 #: The largest spec file read (a spec is a page of TOML; this is far beyond any).

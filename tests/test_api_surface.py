@@ -17,7 +17,7 @@ import xarray as xr
 import oodsim
 from oodsim import stats
 from oodsim.errors import SpecError, UnknownNameError
-from oodsim.selection import LabelError
+from oodsim.results import LabelError
 from oodsim.specs import DatasetSpec, DetectorSpec, ExperimentSpec
 from tests.conftest import ROOT, digits_toml, small_digits
 from tests.factories import synthetic_results
@@ -207,7 +207,7 @@ def results() -> xr.Dataset:
 
 
 def test_select_is_sel_with_the_dims_as_keywords(results: xr.Dataset) -> None:
-    assert "select" in oodsim.__all__ and oodsim.select.__module__ == "oodsim.selection"
+    assert "select" in oodsim.__all__ and oodsim.select.__module__ == "oodsim.results.select"
     picked = oodsim.select(results, method="msp", metric="auroc", ood="noise_b")
     xr.testing.assert_identical(
         picked, results.sel({"method": "msp", "metric": "auroc", "ood": "noise_b"})

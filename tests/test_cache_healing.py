@@ -29,7 +29,6 @@ import pytest
 import xarray as xr
 
 import oodsim
-import oodsim.store as store_module
 from oodsim.cli import main as cli_main
 from oodsim.data import load_dataset, register_dataset
 from oodsim.data.splits import split_classes
@@ -38,8 +37,10 @@ from oodsim.protocols.open_set import CHECKPOINT, OUTPUTS, PROTOCOL, class_split
 from oodsim.results import store_counts
 from oodsim.seeds import SeedStreams
 from oodsim.specs import DatasetSpec, DetectorSpec, OODSetSpec
-from oodsim.store import QUARANTINE_PREFIX, CorruptEntryWarning, Store, _start_time
-from oodsim.store_arrays import ARRAYS_ZIP
+from oodsim.store import META_DIGEST, QUARANTINE_PREFIX, CorruptEntryWarning, Store
+from oodsim.store.arrays import ARRAYS_ZIP
+from oodsim.store.digests import file_checksums, file_sizes, meta_digest
+from oodsim.store.locks import _start_time
 from tests.conftest import ROOT, digits_toml, small_digits
 
 N_SEEDS = 2
@@ -237,8 +238,8 @@ def reseal(folder: Path) -> None:
     """Update an entry's meta record (checksums, sizes, its own digest) to its files as they
     are now: what someone who edits an entry and covers the traces does."""
     meta = json.loads((folder / "meta.json").read_text())
-    meta["files"], meta["sizes"] = store_module._checksums(folder), store_module._sizes(folder)
-    meta[store_module.META_DIGEST] = store_module._meta_digest(meta)
+    meta["files"], meta["sizes"] = file_checksums(folder), file_sizes(folder)
+    meta[META_DIGEST] = meta_digest(meta)
     (folder / "meta.json").write_text(json.dumps(meta, sort_keys=True))
 
 

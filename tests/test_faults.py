@@ -33,8 +33,9 @@ from oodsim.models.classifier import Classifier
 from oodsim.protocols.open_set import CHECKPOINT, OUTPUTS, entries
 from oodsim.results import store_counts
 from oodsim.specs import ExperimentSpec, load_spec
-from oodsim.store import CorruptEntryWarning, Store, _start_time
-from oodsim.store_arrays import ARRAYS_ZIP
+from oodsim.store import CorruptEntryWarning, Store
+from oodsim.store.arrays import ARRAYS_ZIP
+from oodsim.store.locks import _start_time
 from tests.conftest import cli_run_on, dask_cli_cluster, digits_toml, small_digits, wait_for
 
 # --------------------------------------------------------------------------- helpers

@@ -20,8 +20,7 @@ from oodsim.models.zoo import ModelRef
 from oodsim.protocols import imagenet_o
 from oodsim.protocols.imagenet_o import PROTOCOL, ImageNetOSpec
 from oodsim.report import write_report
-from oodsim.results import store_counts
-from oodsim.results_io import save_results
+from oodsim.results import save_results, store_counts
 from oodsim.seeds import SeedStreams
 from oodsim.specs import SeedsSpec, StoppingSpec
 from oodsim.store import Store

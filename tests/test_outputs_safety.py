@@ -24,12 +24,12 @@ import pytest
 import xarray as xr
 
 import oodsim
-import oodsim.results_io as results_module
+import oodsim.results.save as results_save
 from oodsim.cli import main as cli_main
 from oodsim.engine import OutputExists
 from oodsim.engine.run import check_out
 from oodsim.errors import OodsimError
-from oodsim.results_io import (
+from oodsim.results import (
     MANIFEST,
     ForeignOutput,
     OutputError,
@@ -38,7 +38,8 @@ from oodsim.results_io import (
     open_results,
     save_results,
 )
-from oodsim.store import Store
+from oodsim.store import META_DIGEST, Store
+from oodsim.store.digests import meta_digest
 from tests.conftest import ROOT, digits_toml, small_digits
 from tests.factories import synthetic_results
 
@@ -240,7 +241,7 @@ def test_replacing_older_results_of_the_same_spec_works_and_is_atomic(tmp_path: 
     # a writer killed (SIGKILL) just before the swap: the old results stay whole
     code = (
         "import os, signal\n"
-        "import oodsim.results_io as r\n"
+        "import oodsim.results.save as r\n"
         "from tests.factories import synthetic_results\n"
         "r._exchange = lambda a, b: os.kill(os.getpid(), signal.SIGKILL)\n"
         f"r.save_results(synthetic_results(7), {str(out)!r})\n"
@@ -255,7 +256,7 @@ def test_replacing_older_results_of_the_same_spec_works_and_is_atomic(tmp_path: 
 def test_replacing_on_a_file_system_that_cannot_exchange_paths(tmp_path: Path, monkeypatch) -> None:
     """Without ``RENAME_EXCHANGE`` (some network file systems) the old store is renamed aside,
     the new one renamed in, and only then the old one deleted."""
-    monkeypatch.setattr(results_module, "_exchange", lambda a, b: False)
+    monkeypatch.setattr(results_save, "_exchange", lambda a, b: False)
     out = tmp_path / "r.zarr"
     save_results(synthetic_results(3), out)
     new = synthetic_results(5, seed=1)
@@ -296,7 +297,7 @@ def test_a_reader_never_sees_half_of_a_replacement(tmp_path: Path) -> None:
 READER = """
 import os, sys
 import xarray as xr
-from oodsim.results_io import open_results
+from oodsim.results import open_results
 from tests.factories import synthetic_results
 
 out, stop = sys.argv[1], sys.argv[2]
@@ -352,7 +353,7 @@ def test_a_failing_write_is_one_clear_error_and_keeps_the_old_results(tmp_path: 
     code = (
         "import resource, signal\n"
         "from tests.factories import synthetic_results\n"
-        "from oodsim.results_io import save_results\n"
+        "from oodsim.results import save_results\n"
         "results = synthetic_results(40)\n"
         "signal.signal(signal.SIGXFSZ, signal.SIG_IGN)\n"
         "resource.setrlimit(resource.RLIMIT_FSIZE, (1024, 1024))\n"
@@ -363,7 +364,7 @@ def test_a_failing_write_is_one_clear_error_and_keeps_the_old_results(tmp_path: 
     )
     last = done.stderr.strip().splitlines()[-1]
     assert done.returncode == 1
-    assert last.startswith(f"oodsim.results_io.OutputError: results were not written to {out}")
+    assert last.startswith(f"oodsim.results.save.OutputError: results were not written to {out}")
     assert "File too large" in last and "everything computed is in the cache" in last
     xr.testing.assert_identical(open_results(out), old)
     assert _siblings(out) == []
@@ -482,13 +483,13 @@ def test_an_empty_folder_is_taken_and_a_folder_that_fills_meanwhile_is_not(
     # a folder that is empty when checked but filled by someone before the swap is kept
     racing = tmp_path / "racing.zarr"
     racing.mkdir()
-    write = results_module._write_store
+    write = results_save._write_store
 
     def write_then_someone_writes(results: xr.Dataset, folder: Path) -> None:
         write(results, folder)
         (racing / "theirs.txt").write_text("theirs")
 
-    monkeypatch.setattr(results_module, "_write_store", write_then_someone_writes)
+    monkeypatch.setattr(results_save, "_write_store", write_then_someone_writes)
     with pytest.raises(ForeignOutput, match="theirs.txt"):
         save_results(synthetic_results(2), racing)
     assert _tree(racing) == {"theirs.txt": b"theirs"}
@@ -543,7 +544,7 @@ def test_a_manifest_naming_files_outside_the_results_never_gets_them_deleted(
     manifest = json.loads((out / MANIFEST).read_text())
     for name in ("../victim.txt", "sub/secret.txt", str(tmp_path / "victim.txt")):
         manifest["files"][name] = "0" * 64
-    manifest[results_module.META_DIGEST] = results_module._meta_digest(manifest)
+    manifest[META_DIGEST] = meta_digest(manifest)
     (out / MANIFEST).write_text(json.dumps(manifest))
     # replaced: the old store is discarded, all but what oodsim did not write (the link)
     with pytest.warns(UserWarning, match="held files oodsim did not write"):

@@ -27,7 +27,7 @@ from oodsim.report import (
 )
 from oodsim.report.folder import write_file
 from oodsim.report.summary import NO_FIGURES
-from oodsim.results_io import save_results
+from oodsim.results import save_results
 from oodsim.stats import StopDecision, estimate
 from tests.conftest import digits_toml
 from tests.factories import METRICS, synthetic_results

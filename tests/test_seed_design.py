@@ -11,7 +11,7 @@ import pytest
 from oodsim.cli.main import main as cli_main
 from oodsim.engine import load
 from oodsim.errors import SpecError
-from oodsim.results_io import open_results
+from oodsim.results import open_results
 from oodsim.seeds import SeedStreams
 from oodsim.specs import SeedsSpec
 from oodsim.stats import variance_components

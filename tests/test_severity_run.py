@@ -23,8 +23,7 @@ from oodsim.protocols.severity.analysis import level_trend
 from oodsim.protocols.severity.compute import load_model
 from oodsim.protocols.severity.plan import OUTPUTS, checkpoint_key, id_units
 from oodsim.protocols.severity.spec import PoolSpec, SeveritySpec, SourceSpec
-from oodsim.results import store_counts
-from oodsim.results_io import open_results, save_results
+from oodsim.results import open_results, save_results, store_counts
 from oodsim.specs import DetectorSpec, SeedsSpec, StoppingSpec
 from oodsim.stats import estimate
 from oodsim.store import Store

@@ -15,11 +15,17 @@ from typing import Any
 import numpy as np
 import pytest
 
-import oodsim.store as store_module
+import oodsim.store.entries as store_entries
 from oodsim import heartbeat
-from oodsim.store import CorruptEntryWarning, Store, StoreError, _start_time
-from oodsim.store_arrays import ARRAYS_ZIP
-from oodsim.store_locks import HEARTBEAT_SECONDS, STALE_LOCK_SECONDS, Heartbeat, why_stale
+from oodsim.store import CorruptEntryWarning, Store, StoreError
+from oodsim.store.arrays import ARRAYS_ZIP
+from oodsim.store.locks import (
+    HEARTBEAT_SECONDS,
+    STALE_LOCK_SECONDS,
+    Heartbeat,
+    _start_time,
+    why_stale,
+)
 
 KEY = "ab" + "0" * 62
 
@@ -197,7 +203,7 @@ def test_a_forged_or_stopped_holder_is_named_while_waited_for_then_taken_over(
     """The probe: a lock of a stopped process (Ctrl-Z), or a forged live one (this host, pid
     1), made a second run wait for ever without a word. The waiter now says whose lock it
     waits for, and takes over a lock untouched for the heartbeat window."""
-    monkeypatch.setattr(store_module, "LOCK_NOTICE_SECONDS", 0.2)
+    monkeypatch.setattr(store_entries, "LOCK_NOTICE_SECONDS", 0.2)
     store = Store(tmp_path)
     context = multiprocessing.get_context("spawn")
     taken, release = context.Event(), context.Event()

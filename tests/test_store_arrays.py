@@ -11,8 +11,9 @@ import numpy as np
 import pytest
 import zarr
 
-from oodsim.store import Store, _checksums, _meta_digest, _sizes
-from oodsim.store_arrays import ARRAYS_FOLDER, ARRAYS_ZIP, read_arrays, read_zip, write_zip
+from oodsim.store import Store
+from oodsim.store.arrays import ARRAYS_FOLDER, ARRAYS_ZIP, read_arrays, read_zip, write_zip
+from oodsim.store.digests import file_checksums, file_sizes, meta_digest
 
 KEY = "ab" + "0" * 62
 
@@ -133,10 +134,10 @@ def _old_entry(store: Store, kind: str, key: str, arrays: dict[str, np.ndarray])
         "created": 0.0,
         "kind": kind,
         "key": key,
-        "files": _checksums(folder),
-        "sizes": _sizes(folder),
+        "files": file_checksums(folder),
+        "sizes": file_sizes(folder),
     }
-    record["meta_sha256"] = _meta_digest(record)
+    record["meta_sha256"] = meta_digest(record)
     (folder / "meta.json").write_text(json.dumps(record, sort_keys=True))
     return folder
 

@@ -52,7 +52,7 @@ def _cmd_imagenet_o(args: argparse.Namespace) -> int:
 
     if args.results:
         from oodsim.report.tables import bootstrap_table  # (fast --help)
-        from oodsim.results_io import open_results
+        from oodsim.results import open_results
 
         print(bootstrap_table(open_results(args.results, trust=args.trust)))
         return 0

@@ -160,7 +160,7 @@ def _opening_line(spec, cache: Path, out: Path) -> str:
     from oodsim.engine.plan import count_cached
     from oodsim.protocols import protocol_of
     from oodsim.store import Store
-    from oodsim.store_layout import TMP_PREFIX
+    from oodsim.store.layout import TMP_PREFIX
 
     protocol = protocol_of(spec)
     store = Store(cache)
@@ -277,7 +277,7 @@ def _print_win_probabilities(results, metric: str, k: int = 5) -> None:
 def _cmd_report(args: argparse.Namespace) -> int:
     # loaded by the command that needs it, so `oodsim --help` stays fast
     from oodsim.report import report_folder, write_report
-    from oodsim.results_io import open_results
+    from oodsim.results import open_results
 
     results = open_results(args.results, trust=args.trust)
     out = Path(args.out) if args.out else report_folder(args.results)
@@ -321,7 +321,7 @@ def _cmd_cache(args: argparse.Namespace) -> int:
 def _cmd_imagenet21k(args: argparse.Namespace) -> int:
     # loaded by the command that needs it, so `oodsim --help` stays fast
     from oodsim.data.imagenet_classes import filter_ood_classes, write_class_table
-    from oodsim.results_io import OutputError, check_writable
+    from oodsim.results import OutputError, check_writable
 
     if Path(args.out).is_dir():
         raise OutputError(f"cannot write the class table to {args.out}: it is a folder")

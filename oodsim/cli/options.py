@@ -7,7 +7,7 @@ import argparse
 
 def add_trust(parser: argparse.ArgumentParser) -> None:
     """``--trust``: open saved results that have no checksum manifest, unchecked
-    (:func:`oodsim.results_io.open_results` refuses them otherwise)."""
+    (:func:`oodsim.results.open_results` refuses them otherwise)."""
     parser.add_argument(
         "--trust",
         action="store_true",

@@ -39,8 +39,7 @@ from oodsim.plugin_sources import check_sources
 from oodsim.protocols import protocol_of
 from oodsim.protocols.base import Protocol, Task, is_lost_entry
 from oodsim.protocols.degenerate import is_degenerate_failure
-from oodsim.results import SeedResult, build
-from oodsim.results_io import ForeignOutput, check_output, save_results
+from oodsim.results import ForeignOutput, SeedResult, build, check_output, save_results
 from oodsim.store import Store, default_root
 
 #: task keys remembered as complete in the store before the set is emptied (memory bound)
@@ -380,9 +379,9 @@ def run(
 def check_out(out: str | Path, spec: Any, overwrite: bool, cache: str | Path) -> None:
     """Before any compute: ``out`` must be absent (in a folder that takes new files), an empty
     folder, or results oodsim wrote, of this spec or, with ``overwrite``, of another one.
-    Anything else (see :func:`~oodsim.results_io.check_output`, which also keeps ``out`` apart
+    Anything else (see :func:`~oodsim.results.check_output`, which also keeps ``out`` apart
     from the ``cache`` root) raises :class:`OutputExists` whatever ``overwrite`` says, and an
-    output path that cannot be written raises :class:`~oodsim.results_io.OutputError`."""
+    output path that cannot be written raises :class:`~oodsim.results.OutputError`."""
     path = Path(out)
     try:
         key = check_output(path, cache=cache)

@@ -18,9 +18,9 @@ import numpy as np
 import xarray as xr
 
 from oodsim.errors import OodsimError
-from oodsim.results_io import MANIFEST
+from oodsim.results import MANIFEST
 from oodsim.stats import as_score
-from oodsim.store_fs import owned, read_json, what_is, write_replacing
+from oodsim.store.fs import owned, read_json, what_is, write_replacing
 
 #: The file that marks a folder as an oodsim report, and names the results it reports.
 REPORT_MARKER = ".oodsim-report.json"

@@ -6,8 +6,8 @@ label ``"all"`` for protocols without severity levels), ``failure`` (seed,) hold
 seed failed ("" when it did not), and whatever per-seed variables and coordinates the protocol's
 :class:`Layout` declares (``class_split``, ``level_severity``, ...). Provenance (protocol, spec
 JSON, key, versions, what the store computed vs loaded, the stopping decision) lives in
-``attrs`` as JSON strings. Save and reopen with :mod:`oodsim.results_io`
-(:func:`~oodsim.results_io.save_results`, :func:`~oodsim.results_io.open_results`).
+``attrs`` as JSON strings. Save and reopen with :func:`~oodsim.results.save_results` and
+:func:`~oodsim.results.open_results`.
 """
 
 from __future__ import annotations

@@ -25,7 +25,7 @@ from typing import Any
 
 import numpy as np
 
-from oodsim.store_fs import parse_json
+from oodsim.store.fs import parse_json
 
 #: The file of an entry's arrays, and the folder older entries hold them in.
 ARRAYS_ZIP = "arrays.zarr.zip"

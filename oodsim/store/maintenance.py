@@ -18,8 +18,8 @@ from pathlib import Path
 
 import attrs
 
-from oodsim.store_fs import described, listing, objects, read_json, remove, what_is
-from oodsim.store_layout import (
+from oodsim.store.fs import described, listing, objects, read_json, remove, what_is
+from oodsim.store.layout import (
     GITIGNORE,
     LOCKS,
     META,
@@ -29,7 +29,7 @@ from oodsim.store_layout import (
     EntryInfo,
     belongs,
 )
-from oodsim.store_locks import (
+from oodsim.store.locks import (
     STALE_LOCK_SECONDS,
     STALE_MARK,
     WRITE_GRACE_SECONDS,
@@ -228,7 +228,7 @@ class Maintenance:
         return what_is(lock) == "file" and not why_stale(lock)
 
     def stale_locks(self) -> list[Path]:
-        """Lock files whose holder is gone, and malformed ones (see :mod:`oodsim.store_locks`)."""
+        """Lock files whose holder is gone, and malformed ones (see :mod:`oodsim.store.locks`)."""
         return [p for p in listing(self.root / LOCKS) if STALE_MARK not in p.name and why_stale(p)]
 
 

@@ -1,32 +1,22 @@
-"""Content-addressed artifact store on disk: ``<root>/<kind>/<key[:2]>/<key>/``.
+"""Store entries: ``<root>/<kind>/<key[:2]>/<key>/`` holds ``arrays.zarr.zip`` (one zarr v3
+group, :mod:`oodsim.store.arrays`; older entries an ``arrays.zarr`` folder) and ``meta.json``
+(what was computed, from which spec, versions, timings, a sha256 and size per file and one of
+its own). Entries are written into a temporary sibling and renamed into place: a reader never
+sees half an entry, and a crash leaves a ``.tmp-*`` folder that :meth:`Store.gc` removes.
 
-An entry holds its arrays as one zarr v3 group in one ZIP file, ``arrays.zarr.zip`` (see
-:mod:`oodsim.store_arrays`; older entries hold an ``arrays.zarr`` folder, read as before), and
-``meta.json`` (what was computed, from which spec, package versions, timings, and a sha256 and
-size per file). Entries are written into a temporary
-sibling and renamed into place, so a reader never sees a half-written entry and a crash leaves
-only a ``.tmp-*`` folder that :meth:`Store.gc` removes. ``meta.json`` carries a sha256 of its own
-content (``meta_sha256``), so an edit to any of its fields is caught too.
-
-The store heals itself. Whatever is found malformed on the way to an entry — a file, a link or a
-FIFO where the kind, key-prefix or entry folder belongs; a missing, unreadable, edited or
-wrong-schema ``meta.json``; a missing file, one of the wrong size or type, a checksum mismatch —
-is reported with a :class:`CorruptEntryWarning`, moved aside (to a ``.tmp-corrupt-*`` sibling,
-then deleted) and treated as missing, so the caller recomputes it. When it cannot be moved aside
-(a read-only folder), :class:`StoreError` says where it is and how to fix it. Malformed lock
-files are taken over like locks of dead holders (:mod:`oodsim.store_locks`). Nothing follows a
-symbolic link inside the root: a link where a folder belongs is removed, never its target
-(:mod:`oodsim.store_fs`).
-
-The store records what it computed (``put``) and loaded (``get``) in :attr:`Store.events`; the
-executor gathers these into the result's provenance, which is how tests prove that a re-run
-computed nothing.
+The store heals itself: anything malformed on the way to an entry (a file, link or FIFO where
+a folder belongs; a missing, edited or wrong-schema ``meta.json``; a missing file, a wrong size
+or checksum) is reported with a :class:`CorruptEntryWarning`, moved aside and recomputed; where
+it cannot be moved (a read-only folder), :class:`StoreError` says where and how to fix it.
+Malformed locks are taken over like those of dead holders (:mod:`oodsim.store.locks`); nothing
+follows a symbolic link inside the root (:mod:`oodsim.store.fs`). :attr:`Store.events` records
+what was computed (``put``) and loaded (``get``): the run's provenance, how tests prove that a
+rerun computed nothing.
 """
 
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import json
 import os
 import time
@@ -41,9 +31,17 @@ import numpy as np
 
 from oodsim.errors import OodsimError
 from oodsim.heartbeat import beat
-from oodsim.store_arrays import ARRAYS_ZIP, members_problem, read_arrays, write_zip
-from oodsim.store_fs import described, objects, plain_relative, read_json, remove, what_is
-from oodsim.store_layout import (  # noqa: F401 - part of this module's interface
+from oodsim.store.arrays import ARRAYS_ZIP, read_arrays, write_zip
+from oodsim.store.digests import (
+    arrays_problem,
+    entry_members_problem,
+    file_checksums,
+    file_sizes,
+    meta_digest,
+    meta_problem,
+)
+from oodsim.store.fs import described, objects, read_json, remove, what_is
+from oodsim.store.layout import (
     GITIGNORE,
     LOCKS,
     META,
@@ -51,19 +49,17 @@ from oodsim.store_layout import (  # noqa: F401 - part of this module's interfac
     META_LIMIT,
     QUARANTINE_PREFIX,
     TMP_PREFIX,
-    EntryInfo,
 )
-from oodsim.store_locks import (
+from oodsim.store.locks import (
     LOCK_LIMIT,
-    STALE_LOCK_SECONDS,  # noqa: F401 - part of this module's interface (documented)
+    STALE_LOCK_SECONDS,
     Heartbeat,
-    _start_time,  # noqa: F401 - re-exported for tests
     break_lock,
     holder,
     owner,
     why_stale,
 )
-from oodsim.store_maintenance import Maintenance
+from oodsim.store.maintenance import Maintenance
 
 #: seconds between two notices of a run that waits for another's lock
 LOCK_NOTICE_SECONDS = 30.0
@@ -86,141 +82,6 @@ class Entry:
     key: str
     arrays: dict[str, np.ndarray]
     meta: dict[str, Any]
-
-
-#: Environment variables that move the default store and the default results folder.
-PROJECT_DEFAULTS_ENV = ("OODSIM_CACHE", "OODSIM_RESULTS")
-
-
-def project_folder(start: str | Path | None = None) -> Path | None:
-    """The project ``start`` (a folder, default the current one) belongs to: its nearest
-    ancestor (itself included) that holds a ``pyproject.toml`` or a ``cache/`` made by oodsim;
-    None outside any project."""
-    here = Path(start if start is not None else Path.cwd()).resolve()
-    for folder in (here, *here.parents):
-        if (folder / "pyproject.toml").is_file() or _made_by_oodsim(folder / "cache"):
-            return folder
-    return None
-
-
-def _made_by_oodsim(folder: Path) -> bool:
-    """Whether ``folder`` is a store oodsim created (it writes its own ``.gitignore``)."""
-    ignore = folder / ".gitignore"
-    try:
-        return ignore.is_file() and not ignore.is_symlink() and ignore.read_text() == GITIGNORE
-    except OSError:
-        return False
-
-
-def user_cache() -> Path:
-    """The user's cache folder for oodsim: ``$XDG_CACHE_HOME/oodsim`` or ``~/.cache/oodsim``."""
-    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(base) / "oodsim"
-
-
-def default_root(near: str | Path | None = None) -> Path:
-    """Where a run keeps its store unless told: ``$OODSIM_CACHE``, else the ``cache/`` of the
-    project ``near`` belongs to (the spec file's folder; default the current folder, see
-    :func:`project_folder`), else :func:`user_cache`. The same spec run from any folder of a
-    project therefore reuses the same entries."""
-    if os.environ.get("OODSIM_CACHE"):
-        return Path(os.environ["OODSIM_CACHE"])
-    project = project_folder(near)
-    return project / "cache" if project is not None else user_cache()
-
-
-def default_results(name: str, near: str | Path | None = None) -> Path:
-    """Where ``oodsim run`` writes results unless told: ``$OODSIM_RESULTS/<name>.zarr``, else the
-    ``results/`` folder of the project ``near`` belongs to (else of the current folder)."""
-    if os.environ.get("OODSIM_RESULTS"):
-        return Path(os.environ["OODSIM_RESULTS"]) / f"{name}.zarr"
-    project = project_folder(near)
-    return (project if project is not None else Path.cwd()) / "results" / f"{name}.zarr"
-
-
-def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
-
-
-def _files(folder: Path, skip: str = META) -> Iterator[Path]:
-    """Every file under ``folder`` except the record named ``skip`` that lists them."""
-    for path in sorted(folder.rglob("*")):
-        if path.is_file() and path.name != skip:
-            yield path
-
-
-def _checksums(folder: Path, skip: str = META) -> dict[str, str]:
-    """sha256 by relative path of every file under ``folder`` (store entries and results)."""
-    return {str(p.relative_to(folder)): _sha256(p) for p in _files(folder, skip)}
-
-
-def _sizes(folder: Path) -> dict[str, int]:
-    return {str(p.relative_to(folder)): p.stat().st_size for p in _files(folder)}
-
-
-def _meta_digest(meta: Mapping[str, Any]) -> str:
-    """sha256 of a meta record without its own ``meta_sha256`` field, over the JSON form it has
-    once written and read back (so tuples, paths and integer keys hash the same both ways)."""
-    record = {k: v for k, v in meta.items() if k != META_DIGEST}
-    text = json.dumps(json.loads(json.dumps(record, default=str)), sort_keys=True)
-    return hashlib.sha256(text.encode()).hexdigest()
-
-
-def _inside(name: object) -> bool:
-    """Whether ``name`` is a relative path of a file inside an entry (not its meta file)."""
-    return name != META and plain_relative(name) is not None
-
-
-def _meta_problem(meta: Any, kind: str | None = None, key: str | None = None) -> str:
-    """Why a meta record cannot be trusted ("" when it can): not a record of this entry, edited
-    (its own checksum), or without a sha256 (and size) for each of its files. Entries written
-    before meta files carried their own digest, or sizes, are accepted without them."""
-    if not isinstance(meta, dict):
-        return "meta.json does not hold a record"
-    expected = meta.get(META_DIGEST)
-    if expected is not None and expected != _meta_digest(meta):
-        return "meta.json was altered (its own checksum does not match)"
-    files = meta.get("files")
-    if not isinstance(files, dict) or not all(isinstance(v, str) for v in files.values()):
-        return "meta.json is not an entry record (no checksum per file)"
-    outside = [name for name in files if not _inside(name)]
-    if outside:
-        return f"meta.json lists files outside the entry: {outside[:3]}"
-    sizes = meta.get("sizes", files)
-    if not isinstance(sizes, dict) or set(sizes) != set(files):
-        return "meta.json is not an entry record (its sizes do not match its files)"
-    if sizes is not files and not all(
-        isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in sizes.values()
-    ):
-        return "meta.json is not an entry record (a size is not a byte count)"
-    for field, value in (("kind", kind), ("key", key)):
-        if value is not None and field in meta and meta[field] != value:
-            return f"meta.json belongs to another entry ({field} {str(meta[field])[:12]!r})"
-    return ""
-
-
-def _members_problem(folder: Path, meta: Mapping[str, Any]) -> str:
-    """What is wrong with the members of an entry's arrays ZIP against its meta record's
-    ``shapes`` ("" when nothing, or for entries of the older layouts that lack either)."""
-    shapes = meta.get("shapes")
-    if not isinstance(shapes, dict) or not (folder / ARRAYS_ZIP).is_file():
-        return ""
-    return members_problem(folder / ARRAYS_ZIP, shapes)
-
-
-def _arrays_problem(arrays: Mapping[str, np.ndarray], meta: Mapping[str, Any]) -> str:
-    """What differs between the arrays read and the names and shapes recorded at the write."""
-    shapes = meta.get("shapes")
-    if not isinstance(shapes, dict):
-        return ""
-    read = {name: list(np.shape(value)) for name, value in arrays.items()}
-    if read != shapes:
-        return f"the arrays read differ from meta.json: {sorted(read)[:5]}, {sorted(shapes)[:5]}"
-    return ""
 
 
 @attrs.define
@@ -269,7 +130,7 @@ class Store(Maintenance):
             return (None if what_is(folder) != "folder" else "missing meta.json"), {}
         except (OSError, ValueError) as error:
             return f"unreadable meta.json: {error}", {}
-        problem = _meta_problem(meta, kind, key)
+        problem = meta_problem(meta, kind, key)
         if problem:
             return problem, {}
         sizes = meta.get("sizes", {})
@@ -286,14 +147,14 @@ class Store(Maintenance):
         odd = [(p, f) for p, f in objects(folder) if f not in ("file", "folder")]
         if odd:
             return f"{odd[0][0].relative_to(folder)} is {odd[0][1]}", meta
-        actual = _checksums(folder)
+        actual = file_checksums(folder)
         if set(actual) != set(meta["files"]):
             extra = sorted(set(actual) - set(meta["files"]))
             return f"files differ from meta: not recorded {extra}", meta
         bad = [name for name, digest in meta["files"].items() if actual[name] != digest]
         if bad:
             return f"checksum mismatch in {bad}", meta
-        return (_members_problem(folder, meta) if members else ""), meta
+        return (entry_members_problem(folder, meta) if members else ""), meta
 
     def has(self, kind: str, key: str) -> bool:
         """Whether a complete entry exists: its meta file (written last, then renamed) intact and
@@ -367,7 +228,7 @@ class Store(Maintenance):
             )
             arrays = read_arrays(folder) if problem == "" else {}
             if problem == "":
-                problem = _arrays_problem(arrays, meta)
+                problem = arrays_problem(arrays, meta)
         except Exception as error:  # zarr raises many kinds of errors on damaged data
             problem = f"unreadable: {type(error).__name__}: {error}"
         if problem:
@@ -426,7 +287,7 @@ class Store(Maintenance):
         (same host, process dead, a zombie, or pid reused) is stale and taken over, as is one on
         another host untouched for :data:`STALE_LOCK_SECONDS` (a holder touches its lock every
         ``HEARTBEAT_SECONDS`` while it computes), and anything that is not a lock record (see
-        :mod:`oodsim.store_locks`). A lock that cannot be created or taken over
+        :mod:`oodsim.store.locks`). A lock that cannot be created or taken over
         raises :class:`StoreError` naming the path and the fix; it never spins.
         """
         folder = self._locks()
@@ -513,10 +374,10 @@ class Store(Maintenance):
                 **(meta or {}),
                 "kind": kind,  # what the entry's own folder says: checked on every read
                 "key": key,
-                "files": _checksums(tmp),
-                "sizes": _sizes(tmp),
+                "files": file_checksums(tmp),
+                "sizes": file_sizes(tmp),
             }
-            record[META_DIGEST] = _meta_digest(record)
+            record[META_DIGEST] = meta_digest(record)
             with (tmp / META).open("w") as handle:
                 json.dump(record, handle, sort_keys=True, default=str)
                 handle.flush()

@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from oodsim.periodic import Periodic
-from oodsim.store_fs import NotJSON, described, read_json, remove, what_is
+from oodsim.store.fs import NotJSON, described, read_json, remove, what_is
 
 #: A holder touches its lock file this often (:class:`Heartbeat`), so that other hosts can
 #: tell a live holder from a dead one by the file's age.

@@ -1,0 +1,103 @@
+"""What an entry's ``meta.json`` (and a results manifest) records of its files, and the checks
+that a record can be trusted: a sha256 and size per file, the record's own sha256."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from oodsim.store.arrays import ARRAYS_ZIP, members_problem
+from oodsim.store.fs import plain_relative
+from oodsim.store.layout import META, META_DIGEST
+
+
+def sha256_of(path: Path) -> str:
+    """The sha256 of a file, read in blocks of 1 MiB."""
+    digest = hashlib.sha256()
+    with path.open("rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def file_paths(folder: Path, skip: str = META) -> Iterator[Path]:
+    """Every file under ``folder`` except the record named ``skip`` that lists them."""
+    for path in sorted(folder.rglob("*")):
+        if path.is_file() and path.name != skip:
+            yield path
+
+
+def file_checksums(folder: Path, skip: str = META) -> dict[str, str]:
+    """sha256 by relative path of every file under ``folder`` (store entries and results)."""
+    return {str(p.relative_to(folder)): sha256_of(p) for p in file_paths(folder, skip)}
+
+
+def file_sizes(folder: Path) -> dict[str, int]:
+    """Byte size by relative path of every file under ``folder`` but its meta file."""
+    return {str(p.relative_to(folder)): p.stat().st_size for p in file_paths(folder)}
+
+
+def meta_digest(meta: Mapping[str, Any]) -> str:
+    """sha256 of a meta record without its own ``meta_sha256`` field, over the JSON form it has
+    once written and read back (so tuples, paths and integer keys hash the same both ways)."""
+    record = {k: v for k, v in meta.items() if k != META_DIGEST}
+    text = json.dumps(json.loads(json.dumps(record, default=str)), sort_keys=True)
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def _inside(name: object) -> bool:
+    """Whether ``name`` is a relative path of a file inside an entry (not its meta file)."""
+    return name != META and plain_relative(name) is not None
+
+
+def meta_problem(meta: Any, kind: str | None = None, key: str | None = None) -> str:
+    """Why a meta record cannot be trusted ("" when it can): not a record of this entry, edited
+    (its own checksum), or without a sha256 (and size) for each of its files. Entries written
+    before meta files carried their own digest, or sizes, are accepted without them."""
+    if not isinstance(meta, dict):
+        return "meta.json does not hold a record"
+    expected = meta.get(META_DIGEST)
+    if expected is not None and expected != meta_digest(meta):
+        return "meta.json was altered (its own checksum does not match)"
+    files = meta.get("files")
+    if not isinstance(files, dict) or not all(isinstance(v, str) for v in files.values()):
+        return "meta.json is not an entry record (no checksum per file)"
+    outside = [name for name in files if not _inside(name)]
+    if outside:
+        return f"meta.json lists files outside the entry: {outside[:3]}"
+    sizes = meta.get("sizes", files)
+    if not isinstance(sizes, dict) or set(sizes) != set(files):
+        return "meta.json is not an entry record (its sizes do not match its files)"
+    if sizes is not files and not all(
+        isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in sizes.values()
+    ):
+        return "meta.json is not an entry record (a size is not a byte count)"
+    for field, value in (("kind", kind), ("key", key)):
+        if value is not None and field in meta and meta[field] != value:
+            return f"meta.json belongs to another entry ({field} {str(meta[field])[:12]!r})"
+    return ""
+
+
+def entry_members_problem(folder: Path, meta: Mapping[str, Any]) -> str:
+    """What is wrong with the members of an entry's arrays ZIP against its meta record's
+    ``shapes`` ("" when nothing, or for entries of the older layouts that lack either)."""
+    shapes = meta.get("shapes")
+    if not isinstance(shapes, dict) or not (folder / ARRAYS_ZIP).is_file():
+        return ""
+    return members_problem(folder / ARRAYS_ZIP, shapes)
+
+
+def arrays_problem(arrays: Mapping[str, np.ndarray], meta: Mapping[str, Any]) -> str:
+    """What differs between the arrays read and the names and shapes recorded at the write."""
+    shapes = meta.get("shapes")
+    if not isinstance(shapes, dict):
+        return ""
+    read = {name: list(np.shape(value)) for name, value in arrays.items()}
+    if read != shapes:
+        return f"the arrays read differ from meta.json: {sorted(read)[:5]}, {sorted(shapes)[:5]}"
+    return ""
