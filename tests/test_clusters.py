@@ -30,11 +30,11 @@ import pytest
 
 import oodsim
 from oodsim.cli import main as cli_main
-from oodsim.cluster_spec import ClusterSpec, resolve_cluster
 from oodsim.engine import ClusterError, jobqueue
 from oodsim.engine.cluster import check_jobs
 from oodsim.errors import SpecError
 from oodsim.protocols import get_protocol
+from oodsim.specs.cluster import ClusterSpec, resolve_cluster
 from tests.conftest import ROOT, digits_toml
 
 # not imported here: importing dask_jobqueue changes the process's Ctrl-C handler (see
@@ -322,7 +322,7 @@ def test_ctrl_c_stays_a_keyboard_interrupt_with_dask_jobqueue() -> None:
     """dask_jobqueue makes Ctrl-C call sys.exit() when it is imported (exit code 0, no word
     of what is cached); oodsim keeps the handler the process had."""
     code = (
-        "import signal; from oodsim.cluster_spec import ClusterSpec\n"
+        "import signal; from oodsim.specs.cluster import ClusterSpec\n"
         "from oodsim.engine.cluster import check_jobs\n"
         "before = signal.getsignal(signal.SIGINT)\n"
         "check_jobs(ClusterSpec(kind='local-jobs'))\n"

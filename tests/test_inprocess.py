@@ -11,10 +11,10 @@ import pytest
 import torch
 
 import oodsim
-from oodsim.cluster_spec import ClusterSpec, runs_in_process
 from oodsim.engine.inprocess import Deferred, InProcess, is_deferred
 from oodsim.errors import SpecError
 from oodsim.results import store_counts
+from oodsim.specs.cluster import ClusterSpec, runs_in_process
 from tests.conftest import ROOT, digits_toml, small_digits
 
 

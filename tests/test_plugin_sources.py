@@ -13,8 +13,8 @@ import pytest
 import oodsim
 from oodsim.models.architectures import small_cnn
 from oodsim.models.registry import register_architecture
-from oodsim.plugin_sources import FOLDER, PluginChangedWarning, source_fingerprint
 from oodsim.results import store_counts
+from oodsim.store.plugin_sources import FOLDER, PluginChangedWarning, source_fingerprint
 from tests.conftest import small_digits
 
 

@@ -13,9 +13,9 @@ from oodsim.detectors import confidence
 from oodsim.errors import SpecError
 from oodsim.outputs import Outputs
 from oodsim.protocols.open_set import checkpoint_key, outputs_key
-from oodsim.protocols.tuning import grid
 from oodsim.seeds import SeedStreams
 from oodsim.specs import DetectorSpec, SplitSpec
+from oodsim.specs.params import grid
 from oodsim.store import Store
 from tests.conftest import small_digits
 

@@ -5,10 +5,10 @@ spec's protocol, computes the missing ones on a Dask cluster, scores every seed 
 and returns one ``xarray`` result (:mod:`oodsim.results`).
 """
 
-from oodsim.cluster_spec import ClusterSpec
 from oodsim.engine.cluster import ClusterError, cluster_client
 from oodsim.engine.load import load
 from oodsim.engine.run import OutputExists, RunAborted, run
+from oodsim.specs.cluster import ClusterSpec
 
 __all__ = [
     "ClusterError",

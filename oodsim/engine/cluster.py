@@ -33,11 +33,11 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-from oodsim.cluster_spec import ClusterSpec
 from oodsim.engine import forkserver, gpu, jobqueue, nanny
 from oodsim.engine.guard import check_main_guard
 from oodsim.engine.inprocess import is_deferred
 from oodsim.errors import OodsimError, SpecError
+from oodsim.specs.cluster import ClusterSpec
 
 CONNECT_TIMEOUT = 10.0
 LOCAL_WORKER_TIMEOUT = 120.0  # seconds without any worker before a local run gives up

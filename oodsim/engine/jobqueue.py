@@ -26,9 +26,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-from oodsim.cluster_spec import ClusterSpec
 from oodsim.engine import nanny
 from oodsim.periodic import Periodic
+from oodsim.specs.cluster import ClusterSpec
 
 #: How to get dask-jobqueue.
 INSTALL = 'pip install "oodsim[cluster]"'

@@ -7,7 +7,7 @@ from typing import Any
 
 from oodsim.errors import SpecError
 from oodsim.protocols import DEFAULT_PROTOCOL, PROTOCOLS, get_protocol
-from oodsim.spec_types import read_toml
+from oodsim.specs.converter import read_toml
 
 
 def load(path: str | Path) -> Any:

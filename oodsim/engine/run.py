@@ -24,7 +24,6 @@ from typing import Any, TextIO
 
 import xarray as xr
 
-from oodsim.cluster_spec import ClusterSpec, resolve_cluster, runs_in_process
 from oodsim.engine import window
 from oodsim.engine.cluster import LOCAL_WORKER_TIMEOUT, as_landed, check_jobs, cluster_client
 from oodsim.engine.guard import check_main_guard
@@ -35,12 +34,13 @@ from oodsim.engine.stopping import check_stopping
 from oodsim.engine.work import Shipped, run_task, score_seed
 from oodsim.errors import OodsimError, SpecError
 from oodsim.heartbeat import Listener, listening
-from oodsim.plugin_sources import check_sources
 from oodsim.protocols import protocol_of
 from oodsim.protocols.base import Protocol, Task, is_lost_entry
 from oodsim.protocols.degenerate import is_degenerate_failure
 from oodsim.results import ForeignOutput, SeedResult, build, check_output, save_results
+from oodsim.specs.cluster import ClusterSpec, resolve_cluster, runs_in_process
 from oodsim.store import Store, default_root
+from oodsim.store.plugin_sources import check_sources
 
 #: task keys remembered as complete in the store before the set is emptied (memory bound)
 _MAX_CACHED = 100_000

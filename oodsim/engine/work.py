@@ -46,7 +46,7 @@ class Shipped:
 
     def sources(self) -> list[tuple[str, str, str, Any]]:
         """(kind, name, version, function) of the shipped architectures and datasets, whose
-        source the store fingerprints (:mod:`oodsim.plugin_sources`)."""
+        source the store fingerprints (:mod:`oodsim.store.plugin_sources`)."""
         return [("architecture", a.name, a.version, a.build) for a in self.architectures] + [
             ("dataset", d.name, d.version, d.load) for d in self.datasets
         ]

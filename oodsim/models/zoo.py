@@ -40,7 +40,7 @@ from oodsim.errors import DataNotFoundError, SpecError, UnknownNameError
 from oodsim.keys import digest, key_fields, no_key
 from oodsim.models.inference import infer_batches
 from oodsim.models.tensors import to_tensor
-from oodsim.specs import ExperimentSpec, _Keyed
+from oodsim.specs import ExperimentSpec, KeyedSpec
 
 VERSION = "1"  # bump when loading or the feature contract changes: it enters output keys
 PREFIXES = ("timm", "torchvision", "trained")
@@ -144,7 +144,7 @@ def file_digest(path: str | os.PathLike[str]) -> str:
 
 
 @attrs.frozen(kw_only=True)
-class ModelRef(_Keyed):
+class ModelRef(KeyedSpec):
     """Which classifier to load: a zoo name or the open set ``trained`` CNN.
 
     ``weights`` is a local file (its content, not its path, enters the key); ``image_size``

@@ -39,7 +39,6 @@ import attrs
 import numpy as np
 
 from oodsim import metrics as _metrics
-from oodsim.cluster_spec import ClusterSpec
 from oodsim.data.builtin import IMAGE_SUFFIXES
 from oodsim.data.imagenet_classes import imagenet1k_wnids, imagenet_o_wnids
 from oodsim.detectors import NonFiniteKappaError, confidence, get_detector
@@ -51,10 +50,21 @@ from oodsim.models.tensors import device as model_device
 from oodsim.models.zoo import ModelRef
 from oodsim.outputs import Outputs
 from oodsim.protocols.base import Protocol, SeedFailed, Task, stored
-from oodsim.protocols.tuning import is_grid
 from oodsim.results import NO_SEVERITY, Layout, SeedResult
 from oodsim.seeds import SeedStreams
-from oodsim.spec_types import (
+from oodsim.specs import (
+    DetectorSpec,
+    KeyedSpec,
+    Seeded,
+    SeedsSpec,
+    StoppingSpec,
+    detector_specs,
+    detector_to_data,
+)
+from oodsim.specs.cluster import ClusterSpec
+from oodsim.specs.converter import structure, unstructure
+from oodsim.specs.params import is_grid
+from oodsim.specs.types import (
     check_fields,
     one_of,
     path_string,
@@ -62,17 +72,6 @@ from oodsim.spec_types import (
     register_table,
     safe_name,
     spec_class,
-    structure,
-    unstructure,
-)
-from oodsim.specs import (
-    DetectorSpec,
-    Seeded,
-    SeedsSpec,
-    StoppingSpec,
-    _Keyed,
-    detector_specs,
-    detector_to_data,
 )
 from oodsim.store import Store
 
@@ -453,7 +452,7 @@ register_table(ModelRef, shorthand="name", nouns=("a model (a name or a table)",
 
 
 @spec_class
-class ImageNetOSpec(Seeded, _Keyed):
+class ImageNetOSpec(Seeded, KeyedSpec):
     """Zoo models × κ on ImageNet-O (``specs/imagenet_o.toml``), run with ``oodsim.run``.
 
     ``id_root`` (ImageNet val, one folder per wnid; only the 200 ImageNet-O classes are read)
@@ -568,8 +567,8 @@ def spec_from_data(data: Mapping[str, Any], base: str | Path | None = None) -> I
     """An :class:`ImageNetOSpec` from plain (TOML) data; relative roots resolve against ``base``.
 
     Types and unknown keys are checked by the one strict converter
-    (:func:`oodsim.spec_types.structure`). A ``[seeds]`` table without ``n`` or ``values`` means one
-    seed, as without the table.
+    (:func:`oodsim.specs.converter.structure`). A ``[seeds]`` table without ``n`` or ``values``
+    means one seed, as without the table.
     """
     if not isinstance(data, Mapping):
         raise SpecError("imagenet_o spec", data, "a table of ImageNet-O spec fields")

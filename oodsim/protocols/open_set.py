@@ -40,10 +40,11 @@ from oodsim.outputs import Outputs
 from oodsim.protocols.base import Protocol, SeedFailed, Task, checked_kappa, stored
 from oodsim.protocols.degenerate import PREFIX as DEGENERATE
 from oodsim.protocols.degenerate import degenerate_reason
-from oodsim.protocols.tuning import choose, is_grid
+from oodsim.protocols.tuning import choose
 from oodsim.results import NO_SEVERITY, Layout, SeedResult, design_coord
 from oodsim.seeds import TRAINING_STREAMS, SeedStreams
 from oodsim.specs import DetectorSpec, ExperimentSpec, OODSetSpec, spec_from_dict
+from oodsim.specs.params import is_grid
 from oodsim.store import Store
 
 CHECKPOINT = "checkpoint"

@@ -8,25 +8,13 @@ one (the first on ties) is used on the test sets. Test data never choose paramet
 
 from __future__ import annotations
 
-import itertools
 from collections.abc import Callable, Mapping
 from typing import Any
 
 import numpy as np
 
 from oodsim.metrics import auroc
-
-
-def is_grid(params: Mapping[str, Any]) -> bool:
-    """Whether any parameter lists several values to choose from."""
-    return any(isinstance(v, list | tuple) for v in params.values())
-
-
-def grid(params: Mapping[str, Any]) -> list[dict[str, Any]]:
-    """Every combination of the listed values (scalars stay fixed), in a stable order."""
-    names = sorted(params)
-    options = [list(v) if isinstance(v, list | tuple) else [v] for v in (params[n] for n in names)]
-    return [dict(zip(names, values)) for values in itertools.product(*options)]
+from oodsim.specs.params import grid
 
 
 def choose(

@@ -17,7 +17,6 @@ from typing import Any
 import attrs
 
 from oodsim import limits
-from oodsim.cluster_spec import ClusterSpec
 from oodsim.data.fingerprint import fingerprint
 from oodsim.data.ood_sets import NOISE_KINDS
 from oodsim.data.registry import DATASETS, data_fingerprint
@@ -26,8 +25,19 @@ from oodsim.errors import DataNotFoundError, SpecError, UnknownNameError
 from oodsim.keys import no_key
 from oodsim.metrics import KAPPA_METRICS
 from oodsim.models.zoo import ModelRef
-from oodsim.protocols.tuning import is_grid
-from oodsim.spec_types import (
+from oodsim.specs import (
+    DetectorSpec,
+    KeyedSpec,
+    Seeded,
+    SeedsSpec,
+    StoppingSpec,
+    detector_specs,
+    load_spec,
+)
+from oodsim.specs.cluster import ClusterSpec
+from oodsim.specs.converter import structure, unstructure
+from oodsim.specs.params import is_grid
+from oodsim.specs.types import (
     check_fields,
     located,
     one_of,
@@ -37,17 +47,6 @@ from oodsim.spec_types import (
     safe_name,
     spec_class,
     spec_error,
-    structure,
-    unstructure,
-)
-from oodsim.specs import (
-    DetectorSpec,
-    Seeded,
-    SeedsSpec,
-    StoppingSpec,
-    _Keyed,
-    detector_specs,
-    load_spec,
 )
 
 SOURCE_KINDS = ("split", "dataset", "image_folder", *NOISE_KINDS)
@@ -67,7 +66,7 @@ def _shape(instance: Any, attribute: attrs.Attribute, value: tuple[int, ...] | N
 
 
 @spec_class
-class SourceSpec(_Keyed):
+class SourceSpec(KeyedSpec):
     """Labelled images: the ID test set, the ID fit set, or one part of the OOD class pool.
 
     - ``split``: a subset (``in_test``, ``in_train``, ``in_val``) of a ``trained`` model's open
@@ -173,7 +172,7 @@ def _sources(value: Any) -> Any:
 
 
 @spec_class
-class PoolSpec(_Keyed):
+class PoolSpec(KeyedSpec):
     """One benchmark of a severity spec: an ID test set (``id``) and an OOD class pool
     (``ood``, one or more sources). A spec with several of them (``[[datasets]]`` in TOML)
     gets a ``dataset`` dimension labelled by ``label``."""
@@ -217,7 +216,7 @@ register_table(PoolSpec, nouns=("a [[datasets]] table", "[[datasets]] tables"))
 
 
 @spec_class
-class SeveritySpec(Seeded, _Keyed):
+class SeveritySpec(Seeded, KeyedSpec):
     """A severity benchmark: models × κ over one or more datasets (ID test set + OOD pool),
     repeated for ``seeds``.
 
@@ -455,7 +454,7 @@ def severity_spec_from_dict(
 
     One benchmark is written as top-level ``[id]`` and ``[[ood]]``; several as ``[[datasets]]``
     tables, each with a ``label``, an ``[id]`` and ``[[ood]]`` sources. Types are checked by
-    the one strict converter of :func:`oodsim.spec_types.structure`.
+    the one strict converter of :func:`oodsim.specs.converter.structure`.
     """
     base = Path(base) if base is not None else None
     if not isinstance(data, Mapping):

@@ -24,15 +24,8 @@ from typing import Any
 import attrs
 
 from oodsim.errors import SpecError
-from oodsim.spec_types import (
-    one_of,
-    path_string,
-    positive,
-    register_table,
-    spec_class,
-    spec_error,
-    structure,
-)
+from oodsim.specs.converter import structure
+from oodsim.specs.types import one_of, path_string, positive, register_table, spec_class, spec_error
 
 #: No cluster: every task runs in the calling process (see :func:`runs_in_process`).
 IN_PROCESS = "in-process"
