@@ -19,6 +19,7 @@ from oodsim.errors import DataNotFoundError, SpecError, UnknownNameError
 from oodsim.models.zoo import ModelRef
 from oodsim.protocols import imagenet_o
 from oodsim.protocols.imagenet_o import PROTOCOL, ImageNetOSpec
+from oodsim.protocols.imagenet_o import scoring as imagenet_o_scoring
 from oodsim.report import write_report
 from oodsim.results import save_results, store_counts
 from oodsim.seeds import SeedStreams
@@ -604,12 +605,12 @@ def test_bootstrap_seeds_read_the_logits_once_per_process(engine_run, tmp_path) 
     logits entry once, and gives the same scores as a process that read them afresh."""
     spec, _, cache = engine_run
     boot = attrs.evolve(spec, bootstrap=True, seeds=SeedsSpec(n=6))
-    imagenet_o._FULL_SETS.clear()
+    imagenet_o_scoring._FULL_SETS.clear()
     store = Store(cache)
     first = [PROTOCOL.score(boot, seed, store).variables["score"] for seed in range(6)]
     loads = [kind for action, kind, _ in store.events if action == "loaded"]
     assert loads.count(imagenet_o.LOGITS) == 4  # 2 models x (ID, OOD), not 6 x 4
-    imagenet_o._FULL_SETS.clear()
+    imagenet_o_scoring._FULL_SETS.clear()
     again = [PROTOCOL.score(boot, seed, Store(cache)).variables["score"] for seed in range(6)]
     for a, b in zip(first, again):
         np.testing.assert_array_equal(a, b)

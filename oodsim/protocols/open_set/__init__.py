@@ -1,0 +1,224 @@
+"""The open set protocol: split, train (or load), infer (or load), score every detector.
+
+One seed is one simulation. :data:`PROTOCOL` plans one task per seed (:func:`compute_seed`,
+run on a Dask worker by the engine), which consults the store for every artifact first and
+computes only what is missing:
+
+- ``checkpoint``: trained weights + input normalization, per (dataset, split, model, training,
+  training streams);
+- ``outputs``: logits, features, labels and sample indices of every subset of the split;
+- ``ood_outputs``: the same for each extra OOD test set (another dataset, noise);
+- ``kappa``: κ of a model-based detector (ODIN, MC dropout) on one evaluated subset.
+
+Scoring (:meth:`OpenSetProtocol.score`) reads these entries; logit/feature detectors are cheap
+and never cached, so adding one to a finished experiment reads the cached arrays only.
+
+The modules follow the flow: :mod:`.keys` (the entries of a seed and their keys),
+:mod:`.simulation` (split, model, outputs on a worker), :mod:`.kappa` (model-based κ, tuned
+parameters), :mod:`.compute` (the task) and :mod:`.scoring` (a seed from the store).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from oodsim.data.registry import dataset_info, load_dataset
+from oodsim.data.splits import make_split, split_classes
+from oodsim.errors import SpecError
+from oodsim.keys import digest
+from oodsim.models.architectures import BUILTINS
+from oodsim.protocols.base import Protocol, Task
+from oodsim.protocols.degenerate import PREFIX as DEGENERATE
+from oodsim.protocols.open_set.compute import compute_seed
+from oodsim.protocols.open_set.keys import (
+    CHECKPOINT,
+    HELD_OUT,
+    KAPPA,
+    OOD_OUTPUTS,
+    OUTPUTS,
+    checkpoint_key,
+    entries,
+    kappa_key,
+    ood_outputs_key,
+    outputs_key,
+)
+from oodsim.protocols.open_set.scoring import score
+from oodsim.protocols.open_set.simulation import SimulationFailed, simulation, trained_model
+from oodsim.results import NO_SEVERITY, Layout, SeedResult, design_coord
+from oodsim.specs import ExperimentSpec, spec_from_dict
+from oodsim.store import Store
+
+__all__ = [
+    "CHECKPOINT",
+    "HELD_OUT",
+    "KAPPA",
+    "OOD_OUTPUTS",
+    "OUTPUTS",
+    "PROTOCOL",
+    "OpenSetProtocol",
+    "SimulationFailed",
+    "checkpoint_key",
+    "class_split_label",
+    "compute_seed",
+    "entries",
+    "kappa_key",
+    "ood_outputs_key",
+    "outputs_key",
+    "score",
+    "trained_model",
+]
+
+
+def class_split_label(spec: ExperimentSpec, seed: int) -> str:
+    """The known classes of a seed, e.g. "0-3-5-7-8-9": drawn again from its ``class_split``
+    stream (milliseconds), never read from a stored record that could have been altered."""
+    info = dataset_info(spec.dataset.name)
+    n_classes = info.n_classes
+    if n_classes is None:  # a folder of classes: as many as the data has
+        ds = spec.dataset
+        n_classes = load_dataset(ds.name, ds.root, ds.download, ds.image_size).n_classes
+    streams = spec.seeds.streams(seed)
+    return split_classes(n_classes, spec.split, streams).label
+
+
+def _check_sample_split(spec: ExperimentSpec, data: Any) -> None:
+    """Build the first seed's split here (labels only, milliseconds): a sample split that
+    leaves a subset every seed needs empty (e.g. ``max_per_class = 1``) fails before any
+    training instead of failing every seed on the cluster."""
+    seed = spec.seeds.all()[0]
+    streams = spec.seeds.streams(seed)
+    split = make_split(data.labels, data.n_classes, spec.split, streams, spec.dataset.max_per_class)
+    needed = ["in_train", "in_val", "in_test"]
+    needed += ["out_test"] if any(o.kind == HELD_OUT for o in spec.ood) else []
+    empty = [subset for subset in needed if len(split.indices[subset]) == 0]
+    if empty:
+        raise SpecError(
+            "split",
+            f"fractions={list(spec.split.fractions)}, "
+            f"dataset.max_per_class={spec.dataset.max_per_class}",
+            "a sample split that leaves samples in every subset",
+            f"Seed {seed} gets no samples in {', '.join(empty)}; raise max_per_class or the "
+            "smallest fraction",
+        )
+
+
+def _check_architecture(spec: ExperimentSpec, data: Any, store: Store) -> None:
+    """Build the first seed's model here and run two blank images through it: a builder
+    that fails, or a model that breaks the classifier contract, is one clear error before
+    any training instead of a failure of every seed on the cluster. Skipped for a built-in
+    architecture with its default parameters (the tests check their contract, and the driver
+    then needs no torch) and when that seed's checkpoint is stored: this architecture has
+    trained already (a cached run builds none)."""
+    if spec.model.arch in BUILTINS and not spec.model.params:
+        return
+    seed = spec.seeds.all()[0]
+    if store.has(CHECKPOINT, checkpoint_key(spec, spec.seeds.streams(seed))):
+        return
+    # imports torch: only when a model is built, trained or run
+    from oodsim.models.architectures import build_model, check_contract
+
+    height, width, channels = data.shape
+    n_known = spec.split.n_known or len(spec.split.known_classes[0])
+    model = build_model(
+        spec.model.arch,
+        in_channels=channels,
+        n_classes=n_known,
+        image_size=height,
+        dropout=spec.model.dropout,
+        width=spec.model.width,
+        init_seed=0,
+        params=spec.model.kwargs,
+    )
+    check_contract(model, spec.model.arch, (channels, height, width), n_known)
+
+
+class OpenSetProtocol(Protocol):
+    """Open set simulations (the randomness study): one seed is one simulation."""
+
+    name = "open_set"
+    spec_type = ExperimentSpec
+    unit = "simulations"
+
+    def from_data(self, data: Mapping[str, Any], base: Path | None) -> ExperimentSpec:
+        return spec_from_dict(data)
+
+    def preflight(self, spec: ExperimentSpec, store: Store) -> None:
+        """Data present and consistent, cache writable. The data is checked first (reading
+        only), so bad input leaves the cache directory untouched."""
+        for dataset in [spec.dataset] + [o.dataset for o in spec.ood if o.dataset is not None]:
+            data = load_dataset(dataset.name, dataset.root, dataset.download, dataset.image_size)
+            if dataset is spec.dataset:
+                if spec.split.n_classes_needed() > data.n_classes:
+                    raise SpecError(
+                        "split",
+                        spec.split.n_classes_needed(),
+                        f"at most {data.n_classes} classes (found in {dataset.root})",
+                    )
+                _check_sample_split(spec, data)
+                _check_architecture(spec, data, store)
+        store.ensure_writable()
+
+    def plan(self, spec: ExperimentSpec, seed: int) -> list[Task]:
+        needed = entries(spec, seed)
+        return [
+            Task(
+                key=digest("simulation", "1", {"spec": spec.key, "seed": seed}),
+                entries=tuple(needed),
+                compute=partial(compute_seed, spec, seed),
+                verify=(needed[0],),  # the checkpoint: scoring never reads it
+                label=f"simulation {seed}",
+            )
+        ]
+
+    def score(self, spec: ExperimentSpec, seed: int, store: Store) -> SeedResult:
+        sim = simulation(spec, seed, store)
+        scored = score(spec, sim)
+        scores = scored.score[:, :, None, :]  # severity axis
+        variables = {
+            "score": scores if spec.varies_ood else scores[..., 0],
+            "degenerate": np.array(scored.degenerate),
+            "detector_params": np.array(scored.params),
+        }
+        excluded = scored.degenerate and not spec.degenerate.keep
+        return SeedResult(
+            seed,
+            variables,
+            self.seed_coords(spec, seed, store),
+            failure=DEGENERATE + scored.degenerate if excluded else "",
+        )
+
+    def seed_coords(self, spec: ExperimentSpec, seed: int, store: Store) -> dict[str, Any]:
+        """The seed's class split and, under ``[seeds.design]``, the level of each designed
+        stream (``stream_<name>``, an integer: the grid the variance components fit)."""
+        levels = spec.seeds.design_levels(seed)
+        return {"class_split": class_split_label(spec, seed)} | {
+            design_coord(stream): level for stream, level in levels.items()
+        }
+
+    def layout(self, spec: ExperimentSpec) -> Layout:
+        coords: dict[str, list[str]] = {
+            "method": [d.label for d in spec.detectors],
+            "metric": list(spec.metrics),
+            "severity": [NO_SEVERITY],
+        }
+        dims = ("method", "metric", "severity")
+        if spec.varies_ood:
+            coords["ood"] = [o.label for o in spec.ood]
+            dims += ("ood",)
+        variables = {"score": dims, "degenerate": (), "detector_params": ("method",)}
+        designed = tuple(design_coord(stream) for stream, _ in spec.seeds.designed_streams())
+        return Layout(coords, variables, seed_coords=("class_split", *designed))
+
+    def dataset_names(self, spec: ExperimentSpec) -> list[str]:
+        return [spec.dataset.name] + [o.dataset.name for o in spec.ood if o.dataset is not None]
+
+    def architecture_names(self, spec: ExperimentSpec) -> list[str]:
+        return [spec.model.arch]
+
+
+PROTOCOL = OpenSetProtocol()

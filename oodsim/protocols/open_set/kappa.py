@@ -1,0 +1,169 @@
+"""What scoring needs besides the stored outputs: κ of model-based detectors (ODIN, MC
+dropout; stored per evaluated subset) and parameters tuned on validation data
+(:class:`Prepared`)."""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from functools import partial
+from typing import Any
+
+import attrs
+import numpy as np
+
+from oodsim.detectors import confidence, get_detector
+from oodsim.outputs import Outputs
+from oodsim.protocols.base import stored
+from oodsim.protocols.open_set.keys import (
+    KAPPA,
+    OUTPUTS,
+    EvalSet,
+    eval_sets,
+    kappa_key,
+    outputs_key,
+)
+from oodsim.protocols.open_set.simulation import Simulation, SimulationFailed, subset_outputs
+from oodsim.protocols.tuning import choose
+from oodsim.specs import DetectorSpec, ExperimentSpec
+from oodsim.specs.params import is_grid
+
+
+def _model_kappa(
+    sim: Simulation,
+    detector: DetectorSpec,
+    eval_set: EvalSet,
+    fit: Outputs | None,
+    outputs: Outputs,
+    choose_params: Callable[[], dict[str, Any]],
+) -> np.ndarray:
+    """κ of a model-based detector on one subset: cached, else computed and stored."""
+    key = kappa_key(eval_set.entry[1], eval_set.prefix, detector, sim.streams)
+
+    def compute() -> None:
+        model, _, _ = sim.model()
+        params = choose_params()
+        kappa = confidence(
+            detector.name, outputs, fit=fit, model=model, inputs=sim.inputs(eval_set), **params
+        )
+        sim.store.put(
+            KAPPA,
+            key,
+            {"kappa": np.asarray(kappa, dtype=np.float64)},
+            {"describe": f"seed={sim.seed} {detector.label} on {eval_set.label}"},
+        )
+
+    for _ in range(2):  # a corrupt entry is dropped on read and computed once more
+        sim.store.ensure(KAPPA, key, compute)
+        entry = sim.store.get(KAPPA, key)
+        if entry is not None:
+            return entry.arrays["kappa"]
+    raise SimulationFailed(f"κ of {detector.label} on {eval_set.label} could not be stored")
+
+
+def _model_params(
+    sim: Simulation,
+    detector: DetectorSpec,
+    fit: Outputs | None,
+    split_arrays: dict[str, np.ndarray],
+) -> dict[str, Any]:
+    """A model-based detector's parameters: its seed from the ``inference`` stream, and grids
+    chosen on D_in_val vs D_out_val (see :mod:`oodsim.protocols.tuning`)."""
+    params = detector.kwargs
+    if "seed" in get_detector(detector.name).defaults:
+        params.setdefault("seed", sim.streams.torch_seed("inference"))
+    if not is_grid(params):
+        return params
+    sets = [
+        EvalSet(prefix, (OUTPUTS, outputs_key(sim.checkpoint)), prefix)
+        for prefix in ("in_val", "out_val")
+    ]
+
+    def kappa_of(candidate: dict[str, Any]) -> np.ndarray:
+        model, _, _ = sim.model()
+        return np.concatenate(
+            [
+                confidence(
+                    detector.name,
+                    subset_outputs(split_arrays, s.prefix),
+                    fit=fit,
+                    model=model,
+                    inputs=sim.inputs(s),
+                    **candidate,
+                )
+                for s in sets
+            ]
+        )
+
+    return choose(params, kappa_of, _validation_is_ood(split_arrays))
+
+
+def _logit_params(
+    detector: DetectorSpec, fit: Outputs | None, split_arrays: dict[str, np.ndarray]
+) -> dict[str, Any]:
+    """A logit/feature detector's parameters, grids chosen on D_in_val vs D_out_val."""
+    if not is_grid(detector.kwargs):
+        return detector.kwargs
+    validation = Outputs.concat(
+        [subset_outputs(split_arrays, "in_val"), subset_outputs(split_arrays, "out_val")]
+    )
+    return choose(
+        detector.kwargs,
+        lambda candidate: confidence(detector.name, validation, fit=fit, **candidate),
+        _validation_is_ood(split_arrays),
+    )
+
+
+def _validation_is_ood(split_arrays: dict[str, np.ndarray]) -> np.ndarray:
+    n_in, n_out = len(split_arrays["in_val.labels"]), len(split_arrays["out_val.labels"])
+    return np.r_[np.zeros(n_in, bool), np.ones(n_out, bool)]
+
+
+@attrs.frozen(eq=False)
+class Prepared:
+    """The cached outputs one seed is scored from: evaluated sets, fit splits, validation."""
+
+    sets: list[EvalSet]
+    outputs: list[Outputs]
+    pooled: Outputs
+    fits: dict[str, Outputs]
+    split_arrays: dict[str, np.ndarray]
+
+    @classmethod
+    def load(cls, spec: ExperimentSpec, sim: Simulation) -> Prepared:
+        sets = eval_sets(spec, sim.streams, sim.checkpoint)
+        found = {
+            entry: stored(sim.store, *entry, f"outputs of seed {sim.seed}").arrays
+            for entry in sorted({s.entry for s in sets})
+        }
+        split_arrays = found[(OUTPUTS, outputs_key(sim.checkpoint))]
+        outputs = [subset_outputs(found[s.entry], s.prefix) for s in sets]
+        fits = {
+            "train": subset_outputs(split_arrays, "in_train"),
+            "val": subset_outputs(split_arrays, "in_val"),
+        }
+        return cls(sets, outputs, Outputs.concat(outputs), fits, split_arrays)
+
+    def kappa(self, sim: Simulation, detector: DetectorSpec) -> tuple[np.ndarray, dict]:
+        """κ of one detector on the ID test set followed by every OOD test set, and the
+        parameters it was scored with (grid choices, fitted values such as temperature
+        scaling's T); a detector with a fit split is fitted once and applied to all of them."""
+        info = get_detector(detector.name)
+        fit = self.fits.get(info.fit_on) if info.fit_on else None
+        if "model" in info.needs:
+            params = functools.cache(partial(_model_params, sim, detector, fit, self.split_arrays))
+            kappa = np.concatenate(
+                [
+                    _model_kappa(sim, detector, s, fit, o, params)
+                    for s, o in zip(self.sets, self.outputs)
+                ]
+            )
+            used = params()
+        else:
+            used = info.fitted(fit, _logit_params(detector, fit, self.split_arrays))
+            kappa = confidence(detector.name, self.pooled, fit=fit, **used)
+        return np.asarray(kappa, dtype=np.float64), used
+
+    @property
+    def id_test(self) -> Outputs:
+        return self.outputs[0]

@@ -1,0 +1,106 @@
+"""What one simulation stores, and the content keys of its entries: the checkpoint, the outputs
+of every subset and extra OOD set, and κ of each model-based detector (:func:`entries`)."""
+
+from __future__ import annotations
+
+import attrs
+
+from oodsim.detectors import get_detector
+from oodsim.keys import digest
+from oodsim.models import versions
+from oodsim.models.registry import get_architecture
+from oodsim.seeds import TRAINING_STREAMS, SeedStreams
+from oodsim.specs import DetectorSpec, ExperimentSpec, OODSetSpec
+
+CHECKPOINT = "checkpoint"
+
+
+OUTPUTS = "outputs"
+
+
+OOD_OUTPUTS = "ood_outputs"
+
+
+KAPPA = "kappa"
+
+
+HELD_OUT = "held_out"
+
+
+def checkpoint_key(spec: ExperimentSpec, streams: SeedStreams) -> str:
+    return digest(
+        CHECKPOINT,
+        f"{versions.TRAINING}/{get_architecture(spec.model.arch).version}",
+        {
+            "dataset": spec.dataset.key,
+            "split": spec.split.key,
+            "model": spec.model.key,
+            "training": spec.training.key,
+            "streams": streams.entropies(TRAINING_STREAMS),
+        },
+    )
+
+
+def outputs_key(checkpoint: str) -> str:
+    return digest(OUTPUTS, versions.INFERENCE, {"checkpoint": checkpoint})
+
+
+def ood_outputs_key(checkpoint: str, ood: OODSetSpec, streams: SeedStreams) -> str:
+    return digest(
+        OOD_OUTPUTS,
+        versions.INFERENCE,
+        {"checkpoint": checkpoint, "ood": ood.key, "ood_sampling": streams.entropy("ood_sampling")},
+    )
+
+
+def kappa_key(source: str, subset: str, detector: DetectorSpec, streams: SeedStreams) -> str:
+    return digest(
+        KAPPA,
+        detector.version,
+        {
+            "source": source,
+            "subset": subset,
+            "detector": detector.key,
+            "inference": streams.entropy("inference"),
+        },
+    )
+
+
+def needs_model(detector: DetectorSpec) -> bool:
+    return "model" in get_detector(detector.name).needs
+
+
+@attrs.frozen
+class EvalSet:
+    """A set of test samples scored against in-distribution test samples."""
+
+    label: str
+    entry: tuple[str, str]  # (kind, key) of the store entry holding its outputs
+    prefix: str  # array name prefix inside that entry
+
+
+def eval_sets(spec: ExperimentSpec, streams: SeedStreams, checkpoint: str) -> list[EvalSet]:
+    """The in-distribution test set first, then each OOD test set of the spec."""
+    split_entry = (OUTPUTS, outputs_key(checkpoint))
+    sets = [EvalSet("in_test", split_entry, "in_test")]
+    for ood in spec.ood:
+        if ood.kind == HELD_OUT:
+            sets.append(EvalSet(ood.label, split_entry, "out_test"))
+        else:
+            sets.append(
+                EvalSet(ood.label, (OOD_OUTPUTS, ood_outputs_key(checkpoint, ood, streams)), "ood")
+            )
+    return sets
+
+
+def entries(spec: ExperimentSpec, seed: int) -> list[tuple[str, str]]:
+    """Every (kind, key) a finished simulation of ``seed`` has in the store (checkpoint first)."""
+    streams = spec.seeds.streams(seed)
+    checkpoint = checkpoint_key(spec, streams)
+    needed = [(CHECKPOINT, checkpoint)]
+    sets = eval_sets(spec, streams, checkpoint)
+    needed += sorted({s.entry for s in sets})
+    for detector in spec.detectors:
+        if needs_model(detector):
+            needed += [(KAPPA, kappa_key(s.entry[1], s.prefix, detector, streams)) for s in sets]
+    return needed

@@ -1,0 +1,76 @@
+"""Scoring one simulation from the store: every detector's κ and every metric (:func:`score`)."""
+
+from __future__ import annotations
+
+import json
+from functools import partial
+from typing import Any
+
+import attrs
+import numpy as np
+
+from oodsim.metrics import NonFiniteScoreError, evaluate
+from oodsim.protocols.base import checked_kappa
+from oodsim.protocols.degenerate import degenerate_reason
+from oodsim.protocols.open_set.kappa import Prepared
+from oodsim.protocols.open_set.simulation import Simulation, SimulationFailed
+from oodsim.specs import ExperimentSpec
+
+
+@attrs.frozen(eq=False)
+class _Scored:
+    """What scoring one simulation gives: metric values, the degenerate-training verdict and
+    the parameters every detector was scored with."""
+
+    score: np.ndarray  # (method, metric, ood)
+    degenerate: str  # "" or why the classifier is not above chance
+    params: list[str]  # JSON per method
+
+
+def score(spec: ExperimentSpec, sim: Simulation) -> _Scored:
+    """Metric values of shape (method, metric, ood) from cached outputs, and per-seed facts.
+
+    Every κ metric of a test set is computed in one :func:`oodsim.metrics.evaluate` call on
+    the ID test samples followed by that set's OOD samples (``correct``: whether the classifier
+    got each ID sample right, for OSCR and AURC); the degenerate verdict is taken on the
+    validation split, never on the test samples the metrics use."""
+    prepared = Prepared.load(spec, sim)
+    scored = [
+        checked_kappa(d.label, sim.seed, partial(prepared.kappa, sim, d)) for d in spec.detectors
+    ]
+    kappa = np.stack([k for k, _ in scored])  # (method, samples)
+    sizes = np.cumsum([0] + [len(o) for o in prepared.outputs])
+    id_part = slice(sizes[0], sizes[1])
+    predicted = prepared.id_test.logits.argmax(axis=1)
+    correct = predicted == prepared.id_test.labels
+    kappa_metrics = [m for m in spec.metrics if m != "accuracy"]
+    result = np.empty((len(spec.detectors), len(spec.metrics), len(spec.ood)))
+    for j in range(len(spec.ood)):
+        ood_part = slice(sizes[j + 1], sizes[j + 2])
+        both = np.concatenate([kappa[:, id_part], kappa[:, ood_part]], axis=1)
+        n_ood = ood_part.stop - ood_part.start
+        is_ood = np.r_[np.zeros(correct.size, bool), np.ones(n_ood, bool)]
+        try:
+            values = kappa_metrics and evaluate(
+                both, is_ood, kappa_metrics, correct=np.r_[correct, np.ones(n_ood, bool)]
+            )
+        except NonFiniteScoreError as error:
+            bad = [d.label for d, k in zip(spec.detectors, both) if not np.isfinite(k).all()]
+            raise SimulationFailed(
+                f"detector {', '.join(bad)} gave non-finite κ on seed {sim.seed}: {error}"
+            ) from None
+        for m, metric in enumerate(spec.metrics):
+            result[:, m, j] = float(correct.mean()) if metric == "accuracy" else values[metric]
+    val_predicted = prepared.split_arrays["in_val.logits"].argmax(axis=1)
+    return _Scored(
+        result,
+        degenerate_reason(
+            val_predicted, prepared.split_arrays["in_val.labels"], spec.degenerate.alpha
+        ),
+        [json.dumps(used, sort_keys=True, default=_plain) for _, used in scored],
+    )
+
+
+def _plain(value: Any) -> Any:
+    """JSON form of a parameter value numpy or a detector handed over (e.g. ``np.float64``)."""
+    return value.item() if isinstance(value, np.generic) else str(value)
