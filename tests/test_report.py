@@ -195,7 +195,7 @@ def test_report_of_fewer_seeds_than_k_says_why_it_has_no_win_probability(tmp_pat
 def test_win_probability_pairing_in_report_plot_and_cli(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from oodsim.cli.main import _print_win_probabilities
+    from oodsim.cli.summary import print_win_probabilities
 
     results = make_results(n_seeds=12)
     text = write_report(results, tmp_path, n_draws=500, pairing="paired").read_text()
@@ -207,7 +207,7 @@ def test_win_probability_pairing_in_report_plot_and_cli(
     # accuracy asked for: the report still plots an OOD metric's win probability.
     write_report(results, tmp_path / "acc", metric="accuracy", n_draws=200)
     assert_png(tmp_path / "acc" / "win_probability.png")
-    _print_win_probabilities(results, "accuracy")
+    print_win_probabilities(results, "accuracy")
     printed = capsys.readouterr().out
     assert "P(best mean auroc in a 5-seed comparison; 10000 draws) [95% bootstrap" in printed
     assert "independent: each method averages its own 5 seeds" in printed

@@ -1,0 +1,75 @@
+"""``oodsim cache ls | verify | gc``: look after a store."""
+
+from __future__ import annotations
+
+import argparse
+import math
+
+from oodsim.errors import SpecError
+
+
+def cmd_cache(args: argparse.Namespace) -> int:
+    # loaded by the command that needs it, so `oodsim --help` stays fast
+    from oodsim.store import Store, default_root
+
+    store = Store(args.cache or default_root())
+    store.ensure_present()
+    if args.action == "gc" and not (math.isfinite(args.older_than) and args.older_than >= 0):
+        raise SpecError("--older-than", args.older_than, "a finite number of seconds >= 0")
+    if args.action == "ls":
+        total = 0
+        for info in store.entries():
+            total += info.size
+            print(f"{info.kind:12s} {info.key[:16]}  {info.size / 1e6:8.2f} MB  {info.describe}")
+        print(f"total {total / 1e6:.2f} MB in {store.root}")
+    elif args.action == "verify":
+        problems = store.verify(repair=args.repair)
+        for info, problem in problems:
+            action = "removed" if args.repair else "corrupt"
+            print(f"{action}: {info.kind}/{info.key}: {problem}")
+        print(f"{len(problems)} corrupt entries" + (" removed" if args.repair and problems else ""))
+        return 1 if problems and not args.repair else 0
+    elif args.action == "gc":
+        removed = store.gc(older_than=args.older_than)
+        print(
+            f"removed {len(removed)} leftovers (interrupted writes, stale or malformed locks, "
+            "objects out of place)"
+        )
+    return 0
+
+
+def add_cache_command(commands: argparse._SubParsersAction) -> None:
+    """``oodsim cache ls|verify|gc``, each with its own help and options."""
+    text = "inspect and maintain the store"
+    cache = commands.add_parser("cache", help=text, description=text)
+    cache.set_defaults(func=cmd_cache)
+    actions = cache.add_subparsers(
+        dest="action",
+        required=True,
+        metavar="ACTION",
+        help="what to do (oodsim cache ACTION --help tells more)",
+    )
+    for name, text in (
+        ("ls", "list the store's entries: kind, key, size, what each one is"),
+        ("verify", "check every entry's checksums and list the corrupt ones (exit code 1)"),
+        ("gc", "remove leftovers: interrupted writes, stale or malformed locks, misplaced objects"),
+    ):
+        action = actions.add_parser(name, help=text, description=text)
+        action.add_argument(
+            "--cache", help="store root (default: $OODSIM_CACHE, else the project's cache/)"
+        )
+        if name == "verify":
+            action.add_argument(
+                "--repair",
+                action="store_true",
+                help="remove the corrupt entries (the next run computes them again)",
+            )
+        if name == "gc":
+            action.add_argument(
+                "--older-than",
+                type=float,
+                default=3600.0,
+                metavar="SECONDS",
+                help="remove temporary leftovers only when they are this old (default: 3600; "
+                "a write in progress, younger than 200 s or under a live lock, is always kept)",
+            )

@@ -1,0 +1,164 @@
+"""``oodsim run``: its options, the opening line (what it will do), and the run itself."""
+
+from __future__ import annotations
+
+import argparse
+import time
+from pathlib import Path
+
+from oodsim.cli.summary import (
+    print_failures,
+    print_variance_sources,
+    print_win_probabilities,
+    seed_unit,
+    table_metric,
+)
+from oodsim.errors import OodsimError
+
+
+def add_run_options(command: argparse.ArgumentParser) -> None:
+    """The options of ``oodsim run`` (the same for every protocol)."""
+    command.add_argument(
+        "--cluster",
+        metavar="KIND|ADDRESS",
+        help="where tasks run: a kind (local, in-process: no cluster, or slurm, pbs, local-jobs: "
+        "batch jobs described by the spec's [cluster] table, whose kind this replaces) or the "
+        "address of an existing Dask scheduler, e.g. tcp://host:8786 or tls://host:8786 "
+        "(default: the spec's [cluster], else local; see docs/cluster.md)",
+    )
+    # the old spelling of --cluster ADDRESS, kept working for scripts but not shown
+    command.add_argument("--address", help=argparse.SUPPRESS)
+    command.add_argument(
+        "--workers",
+        type=int,
+        help="worker processes of the local cluster (default: one per core; 1, or a run of one "
+        "seed, runs in this process without a cluster unless --cluster local)",
+    )
+    command.add_argument(
+        "--cache",
+        help="store root (default: $OODSIM_CACHE, else the cache/ folder of the spec's project; "
+        "see docs/caching.md)",
+    )
+    command.add_argument(
+        "--out",
+        help="where to write results (default: $OODSIM_RESULTS/<name>.zarr, else "
+        "results/<name>.zarr of the spec's project)",
+    )
+    command.add_argument("--quiet", action="store_true", help="no progress line")
+    command.add_argument(
+        "--worker-timeout",
+        type=float,
+        help="seconds without any worker before giving up (default: 120 on the local cluster)",
+    )
+    command.add_argument(
+        "--metric",
+        help="metric of the printed tables, one of the spec's metrics (default: auroc, else the "
+        "spec's first OOD metric)",
+    )
+    command.add_argument("--report", help="also write plots and a summary into this folder")
+    command.add_argument(
+        "--overwrite",
+        action="store_true",
+        help="replace results of another spec at --out, and write --report into a folder "
+        "that holds other files or another report (refused otherwise)",
+    )
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    # loaded by the command that needs it, so `oodsim --help` stays fast
+    from oodsim.engine import load, run
+    from oodsim.report import check_report_folder, format_summary_table, write_report
+    from oodsim.store import default_results, default_root
+
+    address, cluster = _cluster_options(args.address, args.cluster)
+    spec = load(args.spec)
+    metric = table_metric(spec, args.metric)
+    near = Path(args.spec).parent  # one cache and results folder per project, from any folder
+    cache = Path(args.cache) if args.cache else default_root(near)
+    new_cache = " (a new cache: it was empty)" if not cache.exists() else ""
+    out = Path(args.out) if args.out else default_results(spec.name, near)
+    if args.report:  # refused before any compute, not after it
+        check_report_folder(args.report, spec, overwrite=args.overwrite, results=out)
+    if not args.quiet:
+        print(_opening_line(spec, cache, out), flush=True)  # stderr: errors and progress
+    started = time.perf_counter()
+    results = run(
+        spec,
+        address=address,
+        cluster=cluster,
+        n_workers=args.workers,
+        cache=cache,
+        out=out,
+        progress=not args.quiet,
+        worker_timeout=args.worker_timeout,
+        overwrite=args.overwrite,
+    )
+    seconds = time.perf_counter() - started
+    protocol = results.attrs["protocol"]
+    if protocol == "severity":
+        # severity results only
+        from oodsim.report.severity import format_level_table
+
+        print(format_level_table(results, metric))
+    elif protocol == "imagenet_o":
+        # ImageNet-O seeds resample one fixed test set: the full set's score, and the
+        # percentile interval of the replicates, labelled as test-set sampling
+        from oodsim.report.tables import bootstrap_table
+
+        print(bootstrap_table(results))
+    else:
+        print(format_summary_table(results))
+    print_failures(results, metric)
+    if protocol != "imagenet_o":  # a win over bootstrap replicates of one test set means little
+        print_win_probabilities(results, metric)
+        print_variance_sources(results, metric)
+    if args.report:
+        report = write_report(results, Path(args.report), overwrite=args.overwrite, source=out)
+        print(f"report written to {report}")
+    n_failed = int(results.attrs.get("n_failed", 0))
+    failed = f" ({n_failed} excluded)" if n_failed else ""
+    print(
+        f"\n{results.sizes['seed']} {seed_unit(results)}{failed} in {seconds:.1f} s "
+        f"(store {cache.resolve()}{new_cache}: {results.attrs['store']}); "
+        f"results written to {out}"
+    )
+    return 0
+
+
+class OptionConflict(OodsimError):
+    """Two options of one command ask for different things."""
+
+
+def _cluster_options(address: str | None, cluster: str | None) -> tuple[str | None, str | None]:
+    """``(address, cluster)`` for ``run``: ``--address`` is the old spelling of
+    ``--cluster ADDRESS``, so both may be given only with the same value."""
+    if address is None or cluster is None:
+        return address, cluster
+    if address != cluster:
+        raise OptionConflict(
+            f"--cluster {cluster} and --address {address} name different clusters: give "
+            "--cluster or --address, not both (--address is the old spelling of --cluster ADDRESS)"
+        )
+    return address, None
+
+
+def _opening_line(spec, cache: Path, out: Path) -> str:
+    """What a run is about to do, before anything heavy: the spec, the plan (seeds in the
+    cache, seeds to compute), the store it reads (with how many entries it already holds) and
+    where the results go."""
+    # (fast --help)
+    from oodsim.engine.plan import count_cached
+    from oodsim.protocols import protocol_of
+    from oodsim.store import Store
+    from oodsim.store.layout import TMP_PREFIX
+
+    protocol = protocol_of(spec)
+    store = Store(cache)
+    entries = sum(not p.parent.name.startswith(TMP_PREFIX) for p in cache.glob("*/*/*/meta.json"))
+    held = f"{entries} entries" if entries else "empty: everything is computed"
+    plan = count_cached(spec, store, spec.seeds.all()[: spec.max_seeds]).describe(protocol.unit)
+    rule = "" if spec.stopping.rule == "fixed" else f", stopping rule {spec.stopping.rule}"
+    return (
+        f"oodsim: {spec.name} ({protocol.name}; {plan}{rule}); "
+        f"cache {cache.resolve()} ({held}); results to {out}"
+    )

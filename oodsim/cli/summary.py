@@ -1,0 +1,106 @@
+"""What ``oodsim run`` prints after a run: the failures, the sources of variance and the
+probability that each method wins a 5-seed paper."""
+
+from __future__ import annotations
+
+
+def table_metric(spec, metric: str | None) -> str:
+    """The metric of the printed tables: one the spec computes (refused before any compute
+    otherwise), by default auroc or else the spec's first OOD metric."""
+    # loaded by the command that needs it, so `oodsim --help` stays fast
+    from oodsim.errors import UnknownNameError
+    from oodsim.stats import is_ood_metric
+
+    names = tuple(spec.metrics)
+    if metric is not None:
+        if metric not in names:
+            raise UnknownNameError("--metric", metric, names)
+        return metric
+    return "auroc" if "auroc" in names else next((m for m in names if is_ood_metric(m)), names[0])
+
+
+def seed_unit(results) -> str:
+    """What one seed is called in the protocol that made ``results`` ("simulations", "seeds")."""
+    from oodsim.protocols import get_protocol  # (fast --help)
+
+    return get_protocol(str(results.attrs.get("protocol", "open_set"))).unit
+
+
+def print_failures(results, metric: str) -> None:
+    """Which seeds the estimates leave out and why: failed seeds (grouped by message) and
+    degenerate ones (a classifier not above chance, each with its balanced accuracy). They are
+    NaN or masked rows that every estimate skips, so the summary must say they exist; with
+    degenerate seeds, each method's mean ``metric`` with and without them."""
+    from oodsim.report.tables import exclusion_effect_table  # (fast --help)
+    from oodsim.results import exclusions
+
+    groups = exclusions(results)
+    if not groups:
+        return
+    n = sum(len(seeds) for seeds in groups.values())
+    print(
+        f"\n{n} of {results.sizes['seed']} {seed_unit(results)} excluded from the estimates above:"
+    )
+    for reason, seeds in groups.items():
+        if reason == "degenerate":
+            print(
+                f"  {len(seeds)} x degenerate: classifier not above chance (kept with "
+                "[degenerate] keep = true)"
+            )
+            for seed, detail in seeds[:10]:
+                print(f"    seed {seed}: {detail}")
+            if len(seeds) > 10:
+                print(f"    ... and {len(seeds) - 10} more")
+            continue
+        shown = ", ".join(str(s) for s, _ in seeds[:10]) + (", ..." if len(seeds) > 10 else "")
+        print(f"  {len(seeds)} x failed: {reason} (seed {shown})")
+    effect = exclusion_effect_table(results, metric)
+    if effect:
+        print("\n" + effect)
+
+
+def print_variance_sources(results, metric: str) -> None:
+    """Under ``[seeds.design]``: each method's variance share by source of randomness, with
+    its interval (:func:`oodsim.stats.variance_components`)."""
+    # loaded by the command that needs it, so `oodsim --help` stays fast
+    from oodsim.report.sources import has_design, variance_sources_table
+    from oodsim.stats import is_ood_metric, variance_components
+
+    if not has_design(results) or not is_ood_metric(metric):
+        return
+    vc = variance_components(results, metric)
+    print(
+        f"\nShare of the seed-to-seed variance of {metric} by source [{vc.attrs['confidence']:.0%} "
+        f"interval; {vc.attrs['estimator']} fit, see docs/statistics.md]:"
+    )
+    table = variance_sources_table(vc, markdown=False)
+    print("\n".join("  " + line for line in table.splitlines()))
+
+
+def print_win_probabilities(results, metric: str, k: int = 5) -> None:
+    """P(each method has the best mean over k random seeds), per cell (OOD set, level, model),
+    for both ways of drawing the seeds side by side (independent per method, paired), each
+    with a bootstrap interval over the seeds; every method is listed, however small. Only for
+    an OOD metric (accuracy is the same for every detector), the first one of the results when
+    ``metric`` is not one."""
+    # loaded by the command that needs it, so `oodsim --help` stays fast
+    from oodsim.report.tables import win_interval_note, win_intervals, win_table
+    from oodsim.stats import PAIRING_LABELS, PAIRINGS, is_ood_metric
+
+    if results.sizes["method"] < 2 or results.sizes["seed"] < k:
+        return
+    names = [str(m) for m in results.metric.values]
+    if metric not in names or not is_ood_metric(metric):
+        metric = next((m for m in names if is_ood_metric(m)), None)
+        if metric is None:
+            return
+    n_draws = 10_000
+    wins = win_intervals(results, metric, k, n_draws, 0, PAIRINGS)
+    print(
+        f"\nP(best mean {metric} in a {k}-seed comparison; {n_draws} draws) "
+        f"{win_interval_note(wins, results.sizes['seed'])}:"
+    )
+    for p in PAIRINGS:
+        print("  " + PAIRING_LABELS[p].replace("k seeds", f"{k} seeds"))
+    table = win_table(results, k, n_draws, 0, markdown=False, metric=metric, wins=wins)
+    print("\n".join("  " + line for line in table.splitlines()))
