@@ -1,0 +1,77 @@
+"""Vectorized OOD metrics over a leading batch of score vectors, one record per metric.
+
+Every κ metric takes ``kappa`` of shape ``(..., n)`` (a confidence: higher means "more
+in-distribution") and ``is_ood`` of shape ``(n,)`` or ``(..., n)``, and returns float64 of shape
+``(...)``. All rows are sorted at once along the last axis; per-row curves are then built with
+cumulative counts, keeping only the last index of each run of tied scores exactly as
+scikit-learn does, so values match ``roc_auc_score``, ``precision_recall_curve`` + ``auc``,
+``average_precision_score`` and ``roc_curve`` to rounding error. The metrics that also judge the
+classifier (:func:`oscr`, :func:`aurc`) take ``correct``, the ID samples' prediction correctness,
+of the same trailing length.
+
+Each convention of the field has its own name (``fpr95`` vs ``fpr95_ood``, ``aupr_in`` vs
+``ap_in``); :data:`METRIC_INFO` holds one :class:`MetricInfo` per name saying its direction,
+range, inputs and the published number it reproduces (docs/metrics.md has the table).
+
+Large batches are processed in blocks of rows (one sort per block, no loop over rows) so that
+temporaries stay cache-sized; κ is sorted in its own dtype, never converted to float64.
+
+The modules: :mod:`.inputs` (checks), :mod:`.kernels` (the vectorised sort and counts),
+:mod:`.functions` (one function per metric) and :mod:`.facts` (the records, the registry and
+:func:`evaluate`)."""
+
+from oodsim.metrics.facts import (
+    DEFAULT_KAPPA_METRICS,
+    KAPPA_METRICS,
+    METRIC_INFO,
+    METRIC_INPUTS,
+    METRIC_RANGES,
+    METRICS,
+    MetricInfo,
+    available_metrics,
+    evaluate,
+    get_metric,
+    metric_range,
+)
+from oodsim.metrics.functions import (
+    accuracy,
+    ap_in,
+    ap_out,
+    aupr_in,
+    aupr_out,
+    aurc,
+    auroc,
+    fpr95,
+    fpr95_ood,
+    fpr_at_tpr,
+    fpr_at_tpr_ood,
+    oscr,
+)
+from oodsim.metrics.inputs import NonFiniteScoreError
+
+__all__ = [
+    "DEFAULT_KAPPA_METRICS",
+    "KAPPA_METRICS",
+    "METRICS",
+    "METRIC_INFO",
+    "METRIC_INPUTS",
+    "METRIC_RANGES",
+    "MetricInfo",
+    "NonFiniteScoreError",
+    "accuracy",
+    "ap_in",
+    "ap_out",
+    "aupr_in",
+    "aupr_out",
+    "aurc",
+    "auroc",
+    "available_metrics",
+    "evaluate",
+    "fpr95",
+    "fpr95_ood",
+    "fpr_at_tpr",
+    "fpr_at_tpr_ood",
+    "get_metric",
+    "metric_range",
+    "oscr",
+]

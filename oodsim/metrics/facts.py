@@ -1,0 +1,221 @@
+"""One record per metric (:data:`METRIC_INFO`): its function, direction, range, inputs and the
+published number it reproduces; the registry and :func:`evaluate`, which computes several
+κ metrics from one sort."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from typing import Any
+
+import attrs
+
+from oodsim.errors import UnknownNameError
+from oodsim.metrics.functions import (
+    accuracy,
+    ap_in,
+    ap_out,
+    aupr_in,
+    aupr_out,
+    aurc,
+    auroc,
+    fpr95,
+    fpr95_ood,
+    oscr,
+)
+from oodsim.metrics.inputs import require_correct
+from oodsim.metrics.kernels import KAPPA_REQUESTS, compute_metrics
+
+#: What a metric is computed from: κ with the OOD labels; κ, labels and the ID samples'
+#: prediction correctness; κ and correctness of ID samples alone; class predictions and labels.
+METRIC_INPUTS: tuple[str, ...] = (
+    "kappa+is_ood",
+    "kappa+is_ood+correct",
+    "kappa+correct",
+    "predictions+labels",
+)
+
+
+def _check_inputs(instance: Any, attribute: Any, value: str) -> None:
+    if value not in METRIC_INPUTS:
+        raise UnknownNameError("inputs", value, METRIC_INPUTS)
+
+
+@attrs.frozen(kw_only=True)
+class MetricInfo:
+    """One named metric: its function, direction, range, inputs and the number it reproduces.
+
+    ``function`` takes the arrays ``inputs`` names, in that order (``correct`` third for
+    "kappa+is_ood+correct", second for "kappa+correct"); ``reproduces`` names the published
+    recipe (library call or paper) whose number it equals. docs/metrics.md tabulates them.
+    """
+
+    name: str
+    function: Callable[..., Any] = attrs.field(eq=False)
+    higher_is_better: bool
+    range: tuple[float, float] = (0.0, 1.0)
+    inputs: str = attrs.field(default="kappa+is_ood", validator=_check_inputs)
+    reproduces: str = ""
+
+    @property
+    def needs_correct(self) -> bool:
+        """Whether the metric also needs the ID samples' prediction correctness."""
+        return "correct" in self.inputs.split("+")
+
+
+def _info(name: str, function: Callable[..., Any], reproduces: str, **kwargs: Any) -> MetricInfo:
+    return MetricInfo(name=name, function=function, reproduces=reproduces, **kwargs)
+
+
+#: Metric name → its record, in the order results list them by default.
+METRIC_INFO: dict[str, MetricInfo] = {
+    info.name: info
+    for info in (
+        _info(
+            "auroc",
+            auroc,
+            "sklearn roc_auc_score(~is_ood, kappa); OpenOOD's and pytorch-ood's AUROC (AUROC does "
+            "not depend on which class is positive)",
+            higher_is_better=True,
+        ),
+        _info(
+            "aupr_in",
+            aupr_in,
+            "sklearn auc(recall, precision) of precision_recall_curve(~is_ood, kappa); OpenOOD's "
+            "aupr_in, pytorch-ood OODMetrics 'AUPR-IN'",
+            higher_is_better=True,
+        ),
+        _info(
+            "aupr_out",
+            aupr_out,
+            "sklearn auc(recall, precision) of precision_recall_curve(is_ood, -kappa); the "
+            "ImageNet-O card's 'aupr', OpenOOD's aupr_out, pytorch-ood OODMetrics 'AUPR-OUT'",
+            higher_is_better=True,
+        ),
+        _info(
+            "ap_in",
+            ap_in,
+            "sklearn average_precision_score(~is_ood, kappa)",
+            higher_is_better=True,
+        ),
+        _info(
+            "ap_out",
+            ap_out,
+            "sklearn average_precision_score(is_ood, -kappa); the ImageNet-O authors' code "
+            "(natural-adv-examples)",
+            higher_is_better=True,
+        ),
+        _info(
+            "fpr95",
+            fpr95,
+            "fpr[argmax(tpr >= 0.95)] of roc_curve(~is_ood, kappa, drop_intermediate=False): "
+            "ID positive",
+            higher_is_better=False,
+        ),
+        _info(
+            "fpr95_ood",
+            fpr95_ood,
+            "pytorch-ood OODMetrics 'FPR95TPR' of outlier scores -kappa; fpr[argmax(tpr >= 0.95)] "
+            "of roc_curve(is_ood, -kappa, drop_intermediate=False): OOD positive",
+            higher_is_better=False,
+        ),
+        _info(
+            "oscr",
+            oscr,
+            "OSCR of Dhamija, Günther & Boult (NeurIPS 2018), ties as one ROC-like segment; "
+            "pytorch-ood metrics.oscr_score",
+            higher_is_better=True,
+            inputs="kappa+is_ood+correct",
+        ),
+        _info(
+            "aurc",
+            aurc,
+            "AURC of Geifman & El-Yaniv's risk-coverage curve over ID samples: mean selective "
+            "risk over coverages i/n, ties in expectation over their orders",
+            higher_is_better=False,
+            inputs="kappa+correct",
+        ),
+        _info(
+            "accuracy",
+            accuracy,
+            "sklearn accuracy_score per row",
+            higher_is_better=True,
+            inputs="predictions+labels",
+        ),
+    )
+}
+
+
+KAPPA_METRICS: tuple[str, ...] = tuple(KAPPA_REQUESTS)
+
+
+"""Names of the metrics computed from κ, all of which :func:`evaluate` computes; ``oscr`` and
+``aurc`` also need ``correct`` (see ``METRIC_INFO[name].inputs``)."""
+
+
+DEFAULT_KAPPA_METRICS: tuple[str, ...] = ("auroc", "aupr_in", "aupr_out", "fpr95")
+
+
+"""What :func:`evaluate` computes when no names are given."""
+
+
+METRICS: dict[str, Callable[..., Any]] = {name: info.function for name, info in METRIC_INFO.items()}
+
+
+"""Metric name → function, taking the arrays ``METRIC_INFO[name].inputs`` names: κ metrics
+``(kappa, is_ood)``, ``oscr`` ``(kappa, is_ood, correct)``, ``aurc`` ``(kappa, correct)``,
+"accuracy" ``(predictions, labels)``."""
+
+
+#: The range every value of a metric lies in: all of oodsim's metrics, and ImageNet-O's
+#: ``aupr`` and ``ap``, are rates or areas under curves in the unit square. Intervals for their
+#: means stay inside it.
+METRIC_RANGES: dict[str, tuple[float, float]] = {
+    **{name: info.range for name, info in METRIC_INFO.items()},
+    "aupr": (0.0, 1.0),
+    "ap": (0.0, 1.0),
+}
+
+
+def metric_range(name: str) -> tuple[float, float] | None:
+    """``(low, high)`` bounds of the values of metric ``name``; None for a metric oodsim does
+    not know (its intervals are then unbounded)."""
+    return METRIC_RANGES.get(str(name))
+
+
+def available_metrics() -> tuple[str, ...]:
+    """Names of all registered metrics, sorted."""
+    return tuple(sorted(METRICS))
+
+
+def get_metric(name: str) -> Callable[..., Any]:
+    """The metric function called ``name``; unknown names fail with the closest match."""
+    try:
+        return METRICS[name]
+    except KeyError:
+        raise UnknownNameError("metric", name, METRICS) from None
+
+
+def evaluate(
+    kappa: Any,
+    is_ood: Any,
+    names: Iterable[str] = DEFAULT_KAPPA_METRICS,
+    *,
+    correct: Any = None,
+    context: str = "",
+) -> dict[str, Any]:
+    """Several κ metrics at once, sharing one validation and one sort per block of rows.
+
+    ``names`` are any of :data:`KAPPA_METRICS` (default: :data:`DEFAULT_KAPPA_METRICS`).
+    ``oscr`` and ``aurc`` need ``correct``, each sample's prediction correctness (bool, ``(n,)``
+    or broadcastable to ``kappa``; read at ID samples only); ``aurc`` is taken over the ID
+    samples (``is_ood`` False) of each row. Returns ``{name: float64 of shape (...)}``; equal to
+    calling each metric separately (``aurc`` on the ID samples alone).
+    """
+    names = tuple(names)
+    for name in names:
+        if name not in KAPPA_REQUESTS:
+            raise UnknownNameError("metric", name, KAPPA_METRICS)
+        if correct is None and METRIC_INFO[name].needs_correct:
+            require_correct(name, correct, context)
+    requests = tuple(KAPPA_REQUESTS[name] for name in names)
+    return dict(zip(names, compute_metrics(kappa, is_ood, requests, context, correct)))

@@ -1,0 +1,144 @@
+"""The metrics as functions of κ (and, for ``oscr`` and ``aurc``, the correctness of ID
+predictions), one per convention of the field; ``accuracy`` of predicted labels."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from oodsim.metrics.inputs import as_kappa, check_aupr_method, check_tpr, require_correct
+from oodsim.metrics.kernels import compute_metrics
+
+
+def auroc(kappa: Any, is_ood: Any, *, context: str = "") -> Any:
+    """Area under the ROC curve with ID as positive: P(κ_ID > κ_OOD) + ½·P(tie).
+
+    Equals sklearn ``roc_auc_score(~is_ood, kappa)`` for each row.
+    """
+    return compute_metrics(kappa, is_ood, (("auroc", None),), context)[0]
+
+
+def aupr_in(kappa: Any, is_ood: Any, *, method: str = "trapezoid", context: str = "") -> Any:
+    """Area under the precision-recall curve with ID as positive, ranked by κ.
+
+    ``method="trapezoid"``: ``auc(recall, precision)`` over ``precision_recall_curve`` points
+    (the ImageNet-O recipe, pytorch-ood's "AUPR-IN"); ``method="step"``:
+    ``average_precision_score``, also available by name as :func:`ap_in`.
+    """
+    check_aupr_method(method)
+    return compute_metrics(kappa, is_ood, (("aupr_in", method),), context)[0]
+
+
+def aupr_out(kappa: Any, is_ood: Any, *, method: str = "trapezoid", context: str = "") -> Any:
+    """Area under the precision-recall curve with OOD as positive, ranked by -κ.
+
+    ``method`` as in :func:`aupr_in`; ``method="step"`` is also available as :func:`ap_out`.
+    """
+    check_aupr_method(method)
+    return compute_metrics(kappa, is_ood, (("aupr_out", method),), context)[0]
+
+
+def fpr_at_tpr(kappa: Any, is_ood: Any, *, tpr: float = 0.95, context: str = "") -> Any:
+    """Share of OOD samples accepted (κ >= t) at the highest t that keeps >= ``tpr`` of ID.
+
+    Equals ``fpr[argmax(tpr_curve >= tpr)]`` on ``roc_curve(~is_ood, kappa,
+    drop_intermediate=False)``; no interpolation between thresholds.
+    """
+    check_tpr(tpr)
+    return compute_metrics(kappa, is_ood, (("fpr", tpr),), context)[0]
+
+
+def fpr95(kappa: Any, is_ood: Any, *, context: str = "") -> Any:
+    """FPR at 95% TPR, ID positive: :func:`fpr_at_tpr` with ``tpr=0.95``."""
+    return fpr_at_tpr(kappa, is_ood, tpr=0.95, context=context)
+
+
+def ap_in(kappa: Any, is_ood: Any, *, context: str = "") -> Any:
+    """Average precision (step rule) with ID as positive, ranked by κ.
+
+    Equals sklearn ``average_precision_score(~is_ood, kappa)``; :func:`aupr_in` with
+    ``method="step"``.
+    """
+    return compute_metrics(kappa, is_ood, (("aupr_in", "step"),), context)[0]
+
+
+def ap_out(kappa: Any, is_ood: Any, *, context: str = "") -> Any:
+    """Average precision (step rule) with OOD as positive, ranked by -κ.
+
+    Equals sklearn ``average_precision_score(is_ood, -kappa)``; :func:`aupr_out` with
+    ``method="step"``.
+    """
+    return compute_metrics(kappa, is_ood, (("aupr_out", "step"),), context)[0]
+
+
+def fpr_at_tpr_ood(kappa: Any, is_ood: Any, *, tpr: float = 0.95, context: str = "") -> Any:
+    """OOD as positive: share of ID samples flagged as OOD (-κ >= s) at the highest s that
+    catches >= ``tpr`` of the OOD samples.
+
+    Equals ``fpr[argmax(tpr_curve >= tpr)]`` on ``roc_curve(is_ood, -kappa,
+    drop_intermediate=False)`` and pytorch-ood's ``FPRAtTPR(tpr)`` on outlier scores ``-kappa``;
+    no interpolation between thresholds.
+    """
+    check_tpr(tpr)
+    return compute_metrics(kappa, is_ood, (("fpr_ood", tpr),), context)[0]
+
+
+def fpr95_ood(kappa: Any, is_ood: Any, *, context: str = "") -> Any:
+    """FPR at 95% TPR with OOD as positive: :func:`fpr_at_tpr_ood` with ``tpr=0.95``.
+
+    pytorch-ood's ``OODMetrics()["FPR95TPR"]`` of outlier scores ``-kappa``.
+    """
+    return fpr_at_tpr_ood(kappa, is_ood, tpr=0.95, context=context)
+
+
+def oscr(kappa: Any, is_ood: Any, correct: Any, *, context: str = "") -> Any:
+    """Open Set Classification Rate (Dhamija, Günther, Boult, NeurIPS 2018).
+
+    Area (trapezoid) under CCR(t) = share of ID samples that are correctly classified and
+    have κ >= t, against FPR(t) = share of OOD samples with κ >= t, over every threshold t of
+    κ, from (0, 0) to (1, accuracy). A run of tied κ is one straight segment (as in a ROC
+    curve), so constant κ gives accuracy / 2. ``correct`` (bool, ``(n,)`` or broadcastable to
+    ``kappa``) is each ID sample's prediction correctness; its values at OOD samples are
+    ignored. With every ID sample correct, OSCR equals :func:`auroc`.
+    """
+    require_correct("oscr", correct, context)
+    return compute_metrics(kappa, is_ood, (("oscr", None),), context, correct)[0]
+
+
+def aurc(kappa: Any, correct: Any, *, context: str = "") -> Any:
+    """Area under the risk-coverage curve of ID samples; lower is better.
+
+    Ranked by κ descending, the selective risk at coverage i/n is the share of wrong
+    predictions among the i most confident samples; AURC is its mean over i = 1..n. Ties are
+    taken in expectation: within a run of tied κ, the risk at each of its coverages is the
+    average over all orders of the run (equivalently, the run's wrong predictions are spread
+    evenly over it), so the value does not depend on how ties are ordered; without ties this
+    is the plain sorted loop. ``correct``: bool, ``(n,)`` or broadcastable to ``kappa``.
+    """
+    require_correct("aurc", correct, context)
+    scores = as_kappa(kappa, context)
+    all_id = np.zeros(scores.shape[-1], dtype=bool)
+    return compute_metrics(scores, all_id, (("aurc", None),), context, correct)[0]
+
+
+def accuracy(predictions: Any, labels: Any) -> Any:
+    """Closed-set accuracy: share of ``predictions == labels`` along the last axis, float64.
+
+    Shapes ``(..., n)`` broadcast against each other; the result has the broadcast shape
+    without the last axis.
+    """
+    pred, true = np.asarray(predictions), np.asarray(labels)
+    try:
+        shape = np.broadcast_shapes(pred.shape, true.shape)
+    except ValueError:
+        shape = None
+    if shape is None or pred.ndim == 0 or true.ndim == 0 or pred.shape[-1] != true.shape[-1]:
+        raise ValueError(
+            f"predictions of shape {pred.shape} and labels of shape {true.shape} do not match; "
+            "expected (..., n) shapes that broadcast"
+        )
+    if shape[-1] == 0:
+        raise ValueError("accuracy needs at least one sample, got n=0")
+    hits = np.count_nonzero(pred == true, axis=-1)
+    return (np.asarray(hits, dtype=np.float64) / shape[-1])[()]
