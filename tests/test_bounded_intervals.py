@@ -10,7 +10,7 @@ from scipy import stats as sps
 
 import oodsim.stats
 from oodsim.stats import decide, decide_ci_width, estimate, running_interval
-from oodsim.stats.estimates import betting_interval, two_part_interval
+from oodsim.stats.intervals import betting_interval, two_part_interval
 
 
 def _score(values: np.ndarray, metric: str = "auroc") -> xr.DataArray:
@@ -165,7 +165,7 @@ def test_method_names_and_labels() -> None:
     x = _score(np.random.default_rng(1).beta(90, 10, (3, 12)))
     labels = {
         m: estimate(x, method=m, n_boot=50, rng=0).attrs["interval"]
-        for m in oodsim.stats.estimates.INTERVAL_METHODS
+        for m in oodsim.stats.intervals.INTERVAL_METHODS
     }
     assert labels == {
         "auto": "bound-aware",

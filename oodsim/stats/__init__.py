@@ -16,13 +16,8 @@ from oodsim.stats._common import (
     score_matrix,
 )
 from oodsim.stats.components import crossed_components, variance_components
-from oodsim.stats.estimates import (
-    betting_interval,
-    estimate,
-    running_interval,
-    t_interval,
-    two_part_interval,
-)
+from oodsim.stats.estimates import estimate, running_interval
+from oodsim.stats.intervals import betting_interval, t_interval, two_part_interval
 from oodsim.stats.paired import adjust_p, compare
 from oodsim.stats.power import independent_sample_size, paired_sample_size, power
 from oodsim.stats.significance import (

@@ -58,7 +58,7 @@ import xarray as xr
 from oodsim.results import DESIGN_PREFIX
 from oodsim.seeds import STREAMS
 from oodsim.stats._common import as_score, check_alpha, metrics_of, select_metric
-from oodsim.stats.estimates import percentile_interval
+from oodsim.stats.intervals import percentile_interval
 from oodsim.stats.reml import (
     Subset,
     moment_start,

@@ -17,7 +17,7 @@ from oodsim.stats._common import (
     metrics_of,
     select_metric,
 )
-from oodsim.stats.estimates import percentile_interval
+from oodsim.stats.intervals import percentile_interval
 
 Pairing = Literal["independent", "paired"]
 #: How the k seeds of one simulated experiment are drawn. The study's text admits both (see

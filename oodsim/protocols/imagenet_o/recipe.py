@@ -252,7 +252,7 @@ def evaluate_logits(
         raise SpecError("n_bootstrap", n_bootstrap, "0 (no interval) or at least 2 replicates")
     if n_bootstrap:
         # the statistics floor: only an evaluation with an interval needs it
-        from oodsim.stats.estimates import percentile_interval
+        from oodsim.stats.intervals import percentile_interval
 
         check_confidence(confidence)
         replicates = bootstrap_replicates(

@@ -128,7 +128,7 @@ def bootstrap_interval(results: Any, confidence: float = 0.95) -> Any:
     """
     import xarray as xr  # only analyses of finished results need these, never a worker's task
 
-    from oodsim.stats.estimates import percentile_interval
+    from oodsim.stats.intervals import percentile_interval
 
     check_confidence(confidence)
     if results.attrs.get("protocol") != NAME:
