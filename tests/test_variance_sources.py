@@ -12,7 +12,8 @@ import pytest
 import xarray as xr
 
 from oodsim.stats import variance as one_way
-from oodsim.stats.components import RESIDUAL, crossed_components, variance_components
+from oodsim.stats.components import variance_components
+from oodsim.stats.crossed import RESIDUAL, crossed_components
 from tests.factories import synthetic_results
 
 

@@ -15,7 +15,8 @@ from oodsim.stats._common import (
     is_ood_metric,
     score_matrix,
 )
-from oodsim.stats.components import crossed_components, variance_components
+from oodsim.stats.components import variance_components
+from oodsim.stats.crossed import crossed_components
 from oodsim.stats.estimates import estimate, running_interval
 from oodsim.stats.intervals import betting_interval, t_interval, two_part_interval
 from oodsim.stats.paired import adjust_p, compare

@@ -1,5 +1,5 @@
 """Restricted maximum likelihood for crossed random effects with dense matrices: the
-estimator :mod:`oodsim.stats.components` uses when a design is unbalanced (a failed seed leaves a
+estimator :mod:`oodsim.stats.crossed` uses when a design is unbalanced (a failed seed leaves a
 hole in the grid).
 
 V = sum_T sigma2_T Z_T Z_T' + sigma2_residual I is maximized over the log-variances by L-BFGS-B

@@ -1,6 +1,6 @@
 """Sources of variance, one way: how much of the spread comes from the class split (paper, 4.1).
 
-The crossed design over several streams is :mod:`oodsim.stats.components`."""
+The crossed design over several streams is :mod:`oodsim.stats.crossed`."""
 
 from __future__ import annotations
 
