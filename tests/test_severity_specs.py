@@ -19,13 +19,9 @@ from oodsim.models.zoo import ModelRef, load_model
 from oodsim.protocols.severity import PROTOCOL
 from oodsim.protocols.severity.compute import tasks
 from oodsim.protocols.severity.plan import units
+from oodsim.protocols.severity.reading import severity_spec_from_dict
 from oodsim.protocols.severity.sources import subsample
-from oodsim.protocols.severity.spec import (
-    PoolSpec,
-    SeveritySpec,
-    SourceSpec,
-    severity_spec_from_dict,
-)
+from oodsim.protocols.severity.spec import PoolSpec, SeveritySpec, SourceSpec
 from oodsim.seeds import SeedStreams
 from oodsim.specs import OODSetSpec, SeedsSpec, StoppingSpec
 from oodsim.store import Store

@@ -23,7 +23,7 @@ from oodsim.cli import main as cli_main
 from oodsim.engine import window
 from oodsim.errors import SpecError, UnknownNameError
 from oodsim.protocols.imagenet_o import PROTOCOL as IMAGENET_O_PROTOCOL
-from oodsim.protocols.severity.spec import severity_spec_from_dict
+from oodsim.protocols.severity.reading import severity_spec_from_dict
 from oodsim.seeds import SeedRange
 from oodsim.specs import (
     DatasetSpec,

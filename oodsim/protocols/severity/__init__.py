@@ -4,7 +4,7 @@ Models × κ × datasets, repeated over seeds: per (model, κ) the OOD classes a
 ID-like κ finds them and grouped into severity levels (0 = easiest). The modules follow the flow:
 
 - :mod:`.levels`: Algorithm 1 as pure functions of κ arrays;
-- :mod:`.spec`: :class:`~.spec.SeveritySpec` and its sources, TOML loading;
+- :mod:`.spec`: :class:`~.spec.SeveritySpec` and its sources; :mod:`.reading`: TOML loading;
 - :mod:`.sources`: the samples (images or files, labels) of each source;
 - :mod:`.plan`: what a seed needs (units of work) and the content keys of their entries;
 - :mod:`.compute`: the engine tasks of a seed and what they run on a worker;
@@ -22,7 +22,8 @@ from typing import Any
 
 from oodsim.protocols.base import Protocol, Task
 from oodsim.protocols.severity import compute, plan, scoring
-from oodsim.protocols.severity.spec import SeveritySpec, severity_spec_from_dict
+from oodsim.protocols.severity.reading import severity_spec_from_dict
+from oodsim.protocols.severity.spec import SeveritySpec
 from oodsim.results import Layout, SeedResult
 from oodsim.store import Store
 
