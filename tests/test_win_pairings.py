@@ -14,12 +14,12 @@ from oodsim.report.tables import fmt_probability, win_table
 from oodsim.stats.win import (
     PAIRING_LABELS,
     PAIRINGS,
-    _bootstrap_wins,
     win_probabilities,
     win_probability,
     win_probability_interval,
     win_probability_intervals,
 )
+from oodsim.stats.win_draws import bootstrap_wins
 from tests.factories import synthetic_results
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -116,14 +116,12 @@ def test_the_batched_bootstrap_kernel_draws_the_right_pools() -> None:
     rng = np.random.default_rng(5)
     rows = np.argsort(rng.random((n_boot, len(values))), axis=1)
     for p, exact in (("paired", exact_paired), ("independent", exact_independent)):
-        reps = _bootstrap_wins(values, rows, k, draws, False, rng, True, p)
+        reps = bootstrap_wins(values, rows, k, draws, False, rng, True, p)
         assert reps.shape == (n_boot, 3)
         np.testing.assert_allclose(reps.sum(axis=1), 1.0)
         np.testing.assert_allclose(reps.mean(axis=0), exact(values, k), atol=0.01)
     # lower is better: the same as higher on the negated values
-    reps = _bootstrap_wins(
-        -values, rows, k, draws, False, np.random.default_rng(5), False, "paired"
-    )
+    reps = bootstrap_wins(-values, rows, k, draws, False, np.random.default_rng(5), False, "paired")
     np.testing.assert_allclose(reps.mean(axis=0), exact_paired(values, k), atol=0.01)
 
 
