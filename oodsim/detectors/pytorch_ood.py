@@ -7,8 +7,9 @@ cached outputs; classes that need the network run on the worker with ``model=`` 
 like oodsim's ``odin``. pytorch-ood's outlier scores are negated: κ = −score (float64).
 
 Only the classes in :data:`SUPPORTED` can be named; :data:`UNSUPPORTED` says why the others
-cannot run in oodsim. Nothing is imported from a name: a name is looked up in these tables, and
-only then is the class of that name taken from ``pytorch_ood.detector``. The constructor's
+cannot run in oodsim (both in :mod:`.pytorch_ood_classes`). Nothing is imported from a name: a
+name is looked up in these tables, and only then is the class of that name taken from
+``pytorch_ood.detector``. The constructor's
 parameters, less the inputs oodsim supplies (model, encoder, head, ``w``/``b``), are the
 detector's parameters, with pytorch-ood's defaults; the installed pytorch-ood version is part of
 the detector's version, hence of the key of every κ it computes.
@@ -27,21 +28,17 @@ import re
 import types
 import typing
 import warnings
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from functools import reduce
 from typing import TYPE_CHECKING, Any
 
-import attrs
 import numpy as np
 
 from oodsim.detectors._checks import (
     DetectorInputError,
     Limit,
     at_least,
-    between,
     fit_arrays,
-    greater_than,
-    one_of,
     same_width,
 )
 from oodsim.detectors._registry import Detector, register_prefix
@@ -52,143 +49,37 @@ from oodsim.outputs import Outputs
 
 if TYPE_CHECKING:
     import torch
+from oodsim.detectors.pytorch_ood_classes import (
+    FIT_METHODS,
+    PREDICT_METHODS,
+    SUPPLIED,
+    SUPPORTED,
+    UNSUPPORTED,
+    Use,
+)
 
 #: Bump when this adapter changes; pytorch-ood's own version enters each detector's version too.
 ADAPTER_VERSION = "1"
+
+
 PREFIX = "pytorch_ood:"
+
+
 INSTALL = 'pip install "oodsim[pytorch-ood]"'
+
+
 #: Rows per block of ``MCD``: each block draws its dropout masks from its own seed, so κ does
 #: not depend on how the pipeline batches the inputs.
 MCD_BLOCK = 256
 
 
-@attrs.frozen(kw_only=True)
-class Use:
-    """How oodsim runs one pytorch-ood class."""
-
-    #: what the class scores: "logits" or "features" (cached), or "model" (run on the worker)
-    data: str
-    #: the in-distribution split passed as ``fit`` (None: no fit split)
-    fit_on: str | None = None
-    #: the class's own ``fit_*`` is called on the fit split (False: the split only gives the head)
-    fits: bool = False
-    #: the class takes the final layer (``head`` or ``w``/``b``), recovered from the fit split
-    head: bool = False
-    #: oodsim's defaults where pytorch-ood's constructor has none (None: chosen from the data)
-    defaults: Mapping[str, object] = attrs.field(factory=dict)
-    #: the values parameters allow beyond their type, checked where a spec is built
-    limits: Mapping[str, Limit] = attrs.field(factory=dict)
-
-
-_FRACTION = between(0, 1)  # pytorch-ood checks it too, but only once the model is trained
-
-#: The classes of ``pytorch_ood.detector`` oodsim can run, and how.
-SUPPORTED: dict[str, Use] = {
-    # logits only
-    "MaxSoftmax": Use(data="logits", limits={"t": greater_than(0)}),
-    "EnergyBased": Use(data="logits", limits={"t": greater_than(0)}),
-    "MaxLogit": Use(data="logits"),
-    "Entropy": Use(data="logits"),
-    "GEN": Use(data="logits", limits={"gamma": greater_than(0), "M": at_least(1)}),
-    "KLMatching": Use(data="logits", fit_on="val", fits=True),
-    "TemperatureScaling": Use(data="logits", fit_on="val", fits=True),
-    "OpenMax": Use(
-        data="logits",
-        fit_on="train",
-        fits=True,
-        limits={"tailsize": at_least(1), "alpha": at_least(1), "euclid_weight": at_least(0)},
-    ),
-    # penultimate features
-    "Mahalanobis": Use(data="features", fit_on="train", fits=True),
-    "RMD": Use(data="features", fit_on="train", fits=True),
-    "GMM": Use(data="features", fit_on="train", fits=True, limits={"reg": at_least(0)}),
-    "KNN": Use(data="features", fit_on="train", fits=True, limits={"k": at_least(1)}),
-    # penultimate features and the final layer
-    "ViM": Use(
-        data="features",
-        fit_on="train",
-        fits=True,
-        head=True,
-        defaults={"d": None},
-        limits={"d": at_least(1)},
-    ),
-    "DICE": Use(
-        data="features",
-        fit_on="train",
-        fits=True,
-        head=True,
-        defaults={"p": 0.9},
-        limits={"p": _FRACTION},
-    ),
-    "LTS": Use(data="features", fit_on="train", head=True, limits={"p": _FRACTION}),
-    "NCI": Use(data="features", fit_on="train", fits=True, head=True),
-    "NNGuide": Use(
-        data="features", fit_on="train", fits=True, head=True, limits={"k": at_least(1)}
-    ),
-    "PNML": Use(data="features", fit_on="train", fits=True, head=True, limits={"eps": at_least(0)}),
-    "SHE": Use(data="features", fit_on="train", fits=True, head=True),
-    "fDBD": Use(data="features", fit_on="train", fits=True, head=True),
-    "ReAct": Use(
-        data="features", fit_on="train", fits=True, head=True, limits={"percentile": _FRACTION}
-    ),
-    "VRA": Use(
-        data="features",
-        fit_on="train",
-        fits=True,
-        head=True,
-        limits={"lower_percentile": _FRACTION, "upper_percentile": _FRACTION},
-    ),
-    # the network, on the worker
-    "ODIN": Use(data="model", limits={"eps": at_least(0), "temperature": greater_than(0)}),
-    "MCD": Use(data="model", limits={"samples": at_least(1), "mode": one_of("var", "mean")}),
-    "GradNorm": Use(
-        data="model", limits={"micro_batch_size": at_least(1), "temperature": greater_than(0)}
-    ),
-    "GradUncertainty": Use(data="model"),
-    "MahalanobisODIN": Use(data="model", fit_on="train", fits=True, limits={"eps": at_least(0)}),
-}
-
-#: The classes of ``pytorch_ood.detector`` oodsim cannot run, and why.
-UNSUPPORTED: dict[str, str] = {
-    "ASH": "prunes convolutional feature maps (B, C, H, W) before global pooling; oodsim caches "
-    "pooled features and its model contract has no feature-map hook",
-    "SCALE": "scales convolutional feature maps (B, C, H, W) before global pooling; oodsim caches "
-    "pooled features and its model contract has no feature-map hook",
-    "RankFeat": "removes the rank-1 part of convolutional feature maps (B, C, H, W); oodsim caches "
-    "pooled features and its model contract has no feature-map hook",
-    "Gram": "needs a list of intermediate layers (feature_layers) to hook",
-    "NACUE": "needs a list of intermediate layers to hook and their gradients",
-    "MultiMahalanobis": "needs a list of per-layer encoders",
-    "MCM": "needs the text embeddings of the class names (a CLIP-like vision-language model)",
-    "WeightedEBO": "needs per-class weights learned with VOS training, neither a spec value nor "
-    "recoverable from cached outputs",
-}
-
-#: Constructor arguments oodsim supplies, or leaves at pytorch-ood's default: never parameters.
-SUPPLIED = frozenset(
-    {
-        "model",  # the network, or None for cached outputs
-        "encoder",  # model.embed for MahalanobisODIN, else None
-        "backbone",
-        "head",  # torch.nn.Linear of the recovered (W, b)
-        "w",
-        "b",
-        "detector",  # the score applied to the logits of DICE, LTS, ReAct, VRA: its default
-        "criterion",  # ODIN's loss: its default, cross-entropy
-        "norm_std",  # ODIN's per-channel step scaling: None (ε in normalized units, as `odin`)
-        "param_filter",  # GradNorm's parameter selection: all parameters
-    }
-)
-#: The methods that fit and score cached arrays (pytorch-ood >= 0.4): ReAct and VRA, feature-map
-#: detectors there, have only ``*_feature_maps``, which clip pooled features element-wise too.
-FIT_METHODS = {"logits": ("fit_logits",), "features": ("fit_features", "fit_feature_maps")}
-PREDICT_METHODS = {
-    "logits": ("predict_logits",),
-    "features": ("predict_features", "predict_feature_maps"),
-}
 #: The first pytorch-ood with the ``fit_logits``/``predict_logits`` API this adapter uses.
 MIN_VERSION = (0, 4)
+
+
 _SCALARS = (bool, int, float, str, type(None))
+
+
 _NO_DEFAULT = inspect.Parameter.empty
 
 
@@ -273,9 +164,6 @@ def _needs(use: Use) -> frozenset[str]:
     if use.head:
         return frozenset({"logits", "features"})
     return frozenset({use.data})
-
-
-# --------------------------------------------------------------------------- parameters
 
 
 def _scalar_annotation(annotation: object, default: object) -> object:
@@ -367,9 +255,6 @@ def _function(name: str, cls: type, use: Use) -> Callable[..., np.ndarray]:
         where += " and the final layer"
     func.__doc__ = f"pytorch-ood's {cls.__name__} on {where}, κ = −score."
     return func
-
-
-# --------------------------------------------------------------------------- running
 
 
 def _failed(name: str, cls: type, error: Exception) -> DetectorInputError:
