@@ -14,6 +14,18 @@ from oodsim.metrics.inputs import as_is_ood, as_kappa, as_mask, check_finite, cl
 _BLOCK_ELEMENTS = 1 << 20  # scores per block: keeps every temporary a few MiB
 
 
+# After sorting a row ascending by κ, each run of tied κ (m = 0..K-1, ascending) is summarised
+# by the inclusive counts through its last element: a_m ID samples, b_m samples in all, with
+# a_{-1} = b_{-1} = 0. These are exactly sklearn's kept thresholds, seen from both ends:
+#   AUPR-OUT ranks by -κ (κ ascending): point m is (TP, seen) = (b_m - a_m, b_m).
+#   AUROC, AUPR-IN, FPR rank by κ descending: lowering the threshold to run m adds that run,
+#   reaching (TP, seen) = (P - a_{m-1}, n - b_{m-1}) from (P - a_m, n - b_m).
+# So every curve step is one run, and every metric is a per-row sum over runs.
+#   FPR95-OOD ranks by -κ (κ ascending), OOD positive: point m is (TP, FP) = (b_m - a_m, a_m).
+#   OSCR and AURC also count c_m, the correctly classified ID samples through run m: lowering
+#   the threshold to run m accepts C - c_{m-1} of them (C: correct ID samples of the row).
+
+
 class _Runs(NamedTuple):
     """Runs of tied κ of a block of rows, flattened over rows (ascending κ within a row)."""
 
@@ -250,6 +262,7 @@ def compute_metrics(
     return [result.reshape(batch_shape)[()] for result in results]
 
 
+# name → (kernel, parameter) of the run-based computation behind each κ metric
 KAPPA_REQUESTS: dict[str, tuple[str, Any]] = {
     "auroc": ("auroc", None),
     "aupr_in": ("aupr_in", "trapezoid"),

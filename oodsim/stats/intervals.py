@@ -83,6 +83,7 @@ def t_interval(
     return np.where(keep, b_lower, lower), np.where(keep, b_upper, upper)
 
 
+# Interval kinds of bounded cells (0: keep the t interval computed already).
 _T, _TWO_PART, _BETTING = 0, 1, 2
 
 
