@@ -71,3 +71,7 @@ class UnknownNameError(SpecError, KeyError):
 
     def __str__(self) -> str:  # KeyError would otherwise quote the message
         return self.args[0]
+
+
+class ClusterError(OodsimError):
+    """The Dask scheduler could not be reached or the cluster could not start."""

@@ -26,7 +26,7 @@ from distributed.security import Security
 
 import oodsim
 from oodsim.engine import ClusterError, cluster_client
-from oodsim.engine.cluster import _LOCAL_SECURITY
+from oodsim.engine.address import LOCAL_SECURITY
 from oodsim.engine.nanny import TRIM_VARIABLE
 from tests.conftest import small_digits
 
@@ -214,8 +214,8 @@ def test_a_restarted_worker_is_private_too(private: Client) -> None:
 def test_credentials_are_forgotten_when_the_cluster_closes() -> None:
     with cluster_client(n_workers=1) as client:
         address = client.scheduler.address
-        assert address in _LOCAL_SECURITY
-    assert address not in _LOCAL_SECURITY
+        assert address in LOCAL_SECURITY
+    assert address not in LOCAL_SECURITY
 
 
 def test_run_on_the_private_local_cluster(tmp_path: Path) -> None:

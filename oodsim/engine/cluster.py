@@ -5,11 +5,12 @@ thread each), or a cluster of CUDA workers when CUDA and dask-cuda are present (
 ``n_workers`` packed over the GPUs: :mod:`oodsim.engine.gpu`), or a
 cluster whose workers are batch jobs (SLURM, PBS, local jobs: a ``[cluster]`` table, see
 :mod:`oodsim.engine.jobqueue`), or connects to an existing scheduler at ``address``
-(``dask scheduler``). A local cluster is private: its scheduler, nannies and workers listen on
-127.0.0.1 with Dask's TLS and temporary credentials that only this process and the workers it
-spawns hold, and serve no dashboard. A job cluster uses TLS with temporary credentials too. An
-``address`` is reached with the credentials of Dask's configuration (``distributed.comm.tls.*``),
-or with those of a local cluster this process started.
+(``dask scheduler``, :mod:`oodsim.engine.address`). A local cluster is private: its
+scheduler, nannies and workers listen on 127.0.0.1 with Dask's TLS and temporary credentials
+that only this process and the workers it spawns hold, and serve no dashboard. A job cluster
+uses TLS with temporary credentials too. An ``address`` is reached with the credentials of
+Dask's configuration (``distributed.comm.tls.*``), or with those of a local cluster this
+process started.
 :func:`as_landed` yields futures as they finish and gives up with :class:`ClusterError` when the
 cluster has had no worker for ``worker_timeout`` seconds.
 
@@ -34,152 +35,43 @@ from pathlib import Path
 from typing import Any
 
 from oodsim.engine import forkserver, gpu, jobqueue, nanny
+from oodsim.engine.address import LOCAL_SECURITY, connect_client
 from oodsim.engine.guard import check_main_guard
 from oodsim.engine.inprocess import is_deferred
-from oodsim.errors import OodsimError, SpecError
+from oodsim.errors import ClusterError, SpecError
 from oodsim.specs.cluster import ClusterSpec
 
-CONNECT_TIMEOUT = 10.0
 LOCAL_WORKER_TIMEOUT = 120.0  # seconds without any worker before a local run gives up
+
+
 LOCAL_HOST = "127.0.0.1"  # a local cluster never listens on a network interface
+
+
 # Dask opens an HTTP port on every scheduler and worker even without a dashboard; on a local
 # cluster it serves nothing (no dashboard, info, JSON or metrics pages)
 NO_HTTP_ROUTES = {"distributed.scheduler.http.routes": [], "distributed.worker.http.routes": []}
+
+
 # distributed closes a nanny for good when its worker has not come back within this time of
 # being lost (default 15 s), even while the nanny is still restarting it: on a loaded machine,
 # or with a worker killed again while it starts, that left local runs without workers. A
 # nanny restarts its worker by itself; the local run's worker_timeout still ends a run that
 # truly has none.
 LOCAL_LOST_WORKER_TIMEOUT = "300 s"
+
+
 # Dask's statistical profiler samples every worker thread's stack 100 times a second (for the
 # dashboard, which the local cluster does not serve): ~1 s of CPU per worker and digits run
 NO_PROFILER = {"distributed.worker.profile.enabled": False}
+
+
 #: this module as Dask's ``preload`` option names it: the workers of oodsim's local cluster run
 #: its :func:`dask_setup` when they start
 WORKER_PRELOAD = __name__
+
+
 #: seconds an interrupted run waits for its local workers to stop logging before it closes them
 QUIET_TIMEOUT = 5.0
-# scheduler address -> credentials, for the local clusters this process runs (a driver that
-# passes such an address, as tests and benchmarks/soak.py do, connects with them)
-_LOCAL_SECURITY: dict[str, Any] = {}
-
-
-class ClusterError(OodsimError):
-    """The Dask scheduler could not be reached or the cluster could not start."""
-
-
-# --------------------------------------------------------------------------- cluster
-
-
-def _probe_scheduler(address: str, timeout: float, security: Any) -> None:
-    """Connect to ``address`` and complete the comm handshake within ``timeout`` seconds.
-
-    ``distributed.Client(address, timeout=...)`` bounds the TCP connect but then waits for the
-    handshake without a bound, so a server that accepts connections and never answers (a
-    stopped scheduler, a wrong port) hangs it forever. This probe runs the same connect in its
-    own event loop (in a thread, so it works under a running loop too) with a hard deadline.
-    """
-    # distributed loads only when a cluster is needed (cached runs start none)
-    import asyncio
-    from concurrent.futures import ThreadPoolExecutor
-
-    from distributed.comm import connect
-
-    async def probe() -> None:
-        args = security.get_connection_args("client")
-        comm = await asyncio.wait_for(connect(address, timeout=timeout, **args), timeout)
-        await comm.close()
-
-    with ThreadPoolExecutor(1) as pool:
-        pool.submit(asyncio.run, probe()).result()
-
-
-def _refused_at_once(address: str) -> None:
-    """Raise ConnectionRefusedError at once where nothing listens at a ``tcp://`` or
-    ``tls://`` address (distributed would retry for ``CONNECT_TIMEOUT`` seconds first)."""
-    # loaded only when a cluster address is contacted (cached runs contact none)
-    import socket
-    from urllib.parse import urlsplit
-
-    parts = urlsplit(address)
-    if parts.scheme not in ("tcp", "tls") or parts.hostname is None or parts.port is None:
-        return  # other schemes, or not an address: distributed says what is wrong
-    with socket.create_connection((parts.hostname, parts.port), timeout=CONNECT_TIMEOUT):
-        pass
-
-
-def _security_for(address: str) -> Any:
-    """The credentials to reach ``address``: a local cluster's of this process, else what
-    Dask's configuration says (``distributed.client.security-loader``, then
-    ``distributed.comm.tls.*``), as ``distributed.Client(address)`` itself would choose."""
-    # distributed loads only when a cluster is needed (cached runs start none)
-    import dask.config
-    from distributed.security import Security
-    from distributed.utils import import_term
-
-    if address in _LOCAL_SECURITY:
-        return _LOCAL_SECURITY[address]
-    security = None
-    loader = dask.config.get("distributed.client.security-loader", None)
-    if loader:
-        try:
-            security = import_term(loader)({"address": address})
-        except ImportError as error:
-            raise ClusterError(
-                f"distributed.client.security-loader {loader!r} cannot be imported ({error})"
-            ) from None
-    return security if security is not None else Security()
-
-
-def _connect(address: str) -> Any:
-    """A client to the scheduler at ``address``, or :class:`ClusterError` in one line."""
-    # distributed loads only when a cluster is needed (cached runs start none)
-    import ssl
-
-    from distributed import Client
-    from distributed.comm.core import FatalCommClosedError  # distributed's TLS failures
-
-    security = _security_for(address)
-    try:
-        _refused_at_once(address)
-        _probe_scheduler(address, CONNECT_TIMEOUT, security)
-        return Client(address, timeout=CONNECT_TIMEOUT, security=security)
-    except ValueError as error:  # not an address at all
-        raise ClusterError(
-            f"{address!r} is not a Dask scheduler address ({error}); expected e.g. tcp://host:8786"
-        ) from None
-    except TypeError as error:  # distributed's words for a tls:// address without credentials
-        if "ssl_context" not in str(error):
-            raise
-        raise ClusterError(
-            f"{address!r} is a TLS address but Dask's configuration holds no TLS credentials: "
-            "set distributed.comm.tls.ca-file, distributed.comm.tls.client.cert and "
-            "distributed.comm.tls.client.key (see docs/cluster.md)"
-        ) from None
-    except RuntimeError as error:  # distributed's words for tcp:// when TLS is required
-        if "encryption required" not in str(error):
-            raise
-        raise ClusterError(
-            f"{error}: use the scheduler's tls:// address (see docs/cluster.md)"
-        ) from None
-    except (ssl.SSLError, FatalCommClosedError) as error:
-        raise ClusterError(
-            f"the TLS handshake with the Dask scheduler at {address!r} failed "
-            f"({str(error) or repr(error.__cause__)}); check the distributed.comm.tls.* "
-            "credentials against the scheduler's (see docs/cluster.md)"
-        ) from None
-    except ConnectionRefusedError:
-        raise ClusterError(
-            f"no Dask scheduler answered at {address!r}: nothing listens there (connection "
-            "refused). Start one with `dask scheduler` and `dask worker ADDRESS`, or check the "
-            "port"
-        ) from None
-    except (OSError, TimeoutError) as error:
-        raise ClusterError(
-            f"no Dask scheduler answered at {address!r} within {CONNECT_TIMEOUT:.0f} s "
-            f"({str(error) or type(error).__name__}). Start one with `dask scheduler` and "
-            "`dask worker ADDRESS`; a scheduler that uses TLS needs a tls:// address."
-        ) from None
 
 
 def private_options() -> dict[str, Any]:
@@ -239,11 +131,11 @@ def _local_cluster(n_workers: int | None) -> Iterator[Any]:
                 **forked,
             )
         with cluster:
-            _LOCAL_SECURITY[cluster.scheduler_address] = cluster.security
+            LOCAL_SECURITY[cluster.scheduler_address] = cluster.security
             try:
                 yield cluster
             finally:
-                _LOCAL_SECURITY.pop(cluster.scheduler_address, None)
+                LOCAL_SECURITY.pop(cluster.scheduler_address, None)
 
 
 def check_jobs(spec: ClusterSpec) -> None:
@@ -405,7 +297,7 @@ def _client(
     from distributed import Client
 
     if address:
-        with _connect(address) as client:
+        with connect_client(address) as client:
             yield client, False
         return
     if jobs is not None and jobs.is_jobs:
