@@ -44,7 +44,7 @@ def figures(monkeypatch: pytest.MonkeyPatch) -> list[Figure]:
         saved.append(fig)
         return save(fig, path)
 
-    for module in ("plots", "severity", "comparisons"):
+    for module in ("plots", "decisions", "severity", "comparisons"):
         monkeypatch.setattr(f"oodsim.report.{module}.save", keep)
     return saved
 

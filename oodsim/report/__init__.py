@@ -3,9 +3,9 @@
 Every protocol's results (seed × method × metric × severity) get the same report:
 :mod:`oodsim.report.summary` writes it (:func:`write_report`) into a folder of its own
 (:mod:`oodsim.report.folder`, :func:`report_folder`) from the figures of
-:mod:`oodsim.report.plots`, the tables of :mod:`oodsim.report.tables`
-(:func:`format_summary_table`), the paired comparisons and power of
-:mod:`oodsim.report.comparisons`, the variance by source of :mod:`oodsim.report.sources` and
+:mod:`oodsim.report.plots` and :mod:`oodsim.report.decisions`, the tables of
+:mod:`oodsim.report.tables` (:func:`format_summary_table`), the paired comparisons and power
+of :mod:`oodsim.report.comparisons`, the variance by source of :mod:`oodsim.report.sources` and
 what was run (:mod:`oodsim.report.provenance`). :mod:`oodsim.report.severity` adds the
 per-level views of severity results. :mod:`oodsim.report.figures` holds what every plot shares:
 one style per method, a shade of its family's colour (:func:`method_styles`,
@@ -13,6 +13,7 @@ one style per method, a shade of its family's colour (:func:`method_styles`,
 """
 
 from oodsim.report.comparisons import plot_paired_differences
+from oodsim.report.decisions import plot_required_simulations, plot_win_probability
 from oodsim.report.figures import method_family, method_styles
 from oodsim.report.folder import (
     REPORT_MARKER,
@@ -20,13 +21,7 @@ from oodsim.report.folder import (
     check_report_folder,
     report_folder,
 )
-from oodsim.report.plots import (
-    plot_distributions,
-    plot_forest,
-    plot_required_simulations,
-    plot_running_mean,
-    plot_win_probability,
-)
+from oodsim.report.plots import plot_distributions, plot_forest, plot_running_mean
 from oodsim.report.sources import plot_variance_sources
 from oodsim.report.summary import write_report
 from oodsim.report.tables import format_summary_table

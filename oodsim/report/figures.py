@@ -1,7 +1,7 @@
 """Figure helpers shared by every report plot (:mod:`oodsim.report.plots`,
-:mod:`oodsim.report.severity`): the method → style mapping (a colour map per method family),
-grids of panels with one legend outside the axes, titles that fit, axis limits inside a
-metric's range, a metric's direction on its axis label.
+:mod:`oodsim.report.decisions`, :mod:`oodsim.report.severity`): the method → style mapping (a
+colour map per method family), grids of panels with one legend outside the axes, titles that
+fit, axis limits inside a metric's range, a metric's direction on its axis label.
 """
 
 from __future__ import annotations

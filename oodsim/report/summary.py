@@ -1,6 +1,6 @@
 """The report of evaluation results: :func:`write_report` draws the figures
-(:mod:`oodsim.report.plots`) and assembles ``summary.md`` from what was run
-(:mod:`oodsim.report.provenance`) and the tables (:mod:`oodsim.report.tables`,
+(:mod:`oodsim.report.plots`, :mod:`oodsim.report.decisions`) and assembles ``summary.md`` from
+what was run (:mod:`oodsim.report.provenance`) and the tables (:mod:`oodsim.report.tables`,
 :mod:`oodsim.report.comparisons`, :mod:`oodsim.report.sources`): estimates, win probabilities,
 paired comparisons, power, variance components, the stopping decision.
 
@@ -25,14 +25,10 @@ from oodsim.report.comparisons import (
     power_of_results,
     power_table,
 )
+from oodsim.report.decisions import plot_win_probability
 from oodsim.report.figures import metric_label
 from oodsim.report.folder import claim, finish, marker_for, write_file
-from oodsim.report.plots import (
-    plot_distributions,
-    plot_forest,
-    plot_running_mean,
-    plot_win_probability,
-)
+from oodsim.report.plots import plot_distributions, plot_forest, plot_running_mean
 from oodsim.report.provenance import seed_lines, spec_lines
 from oodsim.report.sources import has_design, plot_variance_sources, variance_sources_table
 from oodsim.report.tables import (
