@@ -142,6 +142,19 @@ def test_the_folder_graph_sees_a_loop_through_top_level_modules(tmp_path: Path) 
     assert _cycles(folder_graph(modules, tmp_path)) == []
 
 
+#: The most lines a module of the package may have: a longer one holds several concerns.
+MAX_MODULE_LINES = 450
+
+
+def test_no_module_is_longer_than_the_limit() -> None:
+    long = {
+        str(path.relative_to(ROOT)): n
+        for path in _modules().values()
+        if (n := len(path.read_text(encoding="utf-8").splitlines())) > MAX_MODULE_LINES
+    }
+    assert long == {}
+
+
 def test_cycle_finder_finds_a_cycle() -> None:
     graph = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}
     assert _cycles(graph) == [["a", "b", "c"]]
