@@ -35,6 +35,7 @@ from oodsim.models.zoo.names import (
     ModelRef,
     check_name,
     file_digest,
+    model_refs,
     split_name,
     weights_identity,
 )
@@ -73,6 +74,7 @@ __all__ = [
     "infer_tensors",
     "load_model",
     "missing_weights",
+    "model_refs",
     "split_final_linear",
     "split_name",
     "torch_checkpoint_dir",

@@ -17,6 +17,7 @@ import attrs
 from oodsim.errors import DataNotFoundError, SpecError, UnknownNameError
 from oodsim.keys import digest, key_fields, no_key
 from oodsim.specs import ExperimentSpec, KeyedSpec
+from oodsim.specs.types import register_table
 
 VERSION = "1"  # bump when loading or the feature contract changes: it enters output keys
 
@@ -191,3 +192,13 @@ def weights_identity(ref: ModelRef) -> str | None:
         return "timm:" + (cfg.hf_hub_id or cfg.url or f"{arch}.{cfg.tag}") if cfg else None
     enum = torchvision_weights_enum(arch)
     return "torchvision:" + str(enum[tag] if tag else enum.DEFAULT)
+
+
+def model_refs(value: Any) -> Any:
+    """A spec's ``models``: each a :class:`ModelRef`, a bare name standing for one."""
+    if not isinstance(value, list | tuple):
+        return value
+    return tuple(ModelRef(name=v) if isinstance(v, str) else v for v in value)
+
+
+register_table(ModelRef, shorthand="name", nouns=("a model (a name or a table)", "models"))

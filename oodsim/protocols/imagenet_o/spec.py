@@ -13,7 +13,7 @@ import attrs
 from oodsim.detectors import get_detector
 from oodsim.errors import SpecError, UnknownNameError
 from oodsim.keys import no_key
-from oodsim.models.zoo import ModelRef
+from oodsim.models.zoo import ModelRef, model_refs
 from oodsim.protocols.imagenet_o.recipe import DEFAULT_METRICS, METRIC_NAMES, STOPPING_REFUSED
 from oodsim.results import NO_SEVERITY
 from oodsim.specs import (
@@ -33,19 +33,9 @@ from oodsim.specs.types import (
     one_of,
     path_string,
     positive,
-    register_table,
     safe_name,
     spec_class,
 )
-
-
-def _models(value: Any) -> Any:
-    if not isinstance(value, list | tuple):
-        return value
-    return tuple(ModelRef(name=v) if isinstance(v, str) else v for v in value)
-
-
-register_table(ModelRef, shorthand="name", nouns=("a model (a name or a table)", "models"))
 
 
 @spec_class
@@ -73,7 +63,7 @@ class ImageNetOSpec(Seeded, KeyedSpec):
     name: str = attrs.field(default="imagenet_o", validator=safe_name, metadata=no_key())
     id_root: str = attrs.field(converter=path_string, metadata=no_key())
     ood_root: str = attrs.field(converter=path_string, metadata=no_key())
-    models: tuple[ModelRef, ...] = attrs.field(converter=_models)
+    models: tuple[ModelRef, ...] = attrs.field(converter=model_refs)
     detectors: tuple[DetectorSpec, ...] = attrs.field(default=("msp",), converter=detector_specs)
     metrics: tuple[str, ...] = DEFAULT_METRICS
     batch_size: int = attrs.field(default=64, validator=positive, metadata=no_key())

@@ -24,7 +24,7 @@ from oodsim.detectors import Detector, get_detector
 from oodsim.errors import DataNotFoundError, SpecError, UnknownNameError
 from oodsim.keys import no_key
 from oodsim.metrics import KAPPA_METRICS
-from oodsim.models.zoo import ModelRef
+from oodsim.models.zoo import ModelRef, model_refs
 from oodsim.specs import (
     DetectorSpec,
     KeyedSpec,
@@ -205,17 +205,8 @@ class PoolSpec(KeyedSpec):
             raise spec_error(self, "id.kind", self.id.kind, "a split, dataset or image folder")
 
 
-def _models(value: Any) -> Any:
-    if not isinstance(value, list | tuple):
-        return value
-    return tuple(ModelRef(name=v) if isinstance(v, str) else v for v in value)
-
-
 def _pools(value: Any) -> Any:
     return (value,) if isinstance(value, PoolSpec) else value
-
-
-register_table(ModelRef, shorthand="name", nouns=("a model (a name or a table)", "models"))
 
 
 register_table(SourceSpec, nouns=("a source table", "source tables"))
@@ -241,7 +232,7 @@ class SeveritySpec(Seeded, KeyedSpec):
     VERSION = "2"
 
     name: str = attrs.field(default="severity", validator=safe_name, metadata=no_key())
-    models: tuple[ModelRef, ...] = attrs.field(converter=_models)
+    models: tuple[ModelRef, ...] = attrs.field(converter=model_refs)
     detectors: tuple[DetectorSpec, ...] = attrs.field(default=("msp",), converter=detector_specs)
     datasets: tuple[PoolSpec, ...] = attrs.field(converter=_pools)
     fit: SourceSpec | None = None
