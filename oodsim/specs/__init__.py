@@ -6,6 +6,7 @@ root): execution settings are arguments of :func:`oodsim.run`, or fields marked 
 do not enter its key. Specs load from TOML with :func:`load_spec` and build the same in Python.
 Types are strict, as in every protocol's spec: the rules are :mod:`oodsim.specs.types`, the
 one converter :mod:`oodsim.specs.converter`; the parts every protocol shares are
+:mod:`~oodsim.specs.run` (the base of every protocol's spec: :class:`RunSpec`),
 :mod:`~oodsim.specs.seeded` (seeds, stopping), :mod:`~oodsim.specs.parts`,
 :mod:`~oodsim.specs.detector` and :mod:`~oodsim.specs.cluster`; the open set experiment is
 :mod:`~oodsim.specs.experiment`.
@@ -33,6 +34,7 @@ from oodsim.specs.parts import (
     SplitSpec,
     TrainingSpec,
 )
+from oodsim.specs.run import RunSpec, check_labels
 from oodsim.specs.seeded import (
     MAX_DESIGN_LEVELS,
     STOPPING_RULES,
@@ -58,11 +60,13 @@ __all__ = [
     "ModelSpec",
     "OODSetSpec",
     "Params",
+    "RunSpec",
     "Seeded",
     "SeedsSpec",
     "SplitSpec",
     "StoppingSpec",
     "TrainingSpec",
+    "check_labels",
     "detector_from_data",
     "detector_specs",
     "detector_to_data",

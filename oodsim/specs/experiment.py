@@ -2,31 +2,21 @@
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 import attrs
 
-from oodsim.errors import SpecError, UnknownNameError
-from oodsim.keys import no_key
+from oodsim.errors import SpecError
 from oodsim.seeds import OPEN_SET_STREAMS
-from oodsim.specs.cluster import ClusterSpec
-from oodsim.specs.converter import read_toml, structure, unstructure
-from oodsim.specs.detector import CLASS_BOUNDED, DetectorSpec, detector_specs
-from oodsim.specs.keyed import KeyedSpec
+from oodsim.specs.converter import read_toml, structure
+from oodsim.specs.detector import CLASS_BOUNDED
 from oodsim.specs.params import is_grid
 from oodsim.specs.parts import DatasetSpec, ModelSpec, OODSetSpec, SplitSpec, TrainingSpec
-from oodsim.specs.seeded import DegenerateSpec, Seeded, SeedsSpec, StoppingSpec
-from oodsim.specs.types import one_of, safe_name, spec_class
-
-
-def _metric_names() -> list[str]:
-    # specs sit below the registries they validate against
-    from oodsim.metrics import METRICS
-
-    return sorted(METRICS)
+from oodsim.specs.run import RunSpec, check_labels
+from oodsim.specs.seeded import DegenerateSpec
+from oodsim.specs.types import spec_class
 
 
 def _ood_sets(value: Any) -> Any:
@@ -36,33 +26,28 @@ def _ood_sets(value: Any) -> Any:
 
 
 @spec_class
-class ExperimentSpec(Seeded, KeyedSpec):
-    """An open set simulation experiment: everything that determines its results."""
+class ExperimentSpec(RunSpec):
+    """An open set simulation experiment: everything that determines its results (with the
+    fields of every run: :class:`~oodsim.specs.run.RunSpec`)."""
 
     TAG = "experiment"
     VERSION = "1"
+    DEFAULT_METRICS = ("auroc", "accuracy")
 
-    name: str = attrs.field(default="experiment", validator=safe_name, metadata=no_key())
     dataset: DatasetSpec
     split: SplitSpec = attrs.field(factory=SplitSpec)
     model: ModelSpec = attrs.field(factory=ModelSpec)
     training: TrainingSpec = attrs.field(factory=TrainingSpec)
-    detectors: tuple[DetectorSpec, ...] = attrs.field(default=("msp",), converter=detector_specs)
-    metrics: tuple[str, ...] = attrs.field(default=("auroc", "accuracy"))
     ood: tuple[OODSetSpec, ...] = attrs.field(default=("held_out",), converter=_ood_sets)
-    seeds: SeedsSpec = attrs.field(factory=SeedsSpec)
-    stopping: StoppingSpec = attrs.field(factory=StoppingSpec)
-    on_failure: str = attrs.field(default="record", validator=one_of("record", "abort"))
     degenerate: DegenerateSpec = attrs.field(factory=DegenerateSpec)
-    cluster: ClusterSpec | None = attrs.field(default=None, metadata=no_key())
 
-    @metrics.validator
-    def _check_metrics(self, attribute: attrs.Attribute, value: tuple[str, ...]) -> None:
-        for metric in value:
-            if metric not in _metric_names():
-                raise UnknownNameError("metrics", metric, _metric_names())
-        if len(set(value)) != len(value) or not value:
-            raise SpecError("metrics", value, "a non-empty list of distinct metric names")
+    @classmethod
+    def metric_names(cls) -> list[str]:
+        """Every metric: an open set seed also scores its classifier (``accuracy``)."""
+        # specs sit below the registries they validate against
+        from oodsim.metrics import METRICS
+
+        return sorted(METRICS)
 
     def _check_design(self) -> None:
         """Only streams an open set simulation draws from can be designed."""
@@ -77,9 +62,9 @@ class ExperimentSpec(Seeded, KeyedSpec):
                 )
 
     def __attrs_post_init__(self) -> None:
-        self._check_unique("detectors", [d.label for d in self.detectors])
+        super().__attrs_post_init__()
         self._check_grids()
-        self._check_unique("ood", [o.label for o in self.ood])
+        check_labels("ood", [o.label for o in self.ood])
         self._check_ood_is_not_the_id_data()
         self._check_split_fits_dataset()
         self._check_detectors_fit_the_classes()
@@ -135,11 +120,6 @@ class ExperimentSpec(Seeded, KeyedSpec):
                     f"{known} classes",
                 )
 
-    @staticmethod
-    def _check_unique(field: str, labels: list[str]) -> None:
-        if not labels or len(set(labels)) != len(labels):
-            raise SpecError(field, labels, "a non-empty list with distinct labels")
-
     def _check_split_fits_dataset(self) -> None:
         # specs sit below the registries they validate against
         from oodsim.data.registry import DATASETS
@@ -166,13 +146,6 @@ class ExperimentSpec(Seeded, KeyedSpec):
     def varies_ood(self) -> bool:
         """Whether results get an ``ood`` dimension (more than one OOD test set)."""
         return len(self.ood) > 1
-
-    def to_dict(self) -> dict[str, Any]:
-        """Plain-data form (round-trips through :func:`spec_from_dict`)."""
-        return unstructure(self)
-
-    def to_json(self) -> str:
-        return json.dumps(self.to_dict(), sort_keys=True)
 
 
 def spec_from_dict(data: Mapping[str, Any]) -> ExperimentSpec:

@@ -207,9 +207,12 @@ def _strict_converter(own: Callable[[Any], Any] | None) -> Callable[[Any, Any, A
 def _strict_fields(cls: type, fields: list[attrs.Attribute]) -> list[attrs.Attribute]:
     """attrs field transformer: every field's value (after its own converter, which may only
     change the shape: a name to a spec, a table to sorted pairs) is checked by :func:`_conform`
-    before any validator sees it."""
+    before any validator sees it. Inherited fields (of a base such as
+    :class:`~oodsim.specs.run.RunSpec`) are checked by the base's converter already."""
     return [
-        field.evolve(
+        field
+        if field.inherited
+        else field.evolve(
             converter=attrs.Converter(
                 _strict_converter(field.converter), takes_self=True, takes_field=True
             )

@@ -11,35 +11,28 @@ from typing import Any
 import attrs
 
 from oodsim.detectors import get_detector
-from oodsim.errors import SpecError, UnknownNameError
+from oodsim.errors import SpecError
 from oodsim.keys import no_key
 from oodsim.models.zoo import ModelRef, model_refs
 from oodsim.protocols.imagenet_o.recipe import DEFAULT_METRICS, METRIC_NAMES, STOPPING_REFUSED
 from oodsim.results import NO_SEVERITY
 from oodsim.specs import (
-    DetectorSpec,
-    KeyedSpec,
-    Seeded,
-    SeedsSpec,
-    StoppingSpec,
-    detector_specs,
+    RunSpec,
+    check_labels,
     detector_to_data,
 )
-from oodsim.specs.cluster import ClusterSpec
 from oodsim.specs.converter import structure, unstructure
 from oodsim.specs.params import is_grid
 from oodsim.specs.types import (
     check_fields,
-    one_of,
     path_string,
     positive,
-    safe_name,
     spec_class,
 )
 
 
 @spec_class
-class ImageNetOSpec(Seeded, KeyedSpec):
+class ImageNetOSpec(RunSpec):
     """Zoo models × κ on ImageNet-O (``specs/imagenet_o.toml``), run with ``oodsim.run``.
 
     ``id_root`` (ImageNet val, one folder per wnid; only the 200 ImageNet-O classes are read)
@@ -59,29 +52,25 @@ class ImageNetOSpec(Seeded, KeyedSpec):
 
     TAG = "imagenet_o"
     VERSION = "1"
+    DEFAULT_METRICS = DEFAULT_METRICS
+    DEFAULT_N_SEEDS = 1
 
-    name: str = attrs.field(default="imagenet_o", validator=safe_name, metadata=no_key())
     id_root: str = attrs.field(converter=path_string, metadata=no_key())
     ood_root: str = attrs.field(converter=path_string, metadata=no_key())
     models: tuple[ModelRef, ...] = attrs.field(converter=model_refs)
-    detectors: tuple[DetectorSpec, ...] = attrs.field(default=("msp",), converter=detector_specs)
-    metrics: tuple[str, ...] = DEFAULT_METRICS
     batch_size: int = attrs.field(default=64, validator=positive, metadata=no_key())
     bootstrap: bool = False
-    seeds: SeedsSpec = attrs.field(factory=lambda: SeedsSpec(n=1))
-    stopping: StoppingSpec = attrs.field(factory=StoppingSpec)
-    on_failure: str = attrs.field(default="record", validator=one_of("record", "abort"))
-    cluster: ClusterSpec | None = attrs.field(default=None, metadata=no_key())
+
+    @classmethod
+    def metric_names(cls) -> tuple[str, ...]:
+        """The κ metrics of the logits alone (no metric that needs correctness)."""
+        return METRIC_NAMES
 
     def __attrs_post_init__(self) -> None:
+        super().__attrs_post_init__()
         for i, ref in enumerate(self.models):
             check_fields(ref, f"models[{i}]")
-        for field, labels in (
-            ("models", [m.label for m in self.models]),
-            ("detectors", [d.label for d in self.detectors]),
-        ):
-            if not labels or len(set(labels)) != len(labels):
-                raise SpecError(field, labels, "a non-empty list with distinct labels")
+        check_labels("models", [m.label for m in self.models])
         for ref in self.models:
             if ref.prefix == "trained" or ref.num_classes not in (None, 1000):
                 raise SpecError(
@@ -98,11 +87,6 @@ class ImageNetOSpec(Seeded, KeyedSpec):
                     "a detector of the logits alone, without a fit split or a parameter grid "
                     "(ImageNet-O has no training or validation split)",
                 )
-        for metric in self.metrics:
-            if metric not in METRIC_NAMES:
-                raise UnknownNameError("metrics", metric, METRIC_NAMES)
-        if not self.metrics or len(set(self.metrics)) != len(self.metrics):
-            raise SpecError("metrics", self.metrics, "a non-empty list of distinct metric names")
         if self.stopping.rule != "fixed":
             if self.bootstrap:
                 raise SpecError(

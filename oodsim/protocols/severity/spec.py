@@ -23,27 +23,21 @@ from oodsim.data.registry import DATASETS, data_fingerprint
 from oodsim.detectors import Detector, get_detector
 from oodsim.errors import DataNotFoundError, SpecError, UnknownNameError
 from oodsim.keys import no_key
-from oodsim.metrics import KAPPA_METRICS
 from oodsim.models.zoo import ModelRef, model_refs
 from oodsim.specs import (
     DetectorSpec,
     KeyedSpec,
-    Seeded,
-    SeedsSpec,
-    StoppingSpec,
-    detector_specs,
+    RunSpec,
+    check_labels,
 )
-from oodsim.specs.cluster import ClusterSpec
 from oodsim.specs.converter import unstructure
 from oodsim.specs.params import is_grid
 from oodsim.specs.types import (
     check_fields,
     located,
-    one_of,
     path_string,
     positive,
     register_table,
-    safe_name,
     spec_class,
     spec_error,
 )
@@ -216,7 +210,7 @@ register_table(PoolSpec, nouns=("a [[datasets]] table", "[[datasets]] tables"))
 
 
 @spec_class
-class SeveritySpec(Seeded, KeyedSpec):
+class SeveritySpec(RunSpec):
     """A severity benchmark: models × κ over one or more datasets (ID test set + OOD pool),
     repeated for ``seeds``.
 
@@ -230,38 +224,24 @@ class SeveritySpec(Seeded, KeyedSpec):
 
     TAG = "severity"
     VERSION = "2"
+    DEFAULT_METRICS = DEFAULT_METRICS
+    DEFAULT_N_SEEDS = 1
 
-    name: str = attrs.field(default="severity", validator=safe_name, metadata=no_key())
     models: tuple[ModelRef, ...] = attrs.field(converter=model_refs)
-    detectors: tuple[DetectorSpec, ...] = attrs.field(default=("msp",), converter=detector_specs)
     datasets: tuple[PoolSpec, ...] = attrs.field(converter=_pools)
     fit: SourceSpec | None = None
     n_est: int = attrs.field(default=150, validator=positive)
     n_test: int = attrs.field(default=50, validator=positive)
     n_levels: int = 11
     group_size: int | None = attrs.field(default=None, validator=positive)
-    metrics: tuple[str, ...] = DEFAULT_METRICS
     features: bool = True
-    seeds: SeedsSpec = attrs.field(factory=lambda: SeedsSpec(n=1))
-    stopping: StoppingSpec = attrs.field(factory=StoppingSpec)
-    on_failure: str = attrs.field(default="record", validator=one_of("record", "abort"))
-    cluster: ClusterSpec | None = attrs.field(default=None, metadata=no_key())
 
     def __attrs_post_init__(self) -> None:
+        super().__attrs_post_init__()
         for i, model in enumerate(self.models):
             check_fields(model, f"models[{i}]")
-        for field, labels in (
-            ("models", [m.label for m in self.models]),
-            ("detectors", [d.label for d in self.detectors]),
-            ("datasets", [d.label for d in self.datasets]),
-        ):
-            if not labels or len(set(labels)) != len(labels):
-                raise SpecError(field, labels, "a non-empty list with distinct labels")
-        for metric in self.metrics:
-            if metric not in KAPPA_METRICS:
-                raise UnknownNameError("metrics", metric, KAPPA_METRICS)
-        if not self.metrics or len(set(self.metrics)) != len(self.metrics):
-            raise SpecError("metrics", self.metrics, "a non-empty list of distinct metric names")
+        check_labels("models", [m.label for m in self.models])
+        check_labels("datasets", [d.label for d in self.datasets])
         if self.n_levels < 2:
             raise SpecError("n_levels", self.n_levels, "an integer >= 2")
         if problem := limits.over(self.n_levels, "n_levels"):
