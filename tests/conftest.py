@@ -49,6 +49,7 @@ SLOW_MODULES = frozenset(
         "test_pipeline",
         "test_plugin_sources",
         "test_private_cluster",
+        "test_protocol_plugin",
         "test_project_cache",
         "test_pytorch_ood",
         "test_script_server",

@@ -20,10 +20,15 @@ def table_metric(spec, metric: str | None) -> str:
 
 
 def seed_unit(results) -> str:
-    """What one seed is called in the protocol that made ``results`` ("simulations", "seeds")."""
-    from oodsim.protocols import get_protocol  # (fast --help)
+    """What one seed is called in the protocol that made ``results`` ("simulations", "seeds";
+    "seeds" for a protocol a script registered, which this process does not know)."""
+    from oodsim.errors import UnknownNameError  # (fast --help)
+    from oodsim.protocols import get_protocol
 
-    return get_protocol(str(results.attrs.get("protocol", "open_set"))).unit
+    try:
+        return get_protocol(str(results.attrs.get("protocol", "open_set"))).unit
+    except UnknownNameError:
+        return "seeds"
 
 
 def print_failures(results, metric: str) -> None:

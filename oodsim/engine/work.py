@@ -21,27 +21,33 @@ from oodsim.detectors import adopt, user_detectors
 from oodsim.errors import DEBUG_ENV
 from oodsim.heartbeat import working_on
 from oodsim.models.registry import adopt_architectures, user_architectures
-from oodsim.protocols import get_protocol, protocol_of
+from oodsim.protocols import adopt_protocols, get_protocol, protocol_of, user_protocols
 from oodsim.protocols.base import SeedFailed, Task, first_failure
 from oodsim.results import SeedResult
+from oodsim.specs.plugins import plugin_names
 from oodsim.store import Store
 
 
 @attrs.frozen
 class Shipped:
-    """Driver-side registrations that workers need: detectors, datasets and architectures of
-    the spec."""
+    """Driver-side registrations that workers need: the protocol (when a script registered
+    it) and the detectors, datasets and architectures the spec names."""
 
     detectors: tuple[Any, ...] = ()
     datasets: tuple[Any, ...] = ()
     architectures: tuple[Any, ...] = ()
+    protocols: tuple[Any, ...] = ()
 
     @classmethod
     def of(cls, protocol: Any, spec: Any) -> Shipped:
+        """What to ship for ``spec``: found in its fields (:func:`plugin_names`), each
+        plug-in only where this process registered it."""
+        names = plugin_names(spec)
         return cls(
-            user_detectors(protocol.detector_names(spec)),
-            user_datasets(protocol.dataset_names(spec)),
-            user_architectures(protocol.architecture_names(spec)),
+            user_detectors(names["detector"]),
+            user_datasets(names["dataset"]),
+            user_architectures(names["architecture"]),
+            user_protocols([protocol.name]),
         )
 
     def sources(self) -> list[tuple[str, str, str, Any]]:
@@ -52,7 +58,9 @@ class Shipped:
         ]
 
     def adopt(self) -> None:
-        """Register the shipped detectors, datasets and architectures in this process."""
+        """Register the shipped protocol, detectors, datasets and architectures here."""
+        if self.protocols:
+            adopt_protocols(self.protocols)
         if self.detectors:
             adopt(self.detectors)
         if self.datasets:
@@ -154,6 +162,7 @@ def score_seed(
     _quiet_own_failures()
     started = time.perf_counter()
     store = Store(cache_root)
+    shipped.adopt()  # a protocol a script registered is known here only once adopted
     protocol = get_protocol(protocol_name)
     failure = first_failure([u[0] for u in upstream])
     if not failure:

@@ -1,42 +1,161 @@
 """Protocols: plug-ins of the engine that say what a seed needs and how to score it.
 
-``open_set`` (the randomness study's simulations), ``severity`` (the C-OOD severity benchmark)
-and ``imagenet_o`` (the ImageNet-O evaluation). Each module defines a
-:class:`~oodsim.protocols.base.Protocol` named ``PROTOCOL``; this registry loads them lazily
-so that a worker imports only the protocol it runs.
+The built-ins are ``open_set`` (the randomness study's simulations), ``severity`` (the C-OOD
+severity benchmark) and ``imagenet_o`` (the ImageNet-O evaluation); each module defines a
+:class:`~oodsim.protocols.base.Protocol` named ``PROTOCOL``, loaded lazily so that a worker
+imports only the protocol it runs. Protocols register like detectors, datasets and
+architectures: :func:`register_protocol` in a script (the engine ships it to the workers), or
+an entry point in the group ``oodsim.protocols`` of an installed package.
 """
 
 from __future__ import annotations
 
 import importlib
-from typing import Any
+import re
+from collections.abc import Iterable
+from importlib.metadata import EntryPoint, entry_points
+from typing import Any, TypeVar
 
-from oodsim.errors import UnknownNameError
+from oodsim.errors import SpecError, UnknownNameError
 from oodsim.protocols.base import Protocol
+from oodsim.specs import RunSpec
 
-#: protocol name → module defining ``PROTOCOL``
-PROTOCOLS = {
+#: built-in protocol name → module defining ``PROTOCOL``
+BUILTINS = {
     "open_set": "oodsim.protocols.open_set",
     "severity": "oodsim.protocols.severity",
     "imagenet_o": "oodsim.protocols.imagenet_o",
 }
+#: the protocol of a spec file without a ``protocol`` key
 DEFAULT_PROTOCOL = "open_set"
+#: entry point group of installed protocol plug-ins (``name = "package.module:PROTOCOL"``)
+ENTRY_POINT_GROUP = "oodsim.protocols"
+
+_NAME = re.compile(r"[a-z][a-z0-9_]*")
+_USER: dict[str, Protocol] = {}  # registered in this process (a script, a test module)
+_LOADED: dict[str, Protocol] = {}  # loaded from entry points
+_P = TypeVar("_P", bound="Protocol | type[Protocol]")
+
+
+def register_protocol(protocol: _P, *, replace: bool = False) -> _P:
+    """Register a protocol (an instance, or a :class:`Protocol` subclass, which is
+    instantiated): ``oodsim.load`` reads spec files with ``protocol = "<name>"``, and
+    ``oodsim.run`` runs its specs, shipping it to the workers. Returns its argument, so it
+    also decorates a class.
+
+    The protocol is checked here, not at its first seed: a lower-case ``name`` that no other
+    protocol has (``replace=True`` re-registers one of yours), a ``spec_type`` that subclasses
+    :class:`~oodsim.specs.RunSpec`, and its own ``plan``, ``score`` and ``layout``.
+    """
+    instance = protocol() if isinstance(protocol, type) else protocol
+    check_protocol(instance)
+    name = instance.name
+    if name in BUILTINS or name in _entry_points() or (name in _USER and not replace):
+        raise SpecError(
+            "protocol name",
+            name,
+            "a name no other protocol has",
+            "pass replace=True to register yours again"
+            if name in _USER
+            else f"{name!r} is a built-in or installed protocol",
+        )
+    _USER[name] = instance
+    return protocol
+
+
+def check_protocol(protocol: Any) -> None:
+    """A clear error for an object that cannot be a protocol (before any run uses it)."""
+    what = f"protocol {type(protocol).__name__}"
+    if not isinstance(protocol, Protocol):
+        raise SpecError(what, protocol, "an instance of oodsim.protocols.base.Protocol")
+    name = getattr(protocol, "name", None)
+    if not isinstance(name, str) or not _NAME.fullmatch(name):
+        raise SpecError(f"{what}.name", name, "a lower-case name (letters, digits, _)")
+    spec_type = getattr(protocol, "spec_type", None)
+    if not (isinstance(spec_type, type) and issubclass(spec_type, RunSpec)):
+        raise SpecError(f"{what}.spec_type", spec_type, "a subclass of oodsim.specs.RunSpec")
+    missing = [
+        m for m in ("plan", "score", "layout") if getattr(type(protocol), m) is getattr(Protocol, m)
+    ]
+    if missing:
+        raise SpecError(what, f"no {', '.join(missing)}", "its own plan, score and layout")
+
+
+def _entry_points() -> dict[str, EntryPoint]:
+    return {ep.name: ep for ep in entry_points(group=ENTRY_POINT_GROUP) if ep.name not in BUILTINS}
+
+
+def _load(name: str, ep: EntryPoint) -> Protocol:
+    if name not in _LOADED:
+        try:
+            loaded = ep.load()
+        except Exception as error:
+            raise SpecError(
+                f"protocol {name!r}",
+                ep.value,
+                f"an importable entry point of group {ENTRY_POINT_GROUP}",
+                f"loading it failed: {type(error).__name__}: {error}",
+            ) from None
+        instance = loaded() if isinstance(loaded, type) else loaded
+        check_protocol(instance)
+        _LOADED[name] = instance
+    return _LOADED[name]
+
+
+def available() -> list[str]:
+    """Names of every protocol: built-in, registered here and installed."""
+    return [*BUILTINS, *sorted((set(_USER) | set(_entry_points())) - set(BUILTINS))]
 
 
 def get_protocol(name: str) -> Protocol:
-    """The protocol plug-in registered as ``name``."""
-    if name not in PROTOCOLS:
-        raise UnknownNameError("protocol", name, PROTOCOLS)
-    return importlib.import_module(PROTOCOLS[name]).PROTOCOL
+    """The protocol registered as ``name``."""
+    if name in BUILTINS:
+        return importlib.import_module(BUILTINS[name]).PROTOCOL
+    if name in _USER:
+        return _USER[name]
+    installed = _entry_points()
+    if name in installed:
+        return _load(name, installed[name])
+    raise UnknownNameError("protocol", name, available())
 
 
 def protocol_of(spec: Any) -> Protocol:
     """The protocol whose spec type ``spec`` is."""
-    for name in PROTOCOLS:
+    for protocol in [*_USER.values(), *_LOADED.values()]:
+        if isinstance(spec, protocol.spec_type):
+            return protocol
+    for name in [*BUILTINS, *_entry_points()]:
         protocol = get_protocol(name)
         if isinstance(spec, protocol.spec_type):
             return protocol
     raise TypeError(
-        f"{type(spec).__name__} is not a spec of any protocol ({', '.join(PROTOCOLS)}); "
-        "build one with oodsim.load(path) or the spec classes"
+        f"{type(spec).__name__} is not a spec of any protocol ({', '.join(available())}); "
+        "build one with oodsim.load(path) or the spec classes, or register its protocol "
+        "with oodsim.protocols.register_protocol"
     )
+
+
+def user_protocols(names: Iterable[str]) -> tuple[Protocol, ...]:
+    """The protocols among ``names`` that this process registered (what workers lack)."""
+    return tuple(_USER[name] for name in dict.fromkeys(names) if name in _USER)
+
+
+def adopt_protocols(protocols: Iterable[Protocol]) -> None:
+    """Register protocols shipped from the driver in this process (a worker)."""
+    for protocol in protocols:
+        _USER[protocol.name] = protocol
+
+
+__all__ = [
+    "BUILTINS",
+    "DEFAULT_PROTOCOL",
+    "ENTRY_POINT_GROUP",
+    "Protocol",
+    "adopt_protocols",
+    "available",
+    "check_protocol",
+    "get_protocol",
+    "protocol_of",
+    "register_protocol",
+    "user_protocols",
+]

@@ -15,7 +15,7 @@ protocol talks to Dask.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, ClassVar, TypeVar
 
@@ -25,6 +25,7 @@ from oodsim.detectors import NonFiniteKappaError
 from oodsim.errors import OodsimError
 from oodsim.metrics import NonFiniteScoreError
 from oodsim.results import Layout, SeedResult
+from oodsim.specs.converter import structure
 from oodsim.store import Entry as StoreEntry
 from oodsim.store import Store
 
@@ -72,7 +73,13 @@ class Task:
 
 
 class Protocol:
-    """Base class of a protocol plug-in; subclasses set :attr:`name` and :attr:`spec_type`."""
+    """Base class of a protocol plug-in; subclasses set :attr:`name` and :attr:`spec_type` and
+    write :meth:`plan`, :meth:`score` and :meth:`layout` (register one with
+    :func:`oodsim.protocols.register_protocol`).
+
+    The plug-ins a spec names (detectors, datasets, architectures) are found in its fields
+    (:mod:`oodsim.specs.plugins`): a protocol does not list them.
+    """
 
     name: ClassVar[str]
     spec_type: ClassVar[type]
@@ -80,8 +87,10 @@ class Protocol:
     unit: ClassVar[str] = "seeds"
 
     def from_data(self, data: Mapping[str, Any], base: Path | None) -> Any:
-        """A spec of this protocol from TOML data; relative paths resolve against ``base``."""
-        raise NotImplementedError
+        """A spec of this protocol from TOML data (without its ``protocol`` key); relative
+        paths resolve against ``base``. By default the one converter builds
+        :attr:`spec_type` from the data, with field-path errors."""
+        return structure(data, self.spec_type, f"{self.name} spec")
 
     def preflight(self, spec: Any, store: Store) -> None:
         """Checks that can fail before any compute (data present, weights on disk)."""
@@ -106,19 +115,6 @@ class Protocol:
         """Labels the results carry in ``attrs`` beyond the engine's provenance (e.g. what a
         seed of ImageNet-O is, and which interval its seeds give)."""
         return {}
-
-    def detector_names(self, spec: Any) -> Iterable[str]:
-        """Registry names of the spec's detectors (driver-registered ones are shipped)."""
-        return (d.name for d in spec.detectors)
-
-    def dataset_names(self, spec: Any) -> Iterable[str]:
-        """Registry names of the datasets the spec reads (driver-registered ones are shipped)."""
-        return ()
-
-    def architecture_names(self, spec: Any) -> Iterable[str]:
-        """Registry names of the architectures the spec trains (driver-registered ones are
-        shipped)."""
-        return ()
 
 
 #: The end of the failure of a seed whose entry vanished or was corrupt when read.

@@ -14,6 +14,7 @@ from oodsim.keys import digest, no_key
 from oodsim.specs.converter import register_unstructure, structure
 from oodsim.specs.keyed import KeyedSpec
 from oodsim.specs.params import Params, check_param_table, param_table
+from oodsim.specs.plugins import plugin
 from oodsim.specs.types import label_text, located, register_table, spec_class, spec_error
 
 #: detector parameters that count classes (at most the known classes of an open set split)
@@ -33,7 +34,7 @@ class DetectorSpec(KeyedSpec):
     TAG = "detector"
     VERSION = "1"
 
-    name: str = attrs.field()
+    name: str = attrs.field(metadata=plugin("detector"))
     params: Params = attrs.field(default=(), converter=param_table)
     label: str = attrs.field(validator=label_text, metadata=no_key())
 

@@ -13,6 +13,7 @@ from oodsim.errors import SpecError
 from oodsim.keys import no_key
 from oodsim.specs.keyed import KeyedSpec
 from oodsim.specs.params import Params, check_param_table, param_table
+from oodsim.specs.plugins import plugin
 from oodsim.specs.types import (
     label_text,
     non_negative,
@@ -49,7 +50,7 @@ class DatasetSpec(KeyedSpec):
     TAG = "dataset"
     VERSION = "1"
 
-    name: str = attrs.field(validator=registered(_dataset_names))
+    name: str = attrs.field(validator=registered(_dataset_names), metadata=plugin("dataset"))
     max_per_class: int | None = attrs.field(default=None, validator=positive)
     image_size: int | None = attrs.field(default=None, validator=positive)
     root: str | None = attrs.field(default=None, converter=path_string, metadata=no_key())
@@ -145,7 +146,7 @@ class ModelSpec(KeyedSpec):
     TAG = "model"
     VERSION = "1"
 
-    arch: str = attrs.field(default="small_cnn")
+    arch: str = attrs.field(default="small_cnn", metadata=plugin("architecture"))
     dropout: float = attrs.field(default=0.2, validator=unit_interval)
     width: int = attrs.field(default=32, validator=positive)
     params: Params = attrs.field(default=(), converter=param_table, metadata=no_key())

@@ -214,11 +214,5 @@ class OpenSetProtocol(Protocol):
         designed = tuple(design_coord(stream) for stream, _ in spec.seeds.designed_streams())
         return Layout(coords, variables, seed_coords=("class_split", *designed))
 
-    def dataset_names(self, spec: ExperimentSpec) -> list[str]:
-        return [spec.dataset.name] + [o.dataset.name for o in spec.ood if o.dataset is not None]
-
-    def architecture_names(self, spec: ExperimentSpec) -> list[str]:
-        return [spec.model.arch]
-
 
 PROTOCOL = OpenSetProtocol()

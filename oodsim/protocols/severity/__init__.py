@@ -50,13 +50,5 @@ class SeverityProtocol(Protocol):
     def layout(self, spec: SeveritySpec) -> Layout:
         return scoring.layout(spec)
 
-    def dataset_names(self, spec: SeveritySpec) -> list[str]:
-        names = [s.name for _, s in spec.named_sources() if s.kind == "dataset"]
-        names += [m.experiment.dataset.name for m in spec.models if m.experiment is not None]
-        return names
-
-    def architecture_names(self, spec: SeveritySpec) -> list[str]:
-        return [m.experiment.model.arch for m in spec.models if m.experiment is not None]
-
 
 PROTOCOL = SeverityProtocol()

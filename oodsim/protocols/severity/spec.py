@@ -32,6 +32,7 @@ from oodsim.specs import (
 )
 from oodsim.specs.converter import unstructure
 from oodsim.specs.params import is_grid
+from oodsim.specs.plugins import plugin
 from oodsim.specs.types import (
     check_fields,
     located,
@@ -94,7 +95,7 @@ class SourceSpec(KeyedSpec):
     VERSION = "2"
 
     kind: str = attrs.field()
-    name: str = ""
+    name: str = attrs.field(default="", metadata=plugin("dataset"))
     root: str | None = attrs.field(default=None, converter=path_string, metadata=no_key())
     classes: tuple[str | int, ...] = ()
     max_per_class: int | None = attrs.field(default=None, validator=positive)
