@@ -2,7 +2,7 @@
 
 The recipe: ResNet-18 with dropout 0.2 (oodsim's registry), SGD (lr 0.01, momentum 0.9, weight
 decay 5e-4, batch 128, cosine schedule, rotation/scale/flip augmentation, validation loss every
-epoch: ``oodsim.models.training.train``), 10 classes of which 6 are known, samples split
+epoch: ``oodsim.simulation.training.train``), 10 classes of which 6 are known, samples split
 60/20/20, then inference on every subset (``oodsim.models.inference.infer``), as an open set
 simulation does. The data are CIFAR-shaped (3x32x32 uint8) noise from a seeded numpy generator.
 
@@ -48,15 +48,15 @@ import numpy as np
 import torch
 from distributed import Client
 
-from oodsim.data.splits import SUBSETS, make_split
 from oodsim.engine.cluster import NO_HTTP_ROUTES, private_options
 from oodsim.engine.gpu import cuda_cluster, visible_gpus
 from oodsim.engine.work import deterministic_torch
 from oodsim.models.architectures import build_model
 from oodsim.models.inference import infer
 from oodsim.models.tensors import channel_stats
-from oodsim.models.training import train
 from oodsim.seeds import SeedStreams
+from oodsim.simulation.splits import SUBSETS, make_split
+from oodsim.simulation.training import train
 from oodsim.specs import ModelSpec, SplitSpec, TrainingSpec
 
 FULL_POOL = 60_000  # CIFAR-10 train + test

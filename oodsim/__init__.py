@@ -35,6 +35,8 @@ _SUBPACKAGES = (
     "specs",
     "engine",
     "protocols",
+    "zoo",
+    "simulation",
 )
 
 __all__ = ["__version__", *_LAZY, *_SUBPACKAGES]

@@ -31,11 +31,11 @@ import xarray as xr
 import oodsim
 from oodsim.cli import main as cli_main
 from oodsim.data import load_dataset, register_dataset
-from oodsim.data.splits import split_classes
 from oodsim.detectors import register
 from oodsim.protocols.open_set import CHECKPOINT, OUTPUTS, PROTOCOL, class_split_label, entries
 from oodsim.results import store_counts
 from oodsim.seeds import SeedStreams
+from oodsim.simulation.splits import split_classes
 from oodsim.specs import DatasetSpec, DetectorSpec, OODSetSpec
 from oodsim.store import META_DIGEST, QUARANTINE_PREFIX, CorruptEntryWarning, Store
 from oodsim.store.arrays import ARRAYS_ZIP

@@ -16,7 +16,6 @@ from sklearn.metrics import auc, average_precision_score, precision_recall_curve
 import oodsim
 from oodsim.data.imagenet_classes import imagenet1k_wnids, imagenet_o_wnids
 from oodsim.errors import DataNotFoundError, SpecError, UnknownNameError
-from oodsim.models.zoo import ModelRef
 from oodsim.protocols import imagenet_o
 from oodsim.protocols.imagenet_o import PROTOCOL, ImageNetOSpec
 from oodsim.protocols.imagenet_o import scoring as imagenet_o_scoring
@@ -25,6 +24,7 @@ from oodsim.results import save_results, store_counts
 from oodsim.seeds import SeedStreams
 from oodsim.specs import SeedsSpec, StoppingSpec
 from oodsim.store import Store
+from oodsim.zoo import ModelRef
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -70,7 +70,7 @@ def test_training_does_not_import_the_compiler() -> None:
         "from oodsim.data import load_dataset\n"
         "from oodsim.models.architectures import build_model\n"
         "from oodsim.models.tensors import channel_stats\n"
-        "from oodsim.models.training import train\n"
+        "from oodsim.simulation.training import train\n"
         "from oodsim.seeds import SeedStreams\n"
         "from oodsim.specs import TrainingSpec\n"
         "data = load_dataset('digits')\n"

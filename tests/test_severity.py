@@ -9,7 +9,6 @@ from scipy.stats import spearmanr
 from sklearn.metrics import auc, precision_recall_curve, roc_auc_score
 
 from oodsim.errors import SpecError, UnknownNameError
-from oodsim.models.zoo import ModelRef
 from oodsim.protocols.severity import analysis as sa
 from oodsim.protocols.severity import levels as sev
 from oodsim.protocols.severity.scoring import layout
@@ -17,6 +16,7 @@ from oodsim.protocols.severity.spec import PoolSpec, SeveritySpec, SourceSpec
 from oodsim.report.severity import format_level_table, write_severity_report
 from oodsim.results import SeedResult, build
 from oodsim.specs import SeedsSpec
+from oodsim.zoo import ModelRef
 
 
 def test_windows_k25_g5_match_hand_written_starts() -> None:

@@ -18,7 +18,6 @@ import oodsim
 from oodsim.cli.main import main as cli_main
 from oodsim.data.imagenet_classes import filter_ood_classes, imagenet1k_wnids, imagenet21k_wnids
 from oodsim.engine import RunAborted
-from oodsim.models.zoo import ModelRef
 from oodsim.protocols.severity.analysis import level_trend
 from oodsim.protocols.severity.compute import load_model
 from oodsim.protocols.severity.plan import OUTPUTS, checkpoint_key, id_units
@@ -27,6 +26,7 @@ from oodsim.results import open_results, save_results, store_counts
 from oodsim.specs import DetectorSpec, SeedsSpec, StoppingSpec
 from oodsim.stats import estimate
 from oodsim.store import Store
+from oodsim.zoo import ModelRef
 from tests.conftest import ROOT, small_digits
 
 SPEC = ROOT / "specs" / "severity_fashion_mnist.toml"

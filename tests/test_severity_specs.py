@@ -13,9 +13,7 @@ import pytest
 from scipy import stats as sps
 
 import oodsim
-from oodsim.data.ood_sets import noise_images, ood_images
 from oodsim.errors import DataNotFoundError, SpecError, UnknownNameError
-from oodsim.models.zoo import ModelRef, load_model
 from oodsim.protocols.severity import PROTOCOL
 from oodsim.protocols.severity.compute import tasks
 from oodsim.protocols.severity.plan import units
@@ -23,8 +21,10 @@ from oodsim.protocols.severity.reading import severity_spec_from_dict
 from oodsim.protocols.severity.sources import subsample
 from oodsim.protocols.severity.spec import PoolSpec, SeveritySpec, SourceSpec
 from oodsim.seeds import SeedStreams
+from oodsim.simulation.ood_sets import noise_images, ood_images
 from oodsim.specs import OODSetSpec, SeedsSpec, StoppingSpec
 from oodsim.store import Store
+from oodsim.zoo import ModelRef, load_model
 from tests.conftest import ROOT
 
 SPEC = ROOT / "specs" / "severity_fashion_mnist.toml"

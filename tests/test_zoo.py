@@ -8,8 +8,8 @@ import pytest
 import torch
 from PIL import Image
 
+from oodsim import zoo
 from oodsim.errors import DataNotFoundError, SpecError, UnknownNameError
-from oodsim.models import zoo
 
 
 def _gradient(height: int = 150, width: int = 200) -> np.ndarray:

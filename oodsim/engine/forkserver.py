@@ -40,7 +40,7 @@ WORKER_MODULES = (
     "sklearn.datasets",  # the embedded default's data (digits); brings scipy.stats
     "oodsim.engine.cluster",
     "oodsim.engine.work",
-    "oodsim.models.training",
+    "oodsim.simulation.training",
     "oodsim.protocols.open_set",
 )
 

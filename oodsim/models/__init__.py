@@ -1,5 +1,6 @@
 """Classifiers: the architecture registry (:func:`register_architecture`), built-in
-architectures, training and inference. Importing this package does not import torch:
+architectures and inference (training is :mod:`oodsim.simulation.training`, pretrained models
+:mod:`oodsim.zoo`). Importing this package does not import torch:
 :class:`Classifier` and :class:`ContractModel` (torch modules) load on first use."""
 
 from typing import Any

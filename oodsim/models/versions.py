@@ -7,7 +7,7 @@ entry that depends on it is computed again, nothing else.
 
 from __future__ import annotations
 
-#: :mod:`oodsim.models.training` (the recipe): enters checkpoint keys.
+#: :mod:`oodsim.simulation.training` (the recipe): enters checkpoint keys.
 TRAINING = "1"
 #: :mod:`oodsim.models.inference` (logits and features of a checkpoint): enters output keys.
 INFERENCE = "1"

@@ -11,12 +11,11 @@ from pathlib import Path
 import attrs
 import numpy as np
 
+from oodsim import zoo
 from oodsim.data.imagenet_classes import imagenet_o_wnids
 from oodsim.errors import SpecError
 from oodsim.keys import digest
-from oodsim.models import zoo
 from oodsim.models.tensors import device as model_device
-from oodsim.models.zoo import ModelRef
 from oodsim.protocols.base import SeedFailed
 from oodsim.protocols.imagenet_o.folders import (
     id_files,
@@ -27,6 +26,7 @@ from oodsim.protocols.imagenet_o.folders import (
 from oodsim.protocols.imagenet_o.recipe import FILES, LOGITS, LOGITS_VERSION
 from oodsim.protocols.imagenet_o.spec import ImageNetOSpec
 from oodsim.store import Store
+from oodsim.zoo import ModelRef
 
 
 @attrs.frozen(eq=False)

@@ -10,13 +10,13 @@ from typing import Any
 
 import numpy as np
 
+from oodsim import zoo
 from oodsim.data.builtin import IMAGE_SUFFIXES
 from oodsim.data.imagenet_classes import imagenet_o_wnids
 from oodsim.errors import DataNotFoundError, SpecError
-from oodsim.models import zoo
 from oodsim.models.tensors import device as model_device
-from oodsim.models.zoo import ModelRef
 from oodsim.protocols.imagenet_o.recipe import evaluate_logits
+from oodsim.zoo import ModelRef
 
 
 def _image_files(folder: Path) -> list[Path]:

@@ -13,7 +13,6 @@ import attrs
 from oodsim.detectors import get_detector
 from oodsim.errors import SpecError
 from oodsim.keys import no_key
-from oodsim.models.zoo import ModelRef, model_refs
 from oodsim.protocols.imagenet_o.recipe import DEFAULT_METRICS, METRIC_NAMES, STOPPING_REFUSED
 from oodsim.results import NO_SEVERITY
 from oodsim.specs import (
@@ -29,6 +28,7 @@ from oodsim.specs.types import (
     positive,
     spec_class,
 )
+from oodsim.zoo import ModelRef, model_refs
 
 
 @spec_class

@@ -28,7 +28,6 @@ from typing import Any
 import numpy as np
 
 from oodsim.data.registry import dataset_info, load_dataset
-from oodsim.data.splits import make_split, split_classes
 from oodsim.errors import SpecError
 from oodsim.keys import digest
 from oodsim.models.architectures import BUILTINS
@@ -50,6 +49,7 @@ from oodsim.protocols.open_set.keys import (
 from oodsim.protocols.open_set.scoring import score
 from oodsim.protocols.open_set.simulation import SimulationFailed, simulation, trained_model
 from oodsim.results import NO_SEVERITY, Layout, SeedResult, design_coord
+from oodsim.simulation.splits import make_split, split_classes
 from oodsim.specs import ExperimentSpec, spec_from_dict
 from oodsim.store import Store
 

@@ -8,9 +8,7 @@ from typing import Any
 import attrs
 import numpy as np
 
-from oodsim.data.ood_sets import ood_images
 from oodsim.data.registry import ImageData, dataset_info, load_dataset
-from oodsim.data.splits import SUBSETS, OpenSetSplit, make_split
 from oodsim.outputs import Outputs
 from oodsim.protocols.base import SeedFailed
 from oodsim.protocols.open_set.keys import (
@@ -23,6 +21,8 @@ from oodsim.protocols.open_set.keys import (
     outputs_key,
 )
 from oodsim.seeds import TRAINING_STREAMS, SeedStreams
+from oodsim.simulation.ood_sets import ood_images
+from oodsim.simulation.splits import SUBSETS, OpenSetSplit, make_split
 from oodsim.specs import ExperimentSpec, OODSetSpec
 from oodsim.store import Store
 
@@ -113,7 +113,7 @@ class Simulation:
     def _train(self) -> None:
         # imports torch: only when a model is built, trained or run
         from oodsim.models.tensors import channel_stats
-        from oodsim.models.training import TrainingDiverged, train
+        from oodsim.simulation.training import TrainingDiverged, train
 
         split, data = self.split, self.data
         labels = split.known_labels(data.labels)

@@ -21,15 +21,6 @@ import torch
 from oodsim.detectors import NonFiniteKappaError, confidence
 from oodsim.keys import digest
 from oodsim.models.tensors import device as model_device
-from oodsim.models.zoo import (
-    LoadedModel,
-    ModelRef,
-    Preprocessing,
-    array_batches,
-    file_batches,
-    infer_tensors,
-)
-from oodsim.models.zoo import load_model as load_zoo_model
 from oodsim.outputs import Outputs
 from oodsim.protocols import open_set
 from oodsim.protocols.base import SeedFailed, Task, stored
@@ -51,6 +42,15 @@ from oodsim.protocols.severity.sources import (
 )
 from oodsim.protocols.severity.spec import SeveritySpec
 from oodsim.store import Store
+from oodsim.zoo import (
+    LoadedModel,
+    ModelRef,
+    Preprocessing,
+    array_batches,
+    file_batches,
+    infer_tensors,
+)
+from oodsim.zoo import load_model as load_zoo_model
 
 
 def tasks(spec: SeveritySpec, seed: int) -> list[Task]:

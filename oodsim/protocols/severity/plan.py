@@ -24,17 +24,10 @@ from typing import Any
 
 import attrs
 
-from oodsim.data.splits import split_classes
+from oodsim import zoo
 from oodsim.errors import SpecError
 from oodsim.keys import digest
-from oodsim.models import versions, zoo
-from oodsim.models.zoo import (
-    ModelRef,
-    find_timm_weights,
-    find_torchvision_weights,
-    missing_weights,
-    split_name,
-)
+from oodsim.models import versions
 from oodsim.protocols import open_set
 from oodsim.protocols.base import Task
 from oodsim.protocols.severity.sources import VERSION, n_shards, pick_classes, trained_data
@@ -46,8 +39,16 @@ from oodsim.protocols.severity.spec import (
     detector_info,
 )
 from oodsim.seeds import SeedStreams
+from oodsim.simulation.splits import split_classes
 from oodsim.specs import DetectorSpec, ExperimentSpec
 from oodsim.store import Store
+from oodsim.zoo import (
+    ModelRef,
+    find_timm_weights,
+    find_torchvision_weights,
+    missing_weights,
+    split_name,
+)
 
 OUTPUTS = "severity_outputs"
 KAPPA = "severity_kappa"

@@ -20,7 +20,6 @@ import attrs
 import numpy as np
 
 from oodsim.detectors import confidence
-from oodsim.models.zoo import ModelRef
 from oodsim.outputs import Outputs
 from oodsim.protocols import open_set
 from oodsim.protocols.base import checked_kappa, stored
@@ -42,6 +41,7 @@ from oodsim.protocols.severity.spec import PoolSpec, SeveritySpec, detector_info
 from oodsim.results import Layout, SeedResult
 from oodsim.seeds import SeedStreams
 from oodsim.store import Store
+from oodsim.zoo import ModelRef
 
 #: per-seed variables besides ``score``, with their dims after the leading ones
 VARIABLES: dict[str, tuple[str, ...]] = {

@@ -20,13 +20,13 @@ import numpy as np
 
 from oodsim.data.builtin import IMAGE_SUFFIXES
 from oodsim.data.imagenet_classes import filter_ood_classes, imagenet1k_wnids
-from oodsim.data.ood_sets import noise_images
 from oodsim.data.registry import ImageData, load_dataset
 from oodsim.errors import DataNotFoundError, SpecError, UnknownNameError
 from oodsim.keys import digest
-from oodsim.models.zoo import ModelRef
 from oodsim.protocols.severity.spec import SourceSpec
 from oodsim.seeds import SeedStreams
+from oodsim.simulation.ood_sets import noise_images
+from oodsim.zoo import ModelRef
 
 # bump when source sampling or the stored arrays change: it enters the sampling streams here
 # and the output keys (plan.outputs_key)
@@ -203,7 +203,8 @@ def _folder_items(
 def source_noise(
     source: SourceSpec, shape: tuple[int, int, int], rng: np.random.Generator
 ) -> np.ndarray:
-    """A noise source's ``n_samples`` uint8 images (:func:`oodsim.data.ood_sets.noise_images`)."""
+    """A noise source's ``n_samples`` uint8 images
+    (:func:`oodsim.simulation.ood_sets.noise_images`)."""
     return noise_images(
         source.kind,
         source.n_samples,
@@ -224,7 +225,7 @@ def source_items(
     shard: int | None = None,
     noise: np.random.Generator | None = None,
 ) -> SourceItems:
-    """The samples of a source for a loaded model (:class:`~oodsim.models.zoo.LoadedModel`).
+    """The samples of a source for a loaded model (:class:`~oodsim.zoo.LoadedModel`).
 
     ``split`` sources need the ``trained`` model's ``ref`` (its experiment names the data);
     noise sources the seed's generator ``noise`` (:func:`noise_rng`).

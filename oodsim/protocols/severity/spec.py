@@ -18,12 +18,11 @@ import attrs
 
 from oodsim import limits
 from oodsim.data.fingerprint import fingerprint
-from oodsim.data.ood_sets import NOISE_KINDS
 from oodsim.data.registry import DATASETS, data_fingerprint
 from oodsim.detectors import Detector, get_detector
 from oodsim.errors import DataNotFoundError, SpecError, UnknownNameError
 from oodsim.keys import no_key
-from oodsim.models.zoo import ModelRef, model_refs
+from oodsim.simulation.ood_sets import NOISE_KINDS
 from oodsim.specs import (
     DetectorSpec,
     KeyedSpec,
@@ -42,6 +41,7 @@ from oodsim.specs.types import (
     spec_class,
     spec_error,
 )
+from oodsim.zoo import ModelRef, model_refs
 
 SOURCE_KINDS = ("split", "dataset", "image_folder", *NOISE_KINDS)
 

@@ -12,11 +12,11 @@ import torch.nn.functional as F
 
 from oodsim.errors import OodsimError
 from oodsim.heartbeat import beat
-from oodsim.models.augment import augment_batch
 from oodsim.models.classifier import Classifier
 from oodsim.models.optimizer import SGD, cosine_lr
 from oodsim.models.tensors import to_tensor
 from oodsim.seeds import SeedStreams
+from oodsim.simulation.augment import augment_batch
 from oodsim.specs import TrainingSpec
 
 

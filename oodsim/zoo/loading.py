@@ -14,13 +14,13 @@ from torch import nn
 
 from oodsim.data.imagenet_classes import imagenet1k_wnids
 from oodsim.errors import DataNotFoundError, SpecError
-from oodsim.models.zoo.names import ModelRef, split_name
-from oodsim.models.zoo.preprocessing import (
+from oodsim.zoo.names import ModelRef, split_name
+from oodsim.zoo.preprocessing import (
     Preprocessing,
     timm_preprocessing,
     torchvision_preprocessing,
 )
-from oodsim.models.zoo.weights import (
+from oodsim.zoo.weights import (
     find_timm_weights,
     find_torchvision_weights,
     missing_weights,

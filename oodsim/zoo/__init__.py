@@ -21,7 +21,7 @@ weights), :mod:`.preprocessing` (each model's preprocessing, batches) and :mod:`
 (:func:`load_model`).
 """
 
-from oodsim.models.zoo.loading import (
+from oodsim.zoo.loading import (
     LoadedModel,
     SplitHead,
     TimmFeatures,
@@ -29,7 +29,7 @@ from oodsim.models.zoo.loading import (
     load_model,
     split_final_linear,
 )
-from oodsim.models.zoo.names import (
+from oodsim.zoo.names import (
     PREFIXES,
     VERSION,
     ModelRef,
@@ -39,14 +39,14 @@ from oodsim.models.zoo.names import (
     split_name,
     weights_identity,
 )
-from oodsim.models.zoo.preprocessing import (
+from oodsim.zoo.preprocessing import (
     INTERPOLATIONS,
     Preprocessing,
     array_batches,
     file_batches,
     infer_tensors,
 )
-from oodsim.models.zoo.weights import (
+from oodsim.zoo.weights import (
     find_timm_weights,
     find_torchvision_weights,
     hf_cache_dir,

@@ -13,10 +13,10 @@ import numpy as np
 import torch
 from torch import nn
 
-from oodsim.data.ood_sets import conform
 from oodsim.errors import DataNotFoundError
 from oodsim.models.inference import infer_batches
 from oodsim.models.tensors import to_tensor
+from oodsim.simulation.ood_sets import conform
 
 INTERPOLATIONS = ("nearest", "bilinear", "bicubic")
 
@@ -27,7 +27,7 @@ class Preprocessing:
 
     ``kind="resize_crop"`` (zoo models): resize (an int = shorter side, keeping the aspect
     ratio; a pair = exact size), centre-crop to ``crop_size``, scale to [0, 1], normalize.
-    ``kind="conform"`` (open set CNNs): :func:`oodsim.data.ood_sets.conform` to the training
+    ``kind="conform"`` (open set CNNs): :func:`oodsim.simulation.ood_sets.conform` to the training
     shape (bilinear, gray ↔ RGB), then the training normalization. ``pil_transform`` is the
     library's own PIL pipeline, used for image files so they match its evaluation exactly.
     """

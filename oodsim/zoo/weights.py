@@ -12,7 +12,7 @@ from typing import Any
 import torch
 
 from oodsim.errors import DataNotFoundError, SpecError
-from oodsim.models.zoo.names import torchvision_weights_enum
+from oodsim.zoo.names import torchvision_weights_enum
 
 
 def hf_cache_dir() -> Path:
