@@ -235,3 +235,20 @@ def test_a_driver_validates_preflights_and_plans_the_main_job_without_torch(
         check=True,
     )
     assert done.stdout.splitlines()[-1] == "[]"
+
+
+def test_protocols_never_import_each_other() -> None:
+    """What two protocols share (the open set entries the severity protocol reads for its
+    ``trained`` models) is :mod:`oodsim.artifacts`, not the other protocol's package."""
+    modules = _modules()
+    builtins = ("open_set", "severity", "imagenet_o")
+    crossings = []
+    for name, path in modules.items():
+        own = next((p for p in builtins if name.startswith(f"oodsim.protocols.{p}")), None)
+        if own is None:
+            continue
+        for target in _imports(name, path, modules):
+            other = next((p for p in builtins if target.startswith(f"oodsim.protocols.{p}")), own)
+            if other != own:
+                crossings.append((name, target))
+    assert crossings == []

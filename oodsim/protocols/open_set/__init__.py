@@ -13,28 +13,20 @@ computes only what is missing:
 Scoring (:meth:`OpenSetProtocol.score`) reads these entries; logit/feature detectors are cheap
 and never cached, so adding one to a finished experiment reads the cached arrays only.
 
-The modules follow the flow: :mod:`.keys` (the entries of a seed and their keys),
-:mod:`.simulation` (split, model, outputs on a worker), :mod:`.kappa` (model-based κ, tuned
-parameters), :mod:`.compute` (the task) and :mod:`.scoring` (a seed from the store).
+The entries and the task that fills them are :mod:`oodsim.artifacts` (the severity protocol
+plans the same ones for its ``trained`` models); :mod:`.scoring` scores a seed from them.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from functools import partial
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from oodsim.data.registry import dataset_info, load_dataset
-from oodsim.errors import SpecError
-from oodsim.keys import digest
-from oodsim.models.architectures import BUILTINS
-from oodsim.protocols.base import Protocol, Task
-from oodsim.protocols.degenerate import PREFIX as DEGENERATE
-from oodsim.protocols.open_set.compute import compute_seed
-from oodsim.protocols.open_set.keys import (
+from oodsim.artifacts.compute import compute_seed, simulation_task
+from oodsim.artifacts.keys import (
     CHECKPOINT,
     HELD_OUT,
     KAPPA,
@@ -46,8 +38,13 @@ from oodsim.protocols.open_set.keys import (
     ood_outputs_key,
     outputs_key,
 )
+from oodsim.artifacts.simulation import SimulationFailed, simulation, trained_model
+from oodsim.data.registry import dataset_info, load_dataset
+from oodsim.errors import SpecError
+from oodsim.models.architectures import BUILTINS
+from oodsim.protocols.base import Protocol, Task
+from oodsim.protocols.degenerate import PREFIX as DEGENERATE
 from oodsim.protocols.open_set.scoring import score
-from oodsim.protocols.open_set.simulation import SimulationFailed, simulation, trained_model
 from oodsim.results import NO_SEVERITY, Layout, SeedResult, design_coord
 from oodsim.simulation.splits import make_split, split_classes
 from oodsim.specs import ExperimentSpec, spec_from_dict
@@ -164,16 +161,7 @@ class OpenSetProtocol(Protocol):
         store.ensure_writable()
 
     def plan(self, spec: ExperimentSpec, seed: int) -> list[Task]:
-        needed = entries(spec, seed)
-        return [
-            Task(
-                key=digest("simulation", "1", {"spec": spec.key, "seed": seed}),
-                entries=tuple(needed),
-                compute=partial(compute_seed, spec, seed),
-                verify=(needed[0],),  # the checkpoint: scoring never reads it
-                label=f"simulation {seed}",
-            )
-        ]
+        return [simulation_task(spec, seed)]
 
     def score(self, spec: ExperimentSpec, seed: int, store: Store) -> SeedResult:
         sim = simulation(spec, seed, store)

@@ -9,11 +9,11 @@ from typing import Any
 import attrs
 import numpy as np
 
+from oodsim.artifacts.kappa import Prepared
+from oodsim.artifacts.simulation import Simulation, SimulationFailed
 from oodsim.metrics import NonFiniteScoreError, evaluate
 from oodsim.protocols.base import checked_kappa
 from oodsim.protocols.degenerate import degenerate_reason
-from oodsim.protocols.open_set.kappa import Prepared
-from oodsim.protocols.open_set.simulation import Simulation, SimulationFailed
 from oodsim.specs import ExperimentSpec
 
 

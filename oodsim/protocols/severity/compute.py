@@ -18,11 +18,11 @@ import attrs
 import numpy as np
 import torch
 
+from oodsim.artifacts.simulation import trained_model
 from oodsim.detectors import NonFiniteKappaError, confidence
 from oodsim.keys import digest
 from oodsim.models.tensors import device as model_device
 from oodsim.outputs import Outputs
-from oodsim.protocols import open_set
 from oodsim.protocols.base import SeedFailed, Task, stored
 from oodsim.protocols.severity.plan import (
     KAPPA,
@@ -84,7 +84,7 @@ def load_model(ref: ModelRef, seed: int | None, store: Store) -> LoadedModel:
     if ref.prefix != "trained":
         return load_zoo_model(ref)
     assert ref.experiment is not None and seed is not None
-    model, mean, std, split = open_set.trained_model(ref.experiment, seed, store)
+    model, mean, std, split = trained_model(ref.experiment, seed, store)
     shape = trained_data(ref).shape
     preprocessing = Preprocessing(
         kind="conform", crop_size=shape[:2], mean=mean, std=std, channels=shape[2]

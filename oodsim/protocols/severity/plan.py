@@ -4,7 +4,7 @@ scoring finds them; and the checks that run before any compute (:func:`preflight
 Per seed and model:
 
 - a ``trained`` model: the open set task that trains its checkpoint and infers its split
-  (``checkpoint`` and ``outputs`` entries of :mod:`oodsim.protocols.open_set`, shared with open
+  (``checkpoint`` and ``outputs`` entries of :mod:`oodsim.artifacts`, shared with open
   set runs of the same experiment); ``split`` sources read that ``outputs`` entry;
 - per other (source[, class shard]) one :class:`Unit`: its ``severity_outputs`` entry (logits,
   features, labels) and the ``severity_kappa`` entries of model-based κ (ODIN, MC dropout).
@@ -25,10 +25,11 @@ from typing import Any
 import attrs
 
 from oodsim import zoo
+from oodsim.artifacts import keys as artifact_keys
+from oodsim.artifacts.compute import simulation_task
 from oodsim.errors import SpecError
 from oodsim.keys import digest
 from oodsim.models import versions
-from oodsim.protocols import open_set
 from oodsim.protocols.base import Task
 from oodsim.protocols.severity.sources import VERSION, n_shards, pick_classes, trained_data
 from oodsim.protocols.severity.spec import (
@@ -142,14 +143,14 @@ def checkpoint_key(ref: ModelRef, seed: int) -> str:
     """The open set checkpoint key of a ``trained`` model in ``seed``."""
     experiment = experiment_of(ref)
     streams = experiment.seeds.streams(model_seed(ref, seed) or 0)
-    return open_set.checkpoint_key(experiment, streams)
+    return artifact_keys.checkpoint_key(experiment, streams)
 
 
 def training_task(ref: ModelRef, seed: int) -> Task:
     """The open set task that trains a ``trained`` model and infers its split."""
     own_seed = model_seed(ref, seed)
     assert own_seed is not None
-    (task,) = open_set.PROTOCOL.plan(training_spec(ref), own_seed)
+    task = simulation_task(training_spec(ref), own_seed)
     return attrs.evolve(task, label=f"train {ref.label} (seed {own_seed})")
 
 
@@ -222,7 +223,9 @@ def source_units(
     streams = streams_of(spec, seed)
     if source.kind == "split":
         part = Part(
-            open_set.OUTPUTS, open_set.outputs_key(checkpoint_key(ref, seed)), source.subset
+            artifact_keys.OUTPUTS,
+            artifact_keys.outputs_key(checkpoint_key(ref, seed)),
+            source.subset,
         )
         parts = [(part, None)]
     else:

@@ -19,9 +19,9 @@ from typing import Any
 import attrs
 import numpy as np
 
+from oodsim.artifacts import keys as artifact_keys
 from oodsim.detectors import confidence
 from oodsim.outputs import Outputs
-from oodsim.protocols import open_set
 from oodsim.protocols.base import checked_kappa, stored
 from oodsim.protocols.degenerate import PREFIX as DEGENERATE
 from oodsim.protocols.degenerate import degenerate_reason
@@ -318,7 +318,7 @@ def _degenerate(ref: ModelRef, seed: int, store: Store) -> tuple[str, bool]:
     if ref.prefix != "trained":
         return "", True
     experiment = plan.experiment_of(ref)
-    entry = (open_set.OUTPUTS, open_set.outputs_key(plan.checkpoint_key(ref, seed)))
+    entry = (artifact_keys.OUTPUTS, artifact_keys.outputs_key(plan.checkpoint_key(ref, seed)))
     arrays = stored(store, *entry, f"outputs of model {ref.label} in seed {seed}").arrays
     reason = degenerate_reason(
         arrays["in_val.logits"].argmax(axis=1),

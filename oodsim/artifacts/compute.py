@@ -1,13 +1,16 @@
-"""The engine's task of one simulation (:func:`compute_seed`), run on a Dask worker."""
+"""The engine's task of one simulation (:func:`simulation_task`, running :func:`compute_seed` on
+a Dask worker): what the open set protocol plans for each seed, and the severity protocol for
+each ``trained`` model it reads."""
 
 from __future__ import annotations
 
 from functools import partial
 
-from oodsim.protocols.base import checked_kappa
-from oodsim.protocols.open_set.kappa import Prepared
-from oodsim.protocols.open_set.keys import CHECKPOINT, HELD_OUT, KAPPA, entries, needs_model
-from oodsim.protocols.open_set.simulation import simulation
+from oodsim.artifacts.kappa import Prepared
+from oodsim.artifacts.keys import CHECKPOINT, HELD_OUT, KAPPA, entries, needs_model
+from oodsim.artifacts.simulation import simulation
+from oodsim.keys import digest
+from oodsim.protocols.base import Task, checked_kappa
 from oodsim.specs import ExperimentSpec
 from oodsim.store import Store
 
@@ -29,3 +32,16 @@ def compute_seed(spec: ExperimentSpec, seed: int, store: Store) -> None:
         prepared = Prepared.load(spec, sim)
         for detector in model_based:
             checked_kappa(detector.label, sim.seed, partial(prepared.kappa, sim, detector))
+
+
+def simulation_task(spec: ExperimentSpec, seed: int) -> Task:
+    """The one task that fills every entry of simulation ``seed`` of ``spec`` (the checkpoint
+    is verified before the task counts as done: scoring never reads it)."""
+    needed = entries(spec, seed)
+    return Task(
+        key=digest("simulation", "1", {"spec": spec.key, "seed": seed}),
+        entries=tuple(needed),
+        compute=partial(compute_seed, spec, seed),
+        verify=(needed[0],),
+        label=f"simulation {seed}",
+    )

@@ -8,10 +8,7 @@ from typing import Any
 import attrs
 import numpy as np
 
-from oodsim.data.registry import ImageData, dataset_info, load_dataset
-from oodsim.outputs import Outputs
-from oodsim.protocols.base import SeedFailed
-from oodsim.protocols.open_set.keys import (
+from oodsim.artifacts.keys import (
     CHECKPOINT,
     OOD_OUTPUTS,
     OUTPUTS,
@@ -20,6 +17,9 @@ from oodsim.protocols.open_set.keys import (
     ood_outputs_key,
     outputs_key,
 )
+from oodsim.data.registry import ImageData, dataset_info, load_dataset
+from oodsim.outputs import Outputs
+from oodsim.protocols.base import SeedFailed
 from oodsim.seeds import TRAINING_STREAMS, SeedStreams
 from oodsim.simulation.ood_sets import ood_images
 from oodsim.simulation.splits import SUBSETS, OpenSetSplit, make_split

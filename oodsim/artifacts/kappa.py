@@ -12,10 +12,7 @@ from typing import Any
 import attrs
 import numpy as np
 
-from oodsim.detectors import confidence, get_detector
-from oodsim.outputs import Outputs
-from oodsim.protocols.base import stored
-from oodsim.protocols.open_set.keys import (
+from oodsim.artifacts.keys import (
     KAPPA,
     OUTPUTS,
     EvalSet,
@@ -23,7 +20,10 @@ from oodsim.protocols.open_set.keys import (
     kappa_key,
     outputs_key,
 )
-from oodsim.protocols.open_set.simulation import Simulation, SimulationFailed, subset_outputs
+from oodsim.artifacts.simulation import Simulation, SimulationFailed, subset_outputs
+from oodsim.detectors import confidence, get_detector
+from oodsim.outputs import Outputs
+from oodsim.protocols.base import stored
 from oodsim.protocols.tuning import choose
 from oodsim.specs import DetectorSpec, ExperimentSpec
 from oodsim.specs.params import is_grid

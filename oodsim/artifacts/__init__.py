@@ -1,0 +1,12 @@
+"""Model artifacts: the store entries of a classifier an open set spec trains.
+
+One simulation stores its ``checkpoint`` (trained weights and input normalization), the
+``outputs`` of every subset of its split, the ``ood_outputs`` of each extra OOD set and the
+``kappa`` of each model-based detector (ODIN, MC dropout). The open set protocol plans them
+per seed and scores from them; the severity protocol plans and reads them for its ``trained``
+models. Protocols import this package, never each other.
+
+The modules follow the flow: :mod:`.keys` (the entries of a seed and their keys),
+:mod:`.simulation` (split, model, outputs on a worker), :mod:`.kappa` (model-based κ, tuned
+parameters) and :mod:`.compute` (the engine's task of one simulation).
+"""
