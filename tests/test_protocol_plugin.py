@@ -11,6 +11,7 @@ from pathlib import Path
 import attrs
 import numpy as np
 import pytest
+import xarray as xr
 from scipy.special import softmax
 from sklearn.metrics import roc_auc_score
 
@@ -23,6 +24,7 @@ from oodsim.keys import digest
 from oodsim.metrics import evaluate
 from oodsim.protocols import available, get_protocol, register_protocol
 from oodsim.protocols.base import Protocol, Task, checked_kappa, stored
+from oodsim.report import register_report, report_hooks
 from oodsim.results import NO_SEVERITY, Layout, SeedResult, store_counts
 from oodsim.specs import RunSpec, SeedsSpec
 from oodsim.specs.types import positive, spec_class
@@ -85,6 +87,17 @@ class NearestMeanProtocol(Protocol):
             "severity": [NO_SEVERITY],
         }
         return Layout(coords, {"score": ("method", "metric", "severity")})
+
+
+def _table(results, metric: str) -> str:
+    """This protocol's own table in ``oodsim run``: each method's mean over the seeds."""
+    means = results.score.sel(metric=metric).mean("seed")
+    rows = [f"{m}: {float(means.sel({'method': m}).squeeze()):.3f}" for m in results.method.values]
+    return "\n".join(["nearest-mean means", *rows])
+
+
+# on import, as a package's module would: the CLI test below imports it through the entry point
+register_report(NAME, table=_table, replace=True)
 
 
 @pytest.fixture
@@ -193,7 +206,16 @@ def test_an_installed_protocol_is_found_by_its_entry_point_and_runs_from_the_cli
     env = {"PYTHONPATH": f"{site}:{ROOT}", "PATH": "/usr/bin:/bin", "HOME": str(tmp_path)}
     done = subprocess.run(command, capture_output=True, text=True, env=env, timeout=300)
     assert done.returncode == 0, done.stderr
-    assert "3 seeds" in done.stdout and "max_logit" in done.stdout
+    assert "3 seeds" in done.stdout and "nearest-mean means" in done.stdout
     results = oodsim.open_results(tmp_path / "out.zarr")
     assert results.attrs["protocol"] == NAME and results.sizes["seed"] == 3
     assert np.isfinite(results.score.values).all()
+    assert _table(results, "auroc") in done.stdout  # the protocol's table, with these numbers
+
+
+def test_report_hooks_are_found_by_the_results_protocol() -> None:
+    assert report_hooks(xr.Dataset(attrs={"protocol": NAME})).table is _table
+    assert report_hooks(xr.Dataset(attrs={"protocol": "imagenet_o"})).compares_methods is False
+    assert report_hooks(xr.Dataset(attrs={"protocol": "no_such"})).compares_methods is True
+    with pytest.raises(ValueError, match="already have report hooks"):
+        register_report("severity")

@@ -67,7 +67,7 @@ def add_run_options(command: argparse.ArgumentParser) -> None:
 def cmd_run(args: argparse.Namespace) -> int:
     # loaded by the command that needs it, so `oodsim --help` stays fast
     from oodsim.engine import load, run
-    from oodsim.report import check_report_folder, format_summary_table, write_report
+    from oodsim.report import check_report_folder, report_hooks, write_report
     from oodsim.store import default_results, default_root
 
     address, cluster = _cluster_options(args.address, args.cluster)
@@ -94,22 +94,10 @@ def cmd_run(args: argparse.Namespace) -> int:
         overwrite=args.overwrite,
     )
     seconds = time.perf_counter() - started
-    protocol = results.attrs["protocol"]
-    if protocol == "severity":
-        # severity results only
-        from oodsim.report.severity import format_level_table
-
-        print(format_level_table(results, metric))
-    elif protocol == "imagenet_o":
-        # ImageNet-O seeds resample one fixed test set: the full set's score, and the
-        # percentile interval of the replicates, labelled as test-set sampling
-        from oodsim.report.tables import bootstrap_table
-
-        print(bootstrap_table(results))
-    else:
-        print(format_summary_table(results))
+    hooks = report_hooks(results)  # the protocol's table, and whether seeds compare methods
+    print(hooks.table(results, metric))
     print_failures(results, metric)
-    if protocol != "imagenet_o":  # a win over bootstrap replicates of one test set means little
+    if hooks.compares_methods:  # not over bootstrap replicates of one test set (ImageNet-O)
         print_win_probabilities(results, metric)
         print_variance_sources(results, metric)
     if args.report:

@@ -7,8 +7,9 @@ Every protocol's results (seed × method × metric × severity) get the same rep
 :mod:`oodsim.report.tables` (:func:`format_summary_table`), the paired comparisons and power
 of :mod:`oodsim.report.comparisons`, the variance by source of :mod:`oodsim.report.sources` and
 what was run (:mod:`oodsim.report.provenance`). :mod:`oodsim.report.severity` adds the
-per-level views of severity results. :mod:`oodsim.report.figures` holds what every plot shares:
-one style per method, a shade of its family's colour (:func:`method_styles`,
+per-level views of severity results, through the hooks of :mod:`oodsim.report.hooks` (where a
+registered protocol may give its own table and files). :mod:`oodsim.report.figures` holds
+what every plot shares: one style per method, a shade of its family's colour (:func:`method_styles`,
 :func:`method_family`), panel grids with one legend outside the axes, titles that fit.
 """
 
@@ -21,6 +22,7 @@ from oodsim.report.folder import (
     check_report_folder,
     report_folder,
 )
+from oodsim.report.hooks import ReportHooks, register_report, report_hooks
 from oodsim.report.plots import plot_distributions, plot_forest, plot_running_mean
 from oodsim.report.sources import plot_variance_sources
 from oodsim.report.summary import write_report
@@ -29,6 +31,7 @@ from oodsim.report.tables import format_summary_table
 __all__ = [
     "REPORT_MARKER",
     "ReportFolderError",
+    "ReportHooks",
     "check_report_folder",
     "format_summary_table",
     "method_family",
@@ -40,6 +43,8 @@ __all__ = [
     "plot_running_mean",
     "plot_variance_sources",
     "plot_win_probability",
+    "register_report",
     "report_folder",
+    "report_hooks",
     "write_report",
 ]

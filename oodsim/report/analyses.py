@@ -9,6 +9,7 @@ import numpy as np
 import xarray as xr
 
 from oodsim.report._common import n_scored
+from oodsim.report.hooks import report_hooks
 from oodsim.report.sources import has_design
 from oodsim.report.tables import (
     win_intervals,
@@ -67,6 +68,7 @@ def run_analyses(results: xr.Dataset | xr.DataArray, opts: ReportOptions) -> Ana
 
 
 def resamples_one_test_set(results: xr.Dataset | xr.DataArray) -> bool:
-    """Whether the seeds of ``results`` resample one fixed test set (ImageNet-O), so that a
-    mean over seeds and comparisons over seeds say nothing about training randomness."""
-    return results.attrs.get("protocol") == "imagenet_o"
+    """Whether the seeds of ``results`` do not compare methods: they resample one fixed test
+    set (ImageNet-O), so that a mean over seeds and comparisons over seeds say nothing about
+    training randomness (the protocol's :class:`~oodsim.report.hooks.ReportHooks`)."""
+    return not report_hooks(results).compares_methods

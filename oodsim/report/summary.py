@@ -25,6 +25,7 @@ from oodsim.report.comparisons import (
 )
 from oodsim.report.decisions import plot_win_probability
 from oodsim.report.folder import claim, finish, marker_for, write_file
+from oodsim.report.hooks import report_hooks
 from oodsim.report.plots import plot_distributions, plot_forest, plot_running_mean
 from oodsim.report.sources import plot_variance_sources
 from oodsim.report.summary_text import summary_text
@@ -178,15 +179,11 @@ def write_report(
         lines += [f"![{p.stem}]({p.name})" for p in written]
     else:
         lines.append(NO_FIGURES)
-    if isinstance(results, xr.Dataset) and results.attrs.get("protocol") == "severity":
-        from oodsim.report.severity import write_severity_files  # severity results only
-
-        severity = write_severity_files(
-            results, out / "severity", metric=metric or "auroc", figures=figures
-        )
-        written += severity
-        lines += ["", "## Severity levels", ""]
-        lines.append(f"See [{severity[-1].name}](severity/{severity[-1].name}).")
+    files = report_hooks(results).files  # the protocol's own files (severity's levels)
+    if isinstance(results, xr.Dataset) and files is not None:
+        extra, extra_lines = files(results, out, metric or "auroc", figures)
+        written += extra
+        lines += extra_lines
     text = "\n".join(lines) + "\n"
     path = write_file(out / "summary.md", lambda tmp: tmp.write_text(text, encoding="utf-8"))
     finish(out, marker, [*written, path], previous)
