@@ -252,3 +252,30 @@ def test_protocols_never_import_each_other() -> None:
             if other != own:
                 crossings.append((name, target))
     assert crossings == []
+
+
+def test_a_worker_that_only_unpickles_a_task_knows_the_built_in_registries(
+    tmp_path: Path,
+) -> None:
+    """A worker started with the dask CLI or by a batch job imports nothing of oodsim until it
+    unpickles a task; the simulation task's module must bring the built-in architectures and
+    datasets with it (it once lost ``small_cnn`` when the task moved out of the open set
+    package, whose import used to register them by chance)."""
+    import pickle
+
+    from oodsim.artifacts.compute import simulation_task
+    from oodsim.specs import load_spec
+
+    task = simulation_task(load_spec(ROOT / "specs" / "digits.toml"), 0)
+    (tmp_path / "task.pkl").write_bytes(pickle.dumps(task.compute))
+    script = (
+        "import pickle, sys\n"
+        f"compute = pickle.loads(open({str(tmp_path / 'task.pkl')!r}, 'rb').read())\n"
+        "from oodsim.artifacts.keys import entries\n"
+        "from oodsim.data.registry import dataset_info\n"
+        "spec, seed = compute.args\n"
+        "print(len(entries(spec, seed)), dataset_info(spec.dataset.name).name)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, cwd=ROOT)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.split() == [str(len(task.entries)), "digits"]

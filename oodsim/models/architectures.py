@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from oodsim.models import torch_attribute
+from oodsim.models.lazy import torch_attribute
 from oodsim.models.registry import (
     BUILTINS,
     TIMM_PREFIX,
