@@ -124,8 +124,12 @@ def protocol_of(spec: Any) -> Protocol:
     for protocol in [*_USER.values(), *_LOADED.values()]:
         if isinstance(spec, protocol.spec_type):
             return protocol
-    for name in [*BUILTINS, *_entry_points()]:
+    for name in BUILTINS:
         protocol = get_protocol(name)
+        if isinstance(spec, protocol.spec_type):
+            return protocol
+    for name, ep in _entry_points().items():  # read only when no other protocol matches
+        protocol = _load(name, ep)
         if isinstance(spec, protocol.spec_type):
             return protocol
     raise TypeError(
