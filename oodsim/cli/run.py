@@ -67,7 +67,6 @@ def add_run_options(command: argparse.ArgumentParser) -> None:
 def cmd_run(args: argparse.Namespace) -> int:
     # loaded by the command that needs it, so `oodsim --help` stays fast
     from oodsim.engine import load, run
-    from oodsim.report import check_report_folder, report_hooks, write_report
     from oodsim.store import default_results, default_root
 
     address, cluster = _cluster_options(args.address, args.cluster)
@@ -78,6 +77,10 @@ def cmd_run(args: argparse.Namespace) -> int:
     new_cache = " (a new cache: it was empty)" if not cache.exists() else ""
     out = Path(args.out) if args.out else default_results(spec.name, near)
     if args.report:  # refused before any compute, not after it
+        # the report package (0.3 s of imports) loads here or after the run: a cached
+        # rerun starts scoring without it
+        from oodsim.report import check_report_folder
+
         check_report_folder(args.report, spec, overwrite=args.overwrite, results=out)
     if not args.quiet:
         print(_opening_line(spec, cache, out), flush=True)  # stderr: errors and progress
@@ -94,6 +97,9 @@ def cmd_run(args: argparse.Namespace) -> int:
         overwrite=args.overwrite,
     )
     seconds = time.perf_counter() - started
+    # after the run: tables and the report
+    from oodsim.report import report_hooks, write_report
+
     hooks = report_hooks(results)  # the protocol's table, and whether seeds compare methods
     print(hooks.table(results, metric))
     print_failures(results, metric)
