@@ -166,7 +166,8 @@ def score_seed(
     protocol = get_protocol(protocol_name)
     failure = first_failure([u[0] for u in upstream])
     if not failure:
-        _prepare(shipped, torch_threads)
+        if torch_threads:
+            deterministic_torch(torch_threads)
         try:
             with working_on(f"seed {seed}: scoring"):
                 result = protocol.score(spec, seed, store)

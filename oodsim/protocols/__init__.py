@@ -104,7 +104,7 @@ def _load(name: str, ep: EntryPoint) -> Protocol:
 
 def available() -> list[str]:
     """Names of every protocol: built-in, registered here and installed."""
-    return [*BUILTINS, *sorted((set(_USER) | set(_entry_points())) - set(BUILTINS))]
+    return [*BUILTINS, *sorted(set(_USER) | set(_entry_points()))]
 
 
 def get_protocol(name: str) -> Protocol:

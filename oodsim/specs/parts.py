@@ -36,8 +36,8 @@ def _dataset_names() -> list[str]:
 
 
 def _architecture_names() -> list[str]:
-    # the built-ins register on import (no torch): only when an architecture is checked
-    import oodsim.models.architectures  # noqa: F401
+    # specs sit below the registries they validate against (importing it registers the
+    # built-ins, without torch)
     from oodsim.models.registry import available_architectures
 
     return available_architectures()
@@ -153,8 +153,7 @@ class ModelSpec(KeyedSpec):
 
     @arch.validator
     def _check_arch(self, attribute: attrs.Attribute, value: str) -> None:
-        # the built-ins register on import (no torch): only when an architecture is checked
-        import oodsim.models.architectures  # noqa: F401
+        # specs sit below the registries they validate against
         from oodsim.models.registry import TIMM_PREFIX, get_architecture
 
         if not value.startswith(TIMM_PREFIX):
@@ -167,7 +166,7 @@ class ModelSpec(KeyedSpec):
 
     @params.validator
     def _check_params(self, attribute: attrs.Attribute, value: Params) -> None:
-        # the registry sits above the specs: only when an architecture's parameters are checked
+        # specs sit below the registries they validate against
         from oodsim.models.registry import get_architecture
 
         architecture = get_architecture(self.arch)

@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -122,9 +121,6 @@ class ImageNetOSpec(RunSpec):
             "on_failure": self.on_failure,
             **({"cluster": unstructure(self.cluster)} if self.cluster is not None else {}),
         }
-
-    def to_json(self) -> str:
-        return json.dumps(self.to_dict(), sort_keys=True)
 
 
 _MODEL_FIELDS = ("name", "pretrained", "weights", "image_size", "num_classes", "init_seed", "label")

@@ -10,7 +10,6 @@ A spec can be read, checked and keyed without planning or computing anything:
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
@@ -346,9 +345,6 @@ class SeveritySpec(RunSpec):
             pool = data.pop("datasets")[0]
             data |= {"id": pool["id"], "ood": pool["ood"]}
         return data
-
-    def to_json(self) -> str:
-        return json.dumps(self.to_dict(), sort_keys=True, default=str)
 
 
 def check_data(spec: SeveritySpec) -> None:
