@@ -279,3 +279,17 @@ def test_a_worker_that_only_unpickles_a_task_knows_the_built_in_registries(
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, cwd=ROOT)
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.split() == [str(len(task.entries)), "digits"]
+
+
+def test_artifacts_sit_below_the_protocols() -> None:
+    """The protocols plan and read artifacts; artifacts (the tasks that fill entries, the
+    trained classifiers' entries) import no protocol, so the shared part has no way back up."""
+    modules = _modules()
+    upward = [
+        (name, target)
+        for name, path in modules.items()
+        if name.startswith("oodsim.artifacts")
+        for target in _imports(name, path, modules)
+        if target.startswith("oodsim.protocols")
+    ]
+    assert upward == []

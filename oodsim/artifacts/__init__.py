@@ -6,7 +6,9 @@ One simulation stores its ``checkpoint`` (trained weights and input normalizatio
 per seed and scores from them; the severity protocol plans and reads them for its ``trained``
 models. Protocols import this package, never each other.
 
-The modules follow the flow: :mod:`.keys` (the entries of a seed and their keys),
-:mod:`.simulation` (split, model, outputs on a worker), :mod:`.kappa` (model-based κ, tuned
-parameters) and :mod:`.compute` (the engine's task of one simulation).
+The modules follow the flow: :mod:`.tasks` (the unit of work that fills entries, and how a
+seed fails), :mod:`.keys` (the entries of a seed and their keys), :mod:`.simulation` (split,
+model, outputs on a worker), :mod:`.tuning` and :mod:`.kappa` (parameters chosen on
+validation data, model-based κ) and :mod:`.compute` (the engine's task of one simulation).
+Nothing here imports a protocol.
 """

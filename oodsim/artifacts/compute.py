@@ -9,8 +9,8 @@ from functools import partial
 from oodsim.artifacts.kappa import Prepared
 from oodsim.artifacts.keys import CHECKPOINT, HELD_OUT, KAPPA, entries, needs_model
 from oodsim.artifacts.simulation import simulation
+from oodsim.artifacts.tasks import Task, checked_kappa
 from oodsim.keys import digest
-from oodsim.protocols.base import Task, checked_kappa
 from oodsim.specs import ExperimentSpec
 from oodsim.store import Store
 

@@ -21,10 +21,10 @@ from oodsim.artifacts.keys import (
     outputs_key,
 )
 from oodsim.artifacts.simulation import Simulation, SimulationFailed, subset_outputs
+from oodsim.artifacts.tasks import stored
+from oodsim.artifacts.tuning import choose
 from oodsim.detectors import confidence, get_detector
 from oodsim.outputs import Outputs
-from oodsim.protocols.base import stored
-from oodsim.protocols.tuning import choose
 from oodsim.specs import DetectorSpec, ExperimentSpec
 from oodsim.specs.params import is_grid
 
@@ -68,7 +68,7 @@ def _model_params(
     split_arrays: dict[str, np.ndarray],
 ) -> dict[str, Any]:
     """A model-based detector's parameters: its seed from the ``inference`` stream, and grids
-    chosen on D_in_val vs D_out_val (see :mod:`oodsim.protocols.tuning`)."""
+    chosen on D_in_val vs D_out_val (see :mod:`oodsim.artifacts.tuning`)."""
     params = detector.kwargs
     if "seed" in get_detector(detector.name).defaults:
         params.setdefault("seed", sim.streams.torch_seed("inference"))

@@ -17,9 +17,9 @@ from oodsim.artifacts.keys import (
     ood_outputs_key,
     outputs_key,
 )
+from oodsim.artifacts.tasks import SeedFailed
 from oodsim.data.registry import ImageData, dataset_info, load_dataset
 from oodsim.outputs import Outputs
-from oodsim.protocols.base import SeedFailed
 from oodsim.seeds import TRAINING_STREAMS, SeedStreams
 from oodsim.simulation.ood_sets import ood_images
 from oodsim.simulation.splits import SUBSETS, OpenSetSplit, make_split

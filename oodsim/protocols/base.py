@@ -1,4 +1,6 @@
-"""The contract between the engine and a protocol: :class:`Protocol`, :class:`Task`, failures.
+"""The contract between the engine and a protocol: :class:`Protocol`, with :class:`Task` and
+the failures of a seed (defined in :mod:`oodsim.artifacts.tasks`, below the protocols, whose
+artifacts use them; named here too).
 
 A protocol (open set, severity, ImageNet-O) says *what* a seed needs and *how to score* it:
 
@@ -15,61 +17,35 @@ protocol talks to Dask.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any, ClassVar, TypeVar
+from typing import Any, ClassVar
 
-import attrs
-
-from oodsim.detectors import NonFiniteKappaError
-from oodsim.errors import OodsimError
-from oodsim.metrics import NonFiniteScoreError
+from oodsim.artifacts.tasks import (
+    LOST_ENTRY,
+    Entry,
+    SeedFailed,
+    Task,
+    checked_kappa,
+    first_failure,
+    is_lost_entry,
+    stored,
+)
 from oodsim.results import Layout, SeedResult
 from oodsim.specs.converter import structure
-from oodsim.store import Entry as StoreEntry
 from oodsim.store import Store
 
-_T = TypeVar("_T")
-
-Entry = tuple[str, str]  # (kind, key) of a store entry
-
-
-class SeedFailed(OodsimError):
-    """A seed that cannot produce scores (diverged training, non-finite outputs or κ).
-
-    Raised by a task or by scoring; the engine records the message as the seed's ``failure``
-    (or stops the run when the spec says ``on_failure = "abort"``).
-    """
-
-
-@attrs.frozen(eq=False)
-class Task:
-    """One content-keyed unit of work that fills store ``entries``.
-
-    ``compute(store)`` must :meth:`~oodsim.store.Store.put` every entry (it runs on a Dask
-    worker); ``after`` names the keys of tasks that must finish first (e.g. the training of the
-    model a task infers with). ``verify`` lists entries that scoring does not read but whose
-    bytes must be checked before the task counts as done (a checkpoint). Two seeds that plan a
-    task with the same ``key`` share it: it runs once.
-    """
-
-    key: str
-    entries: tuple[Entry, ...]
-    compute: Callable[[Store], Any]
-    after: tuple[str, ...] = ()
-    verify: tuple[Entry, ...] = ()
-    label: str = ""
-
-    def present(self, store: Store) -> bool:
-        """Whether every entry (``verify`` ones included) is in the store at its recorded
-        sizes, without checksums: the cheap look of a plan count (:meth:`done` checks more)."""
-        return all(store.has(*entry) for entry in self.entries + self.verify)
-
-    def done(self, store: Store) -> bool:
-        """Whether every entry is in the store (and the ``verify`` entries are intact)."""
-        return all(store.has(*entry) for entry in self.entries) and all(
-            store.verify_entry(*entry) for entry in self.verify
-        )
+__all__ = [
+    "LOST_ENTRY",
+    "Entry",
+    "Protocol",
+    "SeedFailed",
+    "Task",
+    "checked_kappa",
+    "first_failure",
+    "is_lost_entry",
+    "stored",
+]
 
 
 class Protocol:
@@ -115,36 +91,3 @@ class Protocol:
         """Labels the results carry in ``attrs`` beyond the engine's provenance (e.g. what a
         seed of ImageNet-O is, and which interval its seeds give)."""
         return {}
-
-
-#: The end of the failure of a seed whose entry vanished or was corrupt when read.
-LOST_ENTRY = "is missing or corrupt in the store; run again to recompute it"
-
-
-def is_lost_entry(failure: str) -> bool:
-    """Whether a seed failed because an entry it read had vanished or was corrupt (the
-    engine computes such a seed once more in the same run), not for a reason of its own."""
-    return failure.endswith(LOST_ENTRY)
-
-
-def stored(store: Store, kind: str, key: str, what: str) -> StoreEntry:
-    """An entry a seed's tasks wrote. One that vanished or is corrupt (moved aside on read)
-    fails the seed with :data:`LOST_ENTRY`; the engine computes it once more in the run."""
-    entry = store.get(kind, key)
-    if entry is None:
-        raise SeedFailed(f"{what} ({kind} {key[:12]}) {LOST_ENTRY}")
-    return entry
-
-
-def checked_kappa(label: str, seed: int, compute: Callable[[], _T]) -> _T:
-    """``compute()`` (κ of detector ``label``, or κ with what it was scored with); non-finite
-    κ fails the seed, naming the detector."""
-    try:
-        return compute()
-    except (NonFiniteKappaError, NonFiniteScoreError) as error:
-        raise SeedFailed(f"detector {label} gave non-finite κ on seed {seed}: {error}") from None
-
-
-def first_failure(failures: Sequence[str]) -> str:
-    """The first non-empty failure message of a seed's tasks, else ""."""
-    return next((f for f in failures if f), "")

@@ -1,7 +1,7 @@
 """Parameter tables of models and detectors: a sorted tuple of ``(name, value)`` pairs, checked
 against the annotations of the function or class that takes them. A parameter given as a list
 makes the table a grid (:func:`is_grid`, :func:`grid`), tuned on validation data by
-:mod:`oodsim.protocols.tuning`."""
+:mod:`oodsim.artifacts.tuning`."""
 
 from __future__ import annotations
 
