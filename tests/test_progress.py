@@ -11,6 +11,7 @@ import oodsim
 from oodsim.engine.plan import count_cached
 from oodsim.engine.progress import ROUNDS_BEFORE_ESTIMATE, Progress
 from oodsim.heartbeat import beat, describe, listening, working_on
+from oodsim.protocols import bind
 from oodsim.store import Store
 from tests.conftest import small_digits
 
@@ -70,17 +71,17 @@ def test_an_in_process_run_says_what_it_trains_before_the_seed_lands(tmp_path: P
 def test_the_plan_counts_cached_seeds(tmp_path: Path) -> None:
     cache = tmp_path / "cache"
     spec = small_digits(3)
-    assert count_cached(spec, Store(cache), [0, 1, 2]).describe("simulations") == (
+    assert count_cached(bind(spec), Store(cache), [0, 1, 2]).describe("simulations") == (
         "3 simulations: 0 in the cache, 3 to compute"
     )
     oodsim.run(small_digits(2), cache=cache, n_workers=1, progress=False)
-    assert count_cached(spec, Store(cache), [0, 1, 2]).describe("simulations") == (
+    assert count_cached(bind(spec), Store(cache), [0, 1, 2]).describe("simulations") == (
         "3 simulations: 2 in the cache, 1 to compute"
     )
-    assert count_cached(spec, Store(cache), [0, 1]).describe("simulations") == (
+    assert count_cached(bind(spec), Store(cache), [0, 1]).describe("simulations") == (
         "2 simulations, all in the cache"
     )
-    partial = count_cached(spec, Store(cache), [0, 1, 2], budget=0.0)
+    partial = count_cached(bind(spec), Store(cache), [0, 1, 2], budget=0.0)
     assert (partial.cached, partial.checked) == (1, 1)  # at least one seed is always counted
     assert partial.describe("simulations") == (
         "3 simulations: 1 of the first 1 in the cache (the rest not checked yet)"

@@ -142,17 +142,17 @@ def _opening_line(spec, cache: Path, out: Path) -> str:
     where the results go."""
     # (fast --help)
     from oodsim.engine.plan import count_cached
-    from oodsim.protocols import protocol_of
+    from oodsim.protocols import bind
     from oodsim.store import Store
     from oodsim.store.layout import TMP_PREFIX
 
-    protocol = protocol_of(spec)
+    job = bind(spec)
     store = Store(cache)
     entries = sum(not p.parent.name.startswith(TMP_PREFIX) for p in cache.glob("*/*/*/meta.json"))
     held = f"{entries} entries" if entries else "empty: everything is computed"
-    plan = count_cached(spec, store, spec.seeds.all()[: spec.max_seeds]).describe(protocol.unit)
+    plan = count_cached(job, store, spec.seeds.all()[: spec.max_seeds]).describe(job.unit)
     rule = "" if spec.stopping.rule == "fixed" else f", stopping rule {spec.stopping.rule}"
     return (
-        f"oodsim: {spec.name} ({protocol.name}; {plan}{rule}); "
+        f"oodsim: {spec.name} ({job.name}; {plan}{rule}); "
         f"cache {cache.resolve()} ({held}); results to {out}"
     )

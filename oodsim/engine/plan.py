@@ -10,11 +10,10 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
-from typing import Any
 
 import attrs
 
-from oodsim.protocols import protocol_of
+from oodsim.protocols.base import Bound
 from oodsim.store import Store
 
 #: seconds the count may take before it stops and reports a partial count
@@ -43,19 +42,18 @@ class CacheCount:
 
 
 def count_cached(
-    spec: Any, store: Store, seeds: Sequence[int], budget: float = BUDGET_SECONDS
+    job: Bound, store: Store, seeds: Sequence[int], budget: float = BUDGET_SECONDS
 ) -> CacheCount:
-    """How many of ``seeds`` have every entry of their tasks in ``store`` (present at their
-    recorded sizes; the run checks checksums before it trusts them), counted in order for at
-    most ``budget`` seconds."""
-    protocol = protocol_of(spec)
+    """How many of ``seeds`` of the bound spec (:func:`oodsim.protocols.bind`) have every
+    entry of their tasks in ``store`` (present at their recorded sizes; the run checks
+    checksums before it trusts them), counted in order for at most ``budget`` seconds."""
     deadline = time.perf_counter() + budget
     cached = checked = 0
     if store.root.is_dir():
         for seed in seeds:
             if checked and time.perf_counter() > deadline:
                 break
-            cached += all(task.present(store) for task in protocol.plan(spec, seed))
+            cached += all(task.present(store) for task in job.plan(seed))
             checked += 1
     else:
         checked = len(seeds)

@@ -34,8 +34,8 @@ from oodsim.engine.stopping import check_stopping
 from oodsim.engine.work import Shipped, run_task, score_seed
 from oodsim.errors import OodsimError, SpecError
 from oodsim.heartbeat import Listener, listening
-from oodsim.protocols import protocol_of
-from oodsim.protocols.base import Protocol, Task, is_lost_entry
+from oodsim.protocols import bind
+from oodsim.protocols.base import Bound, Task, is_lost_entry
 from oodsim.protocols.degenerate import is_degenerate_failure
 from oodsim.results import ForeignOutput, SeedResult, build, check_output, save_results
 from oodsim.specs.cluster import ClusterSpec, resolve_cluster, runs_in_process
@@ -59,8 +59,7 @@ class _Submitter:
 
     def __init__(
         self,
-        protocol: Protocol,
-        spec: Any,
+        job: Bound,
         store: Store,
         stack: contextlib.ExitStack,
         address: str | None,
@@ -70,11 +69,11 @@ class _Submitter:
         in_process: bool = False,
         listener: Listener | None = None,
     ) -> None:
-        self.protocol, self.spec, self.store, self.stack = protocol, spec, store, stack
+        self.job, self.store, self.stack = job, store, stack
         self.address, self.n_workers, self.worker_timeout = address, n_workers, worker_timeout
         self.jobs, self.in_process, self.listener = jobs, in_process, listener
         self.root = str(store.root.resolve())
-        self.shipped = Shipped.of(protocol, spec)
+        self.shipped = Shipped.of(job.spec)
         self.client: Any = None
         self.tasks: dict[str, Any] = {}  # task key → future, of the batches in flight
         self.seed_tasks: dict[int, list[str]] = {}  # seed in flight → its submitted tasks
@@ -143,7 +142,7 @@ class _Submitter:
         """A scoring future per seed with missing tasks; None for seeds scored from the cache."""
         futures: dict[int, Any] = {}
         for seed in batch:
-            planned = {t.key: t for t in self.protocol.plan(self.spec, seed)}
+            planned = {t.key: t for t in self.job.plan(seed)}
             missing = [t for t in planned.values() if not self._done(t)]
             if not missing:
                 futures[seed] = None
@@ -152,8 +151,7 @@ class _Submitter:
             self.seed_tasks[seed] = [t.key for t in missing]
             futures[seed] = self._client().submit(
                 score_seed,
-                self.protocol.name,
-                self.spec,
+                self.job,
                 seed,
                 self.root,
                 self.shipped,
@@ -165,14 +163,10 @@ class _Submitter:
 
     def complete(self, seed: int) -> bool:
         """Whether every task of ``seed`` is done in the store (its scoring needs no compute)."""
-        return all(task.done(self.store) for task in self.protocol.plan(self.spec, seed))
+        return all(task.done(self.store) for task in self.job.plan(seed))
 
     def score_here(self, seed: int) -> SeedResult:
-        return self.heal(
-            score_seed(
-                self.protocol.name, self.spec, seed, self.root, self.shipped, torch_threads=None
-            )
-        )
+        return self.heal(score_seed(self.job, seed, self.root, self.shipped, torch_threads=None))
 
     def heal(self, result: SeedResult) -> SeedResult:
         """A seed that failed because an entry it read had vanished or was corrupt (moved
@@ -183,7 +177,7 @@ class _Submitter:
         seed = result.seed
         if not result.failed or seed in self.healed:
             return result
-        planned = {t.key: t for t in self.protocol.plan(self.spec, seed)}
+        planned = {t.key: t for t in self.job.plan(seed)}
         if any(map(self._failed, planned)) or all(t.done(self.store) for t in planned.values()):
             return result
         self.healed.add(seed)
@@ -268,8 +262,8 @@ def run(
     the rule fires, queued work is cancelled and the decision is recorded in
     ``attrs["stopping"]``. ``attrs["store"]`` counts what was computed and what was loaded.
     """
-    spec = as_spec(spec)
-    protocol = protocol_of(spec)
+    job = bind(as_spec(spec))
+    spec = job.spec
     if n_workers is not None and (isinstance(n_workers, bool) or n_workers < 1):
         raise SpecError("workers", n_workers, "a number of worker processes >= 1")
     if worker_timeout is not None and not (
@@ -298,11 +292,11 @@ def run(
     if out is not None:
         check_out(out, spec, overwrite, cache if cache is not None else default_root())
     store = Store(cache if cache is not None else default_root())
-    protocol.preflight(spec, store)
-    layout = protocol.layout(spec)
+    job.preflight(store)
+    layout = job.layout()
     stream = (sys.stderr if progress is True else progress) or None
     sequential = spec.stopping.rule != "fixed"
-    tracker = Progress(len(seeds), stream, unit=protocol.unit)
+    tracker = Progress(len(seeds), stream, unit=job.unit)
     if worker_timeout is None and address is None and (jobs is None or jobs.kind == "local-jobs"):
         # local processes (a local cluster, or local jobs: no batch queue to wait in) start
         # within seconds; a batch system's jobs may queue for hours, so they get no default
@@ -312,8 +306,7 @@ def run(
     started = time.perf_counter()
     with contextlib.ExitStack() as stack:
         submitter = _Submitter(
-            protocol,
-            spec,
+            job,
             store,
             stack,
             address,
@@ -359,18 +352,18 @@ def run(
             landed = {r.seed for r in results if not r.failed}
             unsure = {*(s for b in flight for s in b), *(r.seed for r in results)} - landed
             stored = len(landed) + sum(map(submitter.complete, unsure))
-            tracker.stopped(window.interrupted_message(stored, reached, len(seeds), protocol.unit))
+            tracker.stopped(window.interrupted_message(stored, reached, len(seeds), job.unit))
             raise
         events = submitter.task_events()
         if decision is not None and decision.stop and len(results) < len(seeds):
             submitter.cancel([f for f in futures.values() if f is not None])
             submitter.cancel([f for f in submitter.tasks.values() if f.status != "finished"])
-            tracker.stopped(f"stopped after {len(results)} {protocol.unit}: {decision.reason}")
+            tracker.stopped(f"stopped after {len(results)} {job.unit}: {decision.reason}")
     extra: dict[str, Any] = {"wall_seconds": round(time.perf_counter() - started, 3)}
     if decision is not None:
         extra["stopping"] = json.dumps(decision.as_dict())
-    extra |= protocol.result_attrs(spec)
-    result = build(spec, protocol.name, layout, results, events, extra)
+    extra |= job.result_attrs()
+    result = build(spec, job.name, layout, results, events, extra)
     if out is not None:
         save_results(result, out)
     return result

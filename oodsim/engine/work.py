@@ -1,8 +1,9 @@
 """What the engine runs on a Dask worker: one task, or the scoring of one seed.
 
-Every call first makes the worker look like the driver: detectors and datasets that a script
-registered in the driver are registered here too (a worker never ran that script), torch uses
-one thread and deterministic algorithms. The same functions run in the driver for seeds whose
+Every call first makes the worker look like the driver: detectors, datasets and architectures
+that a script registered in the driver are registered here too (a worker never ran that
+script; the protocol travels inside the bound protocol it scores), torch uses one thread and
+deterministic algorithms. The same functions run in the driver for seeds whose
 entries are all cached.
 """
 
@@ -21,8 +22,8 @@ from oodsim.detectors import adopt, user_detectors
 from oodsim.errors import DEBUG_ENV
 from oodsim.heartbeat import working_on
 from oodsim.models.registry import adopt_architectures, user_architectures
-from oodsim.protocols import adopt_protocols, get_protocol, protocol_of, user_protocols
-from oodsim.protocols.base import SeedFailed, Task, first_failure
+from oodsim.protocols import bind
+from oodsim.protocols.base import Bound, SeedFailed, Task, first_failure
 from oodsim.results import SeedResult
 from oodsim.specs.plugins import plugin_names
 from oodsim.store import Store
@@ -30,16 +31,15 @@ from oodsim.store import Store
 
 @attrs.frozen
 class Shipped:
-    """Driver-side registrations that workers need: the protocol (when a script registered
-    it) and the detectors, datasets and architectures the spec names."""
+    """Driver-side registrations that workers need: the detectors, datasets and
+    architectures the spec names."""
 
     detectors: tuple[Any, ...] = ()
     datasets: tuple[Any, ...] = ()
     architectures: tuple[Any, ...] = ()
-    protocols: tuple[Any, ...] = ()
 
     @classmethod
-    def of(cls, protocol: Any, spec: Any) -> Shipped:
+    def of(cls, spec: Any) -> Shipped:
         """What to ship for ``spec``: found in its fields (:func:`plugin_names`), each
         plug-in only where this process registered it."""
         names = plugin_names(spec)
@@ -47,7 +47,6 @@ class Shipped:
             user_detectors(names["detector"]),
             user_datasets(names["dataset"]),
             user_architectures(names["architecture"]),
-            user_protocols([protocol.name]),
         )
 
     def sources(self) -> list[tuple[str, str, str, Any]]:
@@ -58,9 +57,7 @@ class Shipped:
         ]
 
     def adopt(self) -> None:
-        """Register the shipped protocol, detectors, datasets and architectures here."""
-        if self.protocols:
-            adopt_protocols(self.protocols)
+        """Register the shipped detectors, datasets and architectures here."""
         if self.detectors:
             adopt(self.detectors)
         if self.datasets:
@@ -150,8 +147,7 @@ def run_task(
 
 
 def score_seed(
-    protocol_name: str,
-    spec: Any,
+    job: Bound,
     seed: int,
     cache_root: str,
     shipped: Shipped,
@@ -162,15 +158,14 @@ def score_seed(
     _quiet_own_failures()
     started = time.perf_counter()
     store = Store(cache_root)
-    shipped.adopt()  # a protocol a script registered is known here only once adopted
-    protocol = get_protocol(protocol_name)
+    shipped.adopt()  # also for a failed seed: its coordinates may need a shipped dataset
     failure = first_failure([u[0] for u in upstream])
     if not failure:
         if torch_threads:
             deterministic_torch(torch_threads)
         try:
             with working_on(f"seed {seed}: scoring"):
-                result = protocol.score(spec, seed, store)
+                result = job.score(seed, store)
         except SeedFailed as error:
             failure = str(error)
         else:
@@ -179,7 +174,7 @@ def score_seed(
             )
     return SeedResult(
         seed,
-        coords=protocol.seed_coords(spec, seed, store),
+        coords=job.seed_coords(seed, store),
         failure=failure,
         events=tuple(store.events),
         seconds=time.perf_counter() - started,
@@ -191,9 +186,9 @@ def run_seed(spec: Any, seed: int, cache_root: str, *, torch_threads: int | None
 
     For debugging a protocol and for tests; :func:`oodsim.run` does the same on a cluster.
     """
-    protocol = protocol_of(spec)
+    job = bind(spec)
     shipped = Shipped()  # this process already has the driver's registrations
-    planned = {t.key: t for t in protocol.plan(spec, seed)}
+    planned = {t.key: t for t in job.plan(seed)}
     results: dict[str, tuple[str, tuple]] = {}
 
     def visit(task: Task) -> tuple[str, tuple]:
@@ -205,8 +200,6 @@ def run_seed(spec: Any, seed: int, cache_root: str, *, torch_threads: int | None
         return results[task.key]
 
     upstream = [visit(task) for task in planned.values()]
-    result = score_seed(
-        protocol.name, spec, seed, cache_root, shipped, *upstream, torch_threads=torch_threads
-    )
+    result = score_seed(job, seed, cache_root, shipped, *upstream, torch_threads=torch_threads)
     events = tuple(e for _, task_events in results.values() for e in task_events)
     return attrs.evolve(result, events=events + result.events)

@@ -4,20 +4,20 @@ The built-ins are ``open_set`` (the randomness study's simulations), ``severity`
 severity benchmark) and ``imagenet_o`` (the ImageNet-O evaluation); each module defines a
 :class:`~oodsim.protocols.base.Protocol` named ``PROTOCOL``, loaded lazily so that a worker
 imports only the protocol it runs. Protocols register like detectors, datasets and
-architectures: :func:`register_protocol` in a script (the engine ships it to the workers), or
-an entry point in the group ``oodsim.protocols`` of an installed package.
+architectures: :func:`register_protocol` in a script, or an entry point in the group
+``oodsim.protocols`` of an installed package. A run binds the spec's protocol to it once
+(:func:`bind`); the bound protocol travels to the workers whole, so they need no registry.
 """
 
 from __future__ import annotations
 
 import importlib
 import re
-from collections.abc import Iterable
 from importlib.metadata import EntryPoint, entry_points
 from typing import Any, TypeVar
 
 from oodsim.errors import SpecError, UnknownNameError
-from oodsim.protocols.base import Protocol
+from oodsim.protocols.base import Bound, Protocol
 from oodsim.specs import RunSpec
 
 #: built-in protocol name → module defining ``PROTOCOL``
@@ -139,27 +139,21 @@ def protocol_of(spec: Any) -> Protocol:
     )
 
 
-def user_protocols(names: Iterable[str]) -> tuple[Protocol, ...]:
-    """The protocols among ``names`` that this process registered (what workers lack)."""
-    return tuple(_USER[name] for name in dict.fromkeys(names) if name in _USER)
-
-
-def adopt_protocols(protocols: Iterable[Protocol]) -> None:
-    """Register protocols shipped from the driver in this process (a worker)."""
-    for protocol in protocols:
-        _USER[protocol.name] = protocol
+def bind(spec: Any) -> Bound:
+    """The protocol of ``spec`` bound to it (:class:`~oodsim.protocols.base.Bound`)."""
+    return protocol_of(spec).bind(spec)
 
 
 __all__ = [
     "BUILTINS",
+    "Bound",
     "DEFAULT_PROTOCOL",
     "ENTRY_POINT_GROUP",
     "Protocol",
-    "adopt_protocols",
     "available",
+    "bind",
     "check_protocol",
     "get_protocol",
     "protocol_of",
     "register_protocol",
-    "user_protocols",
 ]

@@ -21,6 +21,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, ClassVar
 
+import attrs
+
 from oodsim.artifacts.tasks import (
     LOST_ENTRY,
     Entry,
@@ -37,6 +39,7 @@ from oodsim.store import Store
 
 __all__ = [
     "LOST_ENTRY",
+    "Bound",
     "Entry",
     "Protocol",
     "SeedFailed",
@@ -91,3 +94,43 @@ class Protocol:
         """Labels the results carry in ``attrs`` beyond the engine's provenance (e.g. what a
         seed of ImageNet-O is, and which interval its seeds give)."""
         return {}
+
+    def bind(self, spec: Any) -> Bound:
+        """This protocol bound to ``spec``: the one object a run of it holds."""
+        return Bound(self, spec)
+
+
+@attrs.frozen
+class Bound:
+    """A protocol bound to one spec: what the engine runs, built once per run
+    (:func:`oodsim.protocols.bind`) and shipped whole to the workers, which therefore need no
+    protocol registry (a protocol a script registered travels inside it)."""
+
+    protocol: Protocol
+    spec: Any
+
+    @property
+    def name(self) -> str:
+        return self.protocol.name
+
+    @property
+    def unit(self) -> str:
+        return self.protocol.unit
+
+    def preflight(self, store: Store) -> None:
+        self.protocol.preflight(self.spec, store)
+
+    def plan(self, seed: int) -> Sequence[Task]:
+        return self.protocol.plan(self.spec, seed)
+
+    def score(self, seed: int, store: Store) -> SeedResult:
+        return self.protocol.score(self.spec, seed, store)
+
+    def seed_coords(self, seed: int, store: Store) -> Mapping[str, str]:
+        return self.protocol.seed_coords(self.spec, seed, store)
+
+    def layout(self) -> Layout:
+        return self.protocol.layout(self.spec)
+
+    def result_attrs(self) -> Mapping[str, str]:
+        return self.protocol.result_attrs(self.spec)

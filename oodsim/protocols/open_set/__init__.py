@@ -164,6 +164,7 @@ class OpenSetProtocol(Protocol):
         return [simulation_task(spec, seed)]
 
     def score(self, spec: ExperimentSpec, seed: int, store: Store) -> SeedResult:
+        coords = self.seed_coords(spec, seed, store)
         sim = simulation(spec, seed, store)
         scored = score(spec, sim)
         scores = scored.score[:, :, None, :]  # severity axis
@@ -176,7 +177,7 @@ class OpenSetProtocol(Protocol):
         return SeedResult(
             seed,
             variables,
-            self.seed_coords(spec, seed, store),
+            coords,
             failure=DEGENERATE + scored.degenerate if excluded else "",
         )
 
