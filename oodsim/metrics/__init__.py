@@ -23,6 +23,7 @@ The modules: :mod:`.inputs` (checks), :mod:`.kernels` (the vectorised sort and c
 from oodsim.metrics.facts import (
     DEFAULT_KAPPA_METRICS,
     KAPPA_METRICS,
+    LOWER_IS_BETTER,
     METRIC_INFO,
     METRIC_INPUTS,
     METRIC_RANGES,
@@ -31,6 +32,8 @@ from oodsim.metrics.facts import (
     available_metrics,
     evaluate,
     get_metric,
+    higher_is_better,
+    is_ood_metric,
     metric_range,
 )
 from oodsim.metrics.functions import (
@@ -52,6 +55,7 @@ from oodsim.metrics.inputs import NonFiniteScoreError
 __all__ = [
     "DEFAULT_KAPPA_METRICS",
     "KAPPA_METRICS",
+    "LOWER_IS_BETTER",
     "METRICS",
     "METRIC_INFO",
     "METRIC_INPUTS",
@@ -72,6 +76,8 @@ __all__ = [
     "fpr_at_tpr",
     "fpr_at_tpr_ood",
     "get_metric",
+    "higher_is_better",
+    "is_ood_metric",
     "metric_range",
     "oscr",
 ]

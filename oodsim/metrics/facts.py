@@ -182,6 +182,37 @@ def metric_range(name: str) -> tuple[float, float] | None:
     return METRIC_RANGES.get(str(name))
 
 
+#: Metrics for which a lower value is better: those :data:`METRIC_INFO` marks so
+#: (fpr95, fpr95_ood, aurc) and common aliases of FPR names; every other metric is "higher is
+#: better".
+LOWER_IS_BETTER: frozenset[str] = frozenset(
+    {name for name, info in METRIC_INFO.items() if not info.higher_is_better}
+    | {"fpr", "fpr@95tpr", "fpr_at_95tpr", "fpr95tpr"}
+)
+
+
+def higher_is_better(metric: str) -> bool:
+    """Whether a larger value of ``metric`` means a better detector: the metric's record in
+    :data:`METRIC_INFO` decides, else False only for the names in
+    :data:`LOWER_IS_BETTER` (case-insensitive)."""
+    name = str(metric)
+    info = METRIC_INFO.get(name) or METRIC_INFO.get(name.lower())
+    if info is not None:
+        return info.higher_is_better
+    return name.lower() not in LOWER_IS_BETTER
+
+
+def is_ood_metric(metric: str) -> bool:
+    """Whether ``metric`` scores the OOD detector (a κ metric such as AUROC or FPR95) rather
+    than the classifier (``accuracy``, the same for every detector of a seed).
+
+    Names :mod:`oodsim.metrics` does not know (a protocol's own, e.g. ImageNet-O's ``aupr``)
+    count as OOD metrics.
+    """
+    name = str(metric)
+    return name in KAPPA_METRICS or name not in METRICS
+
+
 def available_metrics() -> tuple[str, ...]:
     """Names of all registered metrics, sorted."""
     return tuple(sorted(METRICS))

@@ -8,14 +8,13 @@ import attrs
 import numpy as np
 import xarray as xr
 
-from oodsim.report._common import n_scored
 from oodsim.report.hooks import report_hooks
 from oodsim.report.sources import has_design
 from oodsim.report.tables import (
     win_intervals,
 )
+from oodsim.results.access import n_scored, ood_metrics
 from oodsim.stats import as_score, compare, variance_components
-from oodsim.stats._common import ood_metrics
 
 #: Paired comparisons and power from this many seeds on: with two, the paired t test has one
 #: degree of freedom (t quantile 12.7) and power takes an SD of one degree of freedom as truth.

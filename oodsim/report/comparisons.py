@@ -15,11 +15,10 @@ from matplotlib.cm import ScalarMappable
 from matplotlib.colors import TwoSlopeNorm
 from matplotlib.patches import Patch, Rectangle
 
-from oodsim.report._common import method_names
 from oodsim.report.figures import ink, metric_label, panels, require_ood, save, suptitle
 from oodsim.report.tables import render, too_small
+from oodsim.results.access import cell_label, iter_cells, method_names
 from oodsim.stats import as_score, compare, higher_is_better, power
-from oodsim.stats._common import cell_label, iter_cells
 
 #: A pair whose adjusted p-value is not below alpha.
 _NOT_SIGNIFICANT = "#d0d0d0"

@@ -15,7 +15,6 @@ from matplotlib.cm import ScalarMappable
 from matplotlib.colors import LogNorm
 from matplotlib.patches import Patch, Rectangle
 
-from oodsim.report._common import default_metric, method_names
 from oodsim.report.figures import (
     direction,
     ink,
@@ -27,6 +26,7 @@ from oodsim.report.figures import (
     suptitle,
 )
 from oodsim.report.tables import win_intervals
+from oodsim.results.access import default_metric, method_names
 from oodsim.stats import (
     PAIRING_LABELS,
     PAIRINGS,

@@ -19,8 +19,9 @@ from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 
+from oodsim.metrics import higher_is_better, is_ood_metric
 from oodsim.report.folder import write_file
-from oodsim.stats._common import higher_is_better, is_ood_metric, iter_cells, ood_metrics
+from oodsim.results.access import iter_cells, ood_metrics
 
 _NCOLS = 3
 

@@ -26,7 +26,6 @@ from matplotlib.ticker import MaxNLocator
 from scipy import stats as sps
 
 from oodsim.metrics import metric_range
-from oodsim.report._common import default_metric, method_names, stop_decision
 from oodsim.report.figures import (
     legend,
     limits,
@@ -39,13 +38,20 @@ from oodsim.report.figures import (
     suptitle,
 )
 from oodsim.report.tables import interval_name
+from oodsim.results.access import (
+    default_metric,
+    method_names,
+    metrics_of,
+    ood_metrics,
+    select_metric,
+)
 from oodsim.stats import (
+    StopDecision,
     as_score,
     estimate,
     higher_is_better,
     running_interval,
 )
-from oodsim.stats._common import metrics_of, ood_metrics, select_metric
 
 #: Points of a density curve.
 _GRID = 256
@@ -259,7 +265,7 @@ def plot_running_mean(
     require_ood(score, [metric], "a running-mean plot")
     styles = method_styles(method_names(score))
     bounds = metric_range(metric)
-    decision = stop_decision(results)
+    decision = StopDecision.recorded(results)
 
     def draw(ax: Axes, labels: dict[str, object], cell: xr.DataArray) -> None:
         _draw_running_mean(ax, cell, styles, bounds, confidence)

@@ -23,7 +23,6 @@ from matplotlib.axes import Axes
 
 from oodsim.protocols.severity import analysis
 from oodsim.protocols.severity.analysis import per_dataset, seed_mean
-from oodsim.report._common import method_names
 from oodsim.report.figures import (
     figure,
     legend,
@@ -35,6 +34,7 @@ from oodsim.report.figures import (
     suptitle,
 )
 from oodsim.report.folder import write_file
+from oodsim.results.access import method_names
 
 
 def _levels(results: xr.Dataset) -> list[str]:

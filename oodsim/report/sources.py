@@ -13,12 +13,11 @@ from matplotlib import colormaps
 from matplotlib.axes import Axes
 from matplotlib.patches import Patch
 
-from oodsim.report._common import method_names
 from oodsim.report.figures import panels, require_ood, save, suptitle
 from oodsim.report.tables import fmt, render
 from oodsim.results import DESIGN_PREFIX
+from oodsim.results.access import cell_label, iter_cells, method_names
 from oodsim.stats import as_score, variance_components
-from oodsim.stats._common import cell_label, iter_cells
 
 #: The residual's colour: every stream the design does not cross, plus what it cannot separate.
 _RESIDUAL_COLOUR = "#d9d9d9"

@@ -18,7 +18,7 @@ from pathlib import Path
 import numpy as np
 import xarray as xr
 
-from oodsim.report._common import default_metric
+from oodsim.metrics import is_ood_metric
 from oodsim.report.analyses import Analyses, ReportOptions, resamples_one_test_set, run_analyses
 from oodsim.report.comparisons import (
     plot_paired_differences,
@@ -29,8 +29,8 @@ from oodsim.report.hooks import report_hooks
 from oodsim.report.plots import plot_distributions, plot_forest, plot_running_mean
 from oodsim.report.sources import plot_variance_sources
 from oodsim.report.summary_text import summary_text
+from oodsim.results.access import default_metric, ood_metrics
 from oodsim.stats import PAIRINGS, as_score
-from oodsim.stats._common import is_ood_metric, ood_metrics
 
 #: write_report draws every metric's distribution only up to this many panels.
 _MAX_PANELS = 24

@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import xarray as xr
 
-from oodsim.report._common import method_names, n_scored, stop_decision
+from oodsim.metrics import higher_is_better
 from oodsim.report.analyses import MIN_PAIRED_SEEDS, Analyses, ReportOptions, resamples_one_test_set
 from oodsim.report.comparisons import (
     adjust_name,
@@ -32,8 +32,8 @@ from oodsim.report.tables import (
     win_interval_note,
     win_table,
 )
-from oodsim.stats import as_score, estimate
-from oodsim.stats._common import higher_is_better, metrics_of, ood_metrics
+from oodsim.results.access import method_names, metrics_of, n_scored, ood_metrics
+from oodsim.stats import StopDecision, as_score, estimate
 
 
 def _accuracy_line(est: xr.Dataset) -> list[str]:
@@ -90,7 +90,7 @@ def _win_text(
 
 
 def _stopping_lines(results: xr.Dataset | xr.DataArray) -> list[str]:
-    decision = stop_decision(results)
+    decision = StopDecision.recorded(results)
     lines = ["## Stopping decision", ""]
     if decision is None:
         return [*lines, "No stopping rule recorded (fixed number of seeds)."]

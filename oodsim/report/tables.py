@@ -14,15 +14,14 @@ from collections.abc import Sequence
 import numpy as np
 import xarray as xr
 
-from oodsim.report._common import method_names
 from oodsim.report.provenance import seed_exclusions
 from oodsim.results import DEGENERATE, NO_SEVERITY
+from oodsim.results.access import cell_label, iter_cells, method_names, metrics_of, ood_metrics
 from oodsim.stats import (
     as_score,
     estimate,
     variance_components_table,
 )
-from oodsim.stats._common import cell_label, iter_cells, metrics_of, ood_metrics
 from oodsim.stats.win import PAIRINGS, win_probability_intervals
 
 

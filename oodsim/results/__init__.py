@@ -1,7 +1,9 @@
 """Results: one schema for every protocol (:mod:`~oodsim.results.schema`: ``score`` by seed ×
 method × metric × severity, a ``failure`` per seed, provenance in ``attrs``), saved with a
 checksum manifest (:mod:`~oodsim.results.save`, :mod:`~oodsim.results.manifest`), reopened
-checked (:mod:`~oodsim.results.read`) and selected by label (:mod:`~oodsim.results.select`)."""
+checked (:mod:`~oodsim.results.read`), selected by label (:mod:`~oodsim.results.select`) and
+read alike by every statistic and report (:mod:`~oodsim.results.access`: the score with failed
+seeds masked, metrics, cells, method names)."""
 
 from oodsim.results.manifest import MANIFEST
 from oodsim.results.read import REPLACED_PATIENCE, ResultsCorrupt, ResultsNotFound, open_results

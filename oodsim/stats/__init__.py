@@ -8,13 +8,8 @@ Every function takes either plain arrays (n_seeds, n_methods) or the results Dat
 
 from __future__ import annotations
 
-from oodsim.stats._common import (
-    LOWER_IS_BETTER,
-    as_score,
-    higher_is_better,
-    is_ood_metric,
-    score_matrix,
-)
+from oodsim.metrics import LOWER_IS_BETTER, higher_is_better, is_ood_metric
+from oodsim.results.access import as_score, score_matrix
 from oodsim.stats.components import variance_components
 from oodsim.stats.crossed import crossed_components
 from oodsim.stats.estimates import estimate, running_interval

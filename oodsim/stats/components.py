@@ -12,8 +12,9 @@ import numpy as np
 import xarray as xr
 
 from oodsim.results import DESIGN_PREFIX
+from oodsim.results.access import as_score, metrics_of, select_metric
 from oodsim.seeds import STREAMS
-from oodsim.stats._common import as_score, check_alpha, metrics_of, select_metric
+from oodsim.stats.checks import check_alpha
 from oodsim.stats.crossed import (
     RESIDUAL,
     SOURCE_KEYS,
@@ -86,7 +87,7 @@ def variance_components(
     seed design crossed, in :data:`oodsim.seeds.STREAMS` order), sources named without the
     prefix; without any, the ``class_split`` coordinate alone (the one-way model, noted in
     ``attrs["fallback"]``). Named factors resolve ``stream_<name>`` first, then ``<name>``.
-    Failed seeds are NaN (:func:`oodsim.stats._common.as_score`) and dropped, which makes a
+    Failed seeds are NaN (:func:`oodsim.results.access.as_score`) and dropped, which makes a
     complete design unbalanced: those cells use REML.
 
     Returns a Dataset over (method, source, other dims of the score; ``metric`` only when

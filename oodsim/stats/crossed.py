@@ -52,7 +52,7 @@ from typing import Any, Literal
 import attrs
 import numpy as np
 
-from oodsim.stats._common import check_alpha
+from oodsim.stats.checks import check_alpha
 from oodsim.stats.intervals import percentile_interval
 from oodsim.stats.reml import (
     Subset,

@@ -9,7 +9,8 @@ import numpy as np
 import xarray as xr
 
 from oodsim.metrics import metric_range
-from oodsim.stats._common import as_score, check_alpha
+from oodsim.results.access import as_score
+from oodsim.stats.checks import check_alpha
 from oodsim.stats.intervals import (
     INTERVAL_METHODS,
     ROW_BLOCK,

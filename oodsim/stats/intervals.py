@@ -11,7 +11,7 @@ import numpy as np
 from scipy import stats as sps
 from scipy.special import expit, logit
 
-from oodsim.stats._common import check_alpha
+from oodsim.stats.checks import check_alpha
 
 IntervalMethod = Literal["auto", "t", "betting", "bootstrap"]
 

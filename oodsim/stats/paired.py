@@ -16,7 +16,9 @@ import numpy as np
 import xarray as xr
 from scipy import stats as sps
 
-from oodsim.stats._common import as_score, check_alpha, higher_is_better, metrics_of, select_metric
+from oodsim.metrics import higher_is_better
+from oodsim.results.access import as_score, metrics_of, select_metric
+from oodsim.stats.checks import check_alpha
 from oodsim.stats.significance import _p_from_t
 
 Adjust = Literal["holm", "bh", "fdr_bh"] | None

@@ -16,7 +16,7 @@ import numpy as np
 import xarray as xr
 from scipy import stats as sps
 
-from oodsim.stats._common import check_alpha
+from oodsim.stats.checks import check_alpha
 from oodsim.stats.paired import _as_dataset, _moments, _pair_diffs, _pair_input, _square
 
 #: Largest sample size searched; an effect too small to reach the power with this many seeds

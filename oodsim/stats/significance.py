@@ -10,7 +10,8 @@ import numpy as np
 import xarray as xr
 from scipy import stats as sps
 
-from oodsim.stats._common import as_score, check_alpha, iter_cells, metrics_of, select_metric
+from oodsim.results.access import as_score, iter_cells, metrics_of, select_metric
+from oodsim.stats.checks import check_alpha
 
 TestName = Literal["welch", "paired", "wilcoxon"]
 TESTS: tuple[str, ...] = ("welch", "paired", "wilcoxon")

@@ -17,7 +17,7 @@ import attrs
 import numpy as np
 
 from oodsim.errors import UnknownNameError
-from oodsim.stats._common import check_alpha, complete_rows
+from oodsim.stats.checks import check_alpha, complete_rows
 from oodsim.stats.estimates import _estimate_array, interval_label
 
 Boundary = Literal["bernstein", "normal_mixture"]
@@ -63,6 +63,18 @@ class StopDecision:
         """Inverse of :meth:`to_json` (also accepts the dict form)."""
         data = json.loads(text) if isinstance(text, str) else dict(text)
         return cls(**{f.name: data[f.name] for f in attrs.fields(cls)})
+
+    @classmethod
+    def recorded(cls, results: Any) -> StopDecision | None:
+        """The decision a run recorded in ``results.attrs["stopping"]``; None when there is
+        none (or it does not parse)."""
+        text = results.attrs.get("stopping")
+        if not text:
+            return None
+        try:
+            return cls.from_json(text)
+        except (ValueError, KeyError, TypeError):
+            return None
 
 
 def _bounds_check(n_seeds: int, min_seeds: int, max_seeds: int | None) -> None:

@@ -8,7 +8,8 @@ import numpy as np
 import xarray as xr
 from scipy import stats as sps
 
-from oodsim.stats._common import as_score, check_alpha, iter_cells
+from oodsim.results.access import as_score, iter_cells
+from oodsim.stats.checks import check_alpha
 
 #: Keys of :func:`one_way_anova`, in the order the xarray wrapper stores them.
 COMPONENT_KEYS: tuple[str, ...] = (

@@ -10,14 +10,9 @@ import numpy as np
 import pandas as pd
 import xarray as xr
 
-from oodsim.stats._common import (
-    as_score,
-    complete_rows,
-    higher_is_better,
-    iter_cells,
-    metrics_of,
-    select_metric,
-)
+from oodsim.metrics import higher_is_better
+from oodsim.results.access import as_score, iter_cells, metrics_of, select_metric
+from oodsim.stats.checks import complete_rows
 from oodsim.stats.intervals import percentile_interval
 from oodsim.stats.win_draws import (
     bootstrap_stream,

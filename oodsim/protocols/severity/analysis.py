@@ -24,7 +24,7 @@ import xarray as xr
 from scipy import stats as sps
 
 from oodsim.errors import SpecError, UnknownNameError
-from oodsim.stats._common import higher_is_better
+from oodsim.metrics import higher_is_better
 
 PREDICTORS = ("id_accuracy", "id_auroc")
 

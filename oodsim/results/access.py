@@ -1,0 +1,115 @@
+"""Reading results the way every analysis does: the ``score`` array with failed seeds masked,
+one metric or the OOD metrics of it, the cells of the other dims, the method names, the seeds
+that were scored. The statistics and the reports read results through these and nothing else.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Iterator, Sequence
+
+import numpy as np
+import xarray as xr
+
+from oodsim.metrics import is_ood_metric
+
+
+def as_score(results_or_score: xr.Dataset | xr.DataArray) -> xr.DataArray:
+    """The ``score`` DataArray of a results Dataset, with failed seeds set to NaN.
+
+    A DataArray passes through unchanged. The ``failure`` (seed,) variable of
+    :func:`oodsim.results.build` masks every seed with a non-empty reason, even if a score of
+    it is finite.
+    """
+    if isinstance(results_or_score, xr.DataArray):
+        return results_or_score
+    if not isinstance(results_or_score, xr.Dataset):
+        raise TypeError(
+            f"expected an xarray Dataset with a 'score' variable or a DataArray, "
+            f"got {type(results_or_score).__name__}"
+        )
+    if "score" not in results_or_score.data_vars:
+        raise KeyError(
+            "results have no 'score' data variable; found "
+            + (", ".join(map(str, results_or_score.data_vars)) or "none")
+        )
+    score = results_or_score["score"]
+    if "failure" in results_or_score.data_vars:
+        score = score.where(results_or_score["failure"].astype(str) == "")
+    return score
+
+
+def select_metric(score: xr.DataArray, metric: str) -> xr.DataArray:
+    """``score`` at one metric, with a clear error naming the known metrics."""
+    if "metric" not in score.dims:
+        return score
+    known = [str(m) for m in score["metric"].values]
+    if metric not in known:
+        raise KeyError(f"metric {metric!r} not in results; known metrics: {', '.join(known)}")
+    return score.sel(metric=metric)
+
+
+def metrics_of(score: xr.DataArray, metric: str | Sequence[str] | None) -> list[str]:
+    """The metric names to work on: all of them when ``metric`` is None."""
+    if metric is None:
+        return [str(m) for m in score["metric"].values] if "metric" in score.dims else []
+    return [metric] if isinstance(metric, str) else list(metric)
+
+
+def ood_metrics(score: xr.DataArray) -> list[str]:
+    """The OOD (κ) metrics of ``score``, in its order: the ones a ranking of detectors means
+    something for (win probabilities skip ``accuracy``)."""
+    return [name for name in metrics_of(score, None) if is_ood_metric(name)]
+
+
+def score_matrix(
+    results: xr.Dataset | xr.DataArray, metric: str = "auroc", dim: str = "seed", **labels: object
+) -> tuple[np.ndarray, list[str]]:
+    """The (n_seeds, n_methods) array a stopping rule or win probability takes, for one
+    metric and one cell (``labels`` pick the other dims, e.g. ``ood="svhn"``), in the seed
+    order of the results, failed seeds as NaN; plus the method names."""
+    score = select_metric(as_score(results), metric)
+    if labels:
+        score = score.sel(labels)
+    extra = [d for d in score.dims if d not in (dim, "method") and score.sizes[d] > 1]
+    if extra:
+        raise ValueError(f"pick one label of {', '.join(extra)} (e.g. {extra[0]}=...)")
+    score = score.squeeze([d for d in score.dims if d not in (dim, "method")], drop=True)
+    methods = [str(m) for m in score["method"].values]
+    return np.asarray(score.transpose(dim, "method").values, dtype=float), methods
+
+
+def iter_cells(
+    da: xr.DataArray, keep: Sequence[str]
+) -> Iterator[tuple[dict[str, object], xr.DataArray]]:
+    """Yield ``(labels, sub_array)`` for every combination of the dims not in ``keep``."""
+    outer = [d for d in da.dims if d not in keep]
+    coords = [[v.item() for v in da[d].values] for d in outer]
+    for combo in itertools.product(*coords):
+        labels = dict(zip(outer, combo, strict=True))
+        yield labels, da.sel(labels) if labels else da
+
+
+def cell_label(labels: dict[str, object]) -> str:
+    """A short human label such as ``"ood=svhn, severity=3"`` (empty for no labels)."""
+    return ", ".join(f"{k}={v}" for k, v in labels.items())
+
+
+def default_metric(score: xr.DataArray) -> str:
+    """``auroc`` when present, else the first OOD metric (else the first metric)."""
+    names = metrics_of(score, None)
+    if not names:
+        raise ValueError("results have no metric dimension")
+    ood = ood_metrics(score)
+    return "auroc" if "auroc" in names else (ood or names)[0]
+
+
+def n_scored(score: xr.DataArray) -> int:
+    """Seeds with at least one finite score (failed and excluded seeds are NaN)."""
+    others = [d for d in score.dims if d != "seed"]
+    return int(score.notnull().any(others).sum())
+
+
+def method_names(da: xr.Dataset | xr.DataArray) -> list[str]:
+    """The labels of the ``method`` dim, in the results' order."""
+    return [str(m) for m in da["method"].values]
