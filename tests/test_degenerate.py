@@ -21,10 +21,10 @@ from oodsim.protocols.degenerate import (
     balanced_accuracy,
     degenerate_reason,
     independence_p_value,
-    is_degenerate_failure,
     null_moments,
 )
 from oodsim.report.tables import exclusion_effect_table
+from oodsim.results import DEGENERATE, failure_kind
 from oodsim.specs import DegenerateSpec
 from oodsim.stats import estimate
 from tests.conftest import cli_run_on, digits_toml, small_digits
@@ -133,7 +133,7 @@ def test_untrained_classifiers_are_excluded_unless_kept(
     )
     excluded = oodsim.run(spec, address=cluster_address, cache=cache, progress=False)
     failures = [str(f) for f in excluded["failure"].values]
-    assert all(is_degenerate_failure(f) for f in failures), failures
+    assert all(failure_kind(f) is DEGENERATE for f in failures), failures
     assert excluded.attrs["n_failed"] == 3
     assert all("not above chance" in str(r) for r in excluded["degenerate"].values)
     assert np.isfinite(excluded["score"]).all()  # scored, kept in the file, masked in estimates

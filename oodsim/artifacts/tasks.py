@@ -3,7 +3,8 @@
 A task is what the engine runs on a worker: content-keyed, so that two seeds (or two
 protocols) that need the same entries run it once. :class:`SeedFailed` is how a task or
 scoring says that a seed cannot be scored; :func:`stored` reads an entry a seed's tasks wrote
-(a lost one fails the seed with :data:`LOST_ENTRY`, which the engine heals);
+(a lost one fails the seed with the failure kind :data:`~oodsim.results.failures.LOST_ENTRY`,
+which the engine heals);
 :func:`checked_kappa` turns non-finite κ into such a failure. The protocols' contract
 (:mod:`oodsim.protocols.base`) plans and scores with these.
 """
@@ -18,6 +19,7 @@ import attrs
 from oodsim.detectors import NonFiniteKappaError
 from oodsim.errors import OodsimError
 from oodsim.metrics import NonFiniteScoreError
+from oodsim.results.failures import LOST_ENTRY
 from oodsim.store import Entry as StoreEntry
 from oodsim.store import Store
 
@@ -64,22 +66,12 @@ class Task:
         )
 
 
-#: The end of the failure of a seed whose entry vanished or was corrupt when read.
-LOST_ENTRY = "is missing or corrupt in the store; run again to recompute it"
-
-
-def is_lost_entry(failure: str) -> bool:
-    """Whether a seed failed because an entry it read had vanished or was corrupt (the
-    engine computes such a seed once more in the same run), not for a reason of its own."""
-    return failure.endswith(LOST_ENTRY)
-
-
 def stored(store: Store, kind: str, key: str, what: str) -> StoreEntry:
     """An entry a seed's tasks wrote. One that vanished or is corrupt (moved aside on read)
     fails the seed with :data:`LOST_ENTRY`; the engine computes it once more in the run."""
     entry = store.get(kind, key)
     if entry is None:
-        raise SeedFailed(f"{what} ({kind} {key[:12]}) {LOST_ENTRY}")
+        raise SeedFailed(LOST_ENTRY.message(f"{what} ({kind} {key[:12]})"))
     return entry
 
 

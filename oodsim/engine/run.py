@@ -35,9 +35,15 @@ from oodsim.engine.work import Shipped, run_task, score_seed
 from oodsim.errors import OodsimError, SpecError
 from oodsim.heartbeat import Listener, listening
 from oodsim.protocols import bind
-from oodsim.protocols.base import Bound, Task, is_lost_entry
-from oodsim.protocols.degenerate import is_degenerate_failure
-from oodsim.results import ForeignOutput, SeedResult, build, check_output, save_results
+from oodsim.protocols.base import Bound, Task
+from oodsim.results import (
+    ForeignOutput,
+    SeedResult,
+    build,
+    check_output,
+    failure_kind,
+    save_results,
+)
 from oodsim.specs.cluster import ClusterSpec, resolve_cluster, runs_in_process
 from oodsim.store import Store, default_root
 from oodsim.store.plugin_sources import check_sources
@@ -197,8 +203,8 @@ class _Submitter:
         future = self.tasks.get(task_key)
         if future is None or future.status != "finished":
             return False
-        failure = future.result()[0]
-        return bool(failure) and not is_lost_entry(failure)
+        kind = failure_kind(future.result()[0])
+        return kind is not None and not kind.heals
 
     def release(self, batch: Sequence[int]) -> None:
         """Forget the finished tasks of a collected batch (keeping their store events), so
@@ -416,7 +422,8 @@ def _collect(
 def _check(spec: Any, result: SeedResult) -> SeedResult:
     """Abort on a failed seed when the spec says so; a degenerate training is an exclusion,
     not a failure of the run."""
-    if result.failed and spec.on_failure == "abort" and not is_degenerate_failure(result.failure):
+    kind = failure_kind(result.failure)
+    if kind is not None and not kind.excluded and spec.on_failure == "abort":
         raise RunAborted(
             f"seed {result.seed} failed: {result.failure} "
             "(on_failure = 'abort'; finished seeds stay cached)"

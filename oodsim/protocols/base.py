@@ -24,13 +24,11 @@ from typing import Any, ClassVar
 import attrs
 
 from oodsim.artifacts.tasks import (
-    LOST_ENTRY,
     Entry,
     SeedFailed,
     Task,
     checked_kappa,
     first_failure,
-    is_lost_entry,
     stored,
 )
 from oodsim.results import Layout, SeedResult
@@ -38,7 +36,6 @@ from oodsim.specs.converter import structure
 from oodsim.store import Store
 
 __all__ = [
-    "LOST_ENTRY",
     "Bound",
     "Entry",
     "Protocol",
@@ -46,7 +43,6 @@ __all__ = [
     "Task",
     "checked_kappa",
     "first_failure",
-    "is_lost_entry",
     "stored",
 ]
 

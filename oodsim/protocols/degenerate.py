@@ -25,12 +25,6 @@ from __future__ import annotations
 
 import numpy as np
 
-from oodsim.results import DEGENERATE
-
-#: The prefix of a ``failure`` that excludes a degenerate seed (not a crash: a run with
-#: ``on_failure = "abort"`` goes on).
-PREFIX = DEGENERATE
-
 #: Permutations of the independence test: p-values down to 1e-4, below the default alpha.
 N_PERMUTATIONS = 9_999
 _BLOCK_ELEMENTS = 1 << 22  # permuted predictions per block (~4 M booleans)
@@ -136,8 +130,3 @@ def degenerate_reason(predictions: np.ndarray, labels: np.ndarray, alpha: float)
         f"{1 / n_classes:.3f} (permutation test of independence p = {p_value:.2g} >= "
         f"alpha = {alpha:g})"
     )
-
-
-def is_degenerate_failure(failure: str) -> bool:
-    """Whether a seed's ``failure`` is a degenerate-training exclusion (not a crash)."""
-    return str(failure).startswith(PREFIX)

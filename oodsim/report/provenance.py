@@ -12,11 +12,10 @@ from typing import Any
 import numpy as np
 import xarray as xr
 
-from oodsim.results import exclusions
+from oodsim.results import DEGENERATE, FAILURE_KINDS, exclusions
 from oodsim.stats import as_score
 
 #: What an excluded "degenerate" seed is, in the summary.
-_DEGENERATE = "degenerate (the classifier is not above chance)"
 
 
 def _seed_ranges(seeds: Iterable[int]) -> str:
@@ -109,13 +108,14 @@ def seed_lines(results: xr.Dataset | xr.DataArray, score: xr.DataArray) -> list[
         ]
     for reason, group in excluded.items():
         unit = "seed" if len(group) == 1 else "seeds"
-        why = _DEGENERATE if reason == "degenerate" else reason
+        kind = next((k for k in FAILURE_KINDS if k.name == reason), None)
+        why = kind.meaning if kind is not None else reason
         lines.append(f"  - {len(group)} {unit}, {why}: {_seed_ranges(s for s, _ in group)}")
         lines += [f"    - seed {seed}: {detail}" for seed, detail in group if detail]
     listed = {seed for group in excluded.values() for seed, _ in group}
     kept = [seed for seed in _degenerate_seeds(results) if seed not in listed]
     if kept:
-        lines.append(f"  - kept although {_DEGENERATE}: {_seed_ranges(kept)}")
+        lines.append(f"  - kept although {DEGENERATE.meaning}: {_seed_ranges(kept)}")
     return lines
 
 

@@ -15,7 +15,7 @@ import numpy as np
 import xarray as xr
 
 from oodsim.report.provenance import seed_exclusions
-from oodsim.results import DEGENERATE, NO_SEVERITY
+from oodsim.results import NO_SEVERITY, excluded_seeds
 from oodsim.results.access import cell_label, iter_cells, method_names, metrics_of, ood_metrics
 from oodsim.stats import (
     as_score,
@@ -130,7 +130,7 @@ def exclusion_effect_table(
     the exclusion (the estimand E[score | classifier above chance]) moves the number. None when
     no seed was excluded as degenerate. Other dims (ood, level, model) are averaged."""
     failure = results["failure"].astype(str)
-    degenerate = failure.str.startswith(DEGENERATE)
+    degenerate = failure.copy(data=excluded_seeds(failure.values))
     if not bool(degenerate.any()):
         return None
     score = results["score"].sel({"metric": metric})

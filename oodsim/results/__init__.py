@@ -1,10 +1,20 @@
 """Results: one schema for every protocol (:mod:`~oodsim.results.schema`: ``score`` by seed ×
 method × metric × severity, a ``failure`` per seed, provenance in ``attrs``), saved with a
 checksum manifest (:mod:`~oodsim.results.save`, :mod:`~oodsim.results.manifest`), reopened
-checked (:mod:`~oodsim.results.read`), selected by label (:mod:`~oodsim.results.select`) and
+checked (:mod:`~oodsim.results.read`), its failures told apart by kind
+(:mod:`~oodsim.results.failures`), selected by label (:mod:`~oodsim.results.select`) and
 read alike by every statistic and report (:mod:`~oodsim.results.access`: the score with failed
 seeds masked, metrics, cells, method names)."""
 
+from oodsim.results.failures import (
+    CRASH,
+    DEGENERATE,
+    FAILURE_KINDS,
+    LOST_ENTRY,
+    FailureKind,
+    excluded_seeds,
+    failure_kind,
+)
 from oodsim.results.manifest import MANIFEST
 from oodsim.results.read import REPLACED_PATIENCE, ResultsCorrupt, ResultsNotFound, open_results
 from oodsim.results.save import (
@@ -15,7 +25,6 @@ from oodsim.results.save import (
     save_results,
 )
 from oodsim.results.schema import (
-    DEGENERATE,
     DESIGN_PREFIX,
     NO_SEVERITY,
     SCORE_DIMS,
@@ -30,12 +39,16 @@ from oodsim.results.schema import (
 from oodsim.results.select import LabelError, select
 
 __all__ = [
+    "CRASH",
     "DEGENERATE",
     "DESIGN_PREFIX",
+    "FAILURE_KINDS",
+    "LOST_ENTRY",
     "MANIFEST",
     "NO_SEVERITY",
     "REPLACED_PATIENCE",
     "SCORE_DIMS",
+    "FailureKind",
     "ForeignOutput",
     "LabelError",
     "Layout",
@@ -47,7 +60,9 @@ __all__ = [
     "check_output",
     "check_writable",
     "design_coord",
+    "excluded_seeds",
     "exclusions",
+    "failure_kind",
     "open_results",
     "package_versions",
     "save_results",

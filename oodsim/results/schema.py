@@ -22,6 +22,7 @@ import attrs
 import numpy as np
 import xarray as xr
 
+from oodsim.results.failures import failure_kind
 from oodsim.store import summarize_events
 
 SCORE_DIMS = ("method", "metric", "severity")
@@ -29,22 +30,20 @@ SCORE_DIMS = ("method", "metric", "severity")
 
 NO_SEVERITY = "all"
 
-#: How the ``failure`` of a seed that was scored but excluded because its classifier is not
-#: above chance begins (see :mod:`oodsim.protocols.degenerate`); any other failure is a crash.
-DEGENERATE = "degenerate: "
-
 
 def exclusions(results: xr.Dataset) -> dict[str, list[tuple[int, str]]]:
-    """Seeds the estimates leave out, grouped by why: ``"degenerate"`` (a classifier not above
-    chance; the detail says its accuracy) or the failure message itself (no detail), each
-    group a list of ``(seed, detail)`` in seed order, the largest group first."""
+    """Seeds the estimates leave out, grouped by why: the name of an exclusion kind
+    (``"degenerate"``: a classifier not above chance; the detail says its accuracy, see
+    :mod:`oodsim.results.failures`) or the failure message itself (no detail), each group a
+    list of ``(seed, detail)`` in seed order, the largest group first."""
     groups: dict[str, list[tuple[int, str]]] = {}
     for seed, failure in zip(results["seed"].values, results["failure"].values):
         failure = str(failure)
-        if not failure:
+        kind = failure_kind(failure)
+        if kind is None:
             continue
-        if failure.startswith(DEGENERATE):
-            groups.setdefault("degenerate", []).append((int(seed), failure[len(DEGENERATE) :]))
+        if kind.excluded:
+            groups.setdefault(kind.name, []).append((int(seed), kind.detail(failure)))
         else:
             groups.setdefault(failure, []).append((int(seed), ""))
     return dict(sorted(groups.items(), key=lambda item: -len(item[1])))

@@ -43,9 +43,8 @@ from oodsim.data.registry import dataset_info, load_dataset
 from oodsim.errors import SpecError
 from oodsim.models.architectures import BUILTINS
 from oodsim.protocols.base import Protocol, Task
-from oodsim.protocols.degenerate import PREFIX as DEGENERATE
 from oodsim.protocols.open_set.scoring import score
-from oodsim.results import NO_SEVERITY, Layout, SeedResult, design_coord
+from oodsim.results import DEGENERATE, NO_SEVERITY, Layout, SeedResult, design_coord
 from oodsim.simulation.splits import make_split, split_classes
 from oodsim.specs import ExperimentSpec, spec_from_dict
 from oodsim.store import Store
@@ -178,7 +177,7 @@ class OpenSetProtocol(Protocol):
             seed,
             variables,
             coords,
-            failure=DEGENERATE + scored.degenerate if excluded else "",
+            failure=DEGENERATE.message(scored.degenerate) if excluded else "",
         )
 
     def seed_coords(self, spec: ExperimentSpec, seed: int, store: Store) -> dict[str, Any]:

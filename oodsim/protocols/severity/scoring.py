@@ -23,7 +23,6 @@ from oodsim.artifacts import keys as artifact_keys
 from oodsim.detectors import confidence
 from oodsim.outputs import Outputs
 from oodsim.protocols.base import checked_kappa, stored
-from oodsim.protocols.degenerate import PREFIX as DEGENERATE
 from oodsim.protocols.degenerate import degenerate_reason
 from oodsim.protocols.severity import levels, plan
 from oodsim.protocols.severity.plan import (
@@ -38,7 +37,7 @@ from oodsim.protocols.severity.plan import (
 )
 from oodsim.protocols.severity.sources import child_sequence, ood_class_names, subsample
 from oodsim.protocols.severity.spec import PoolSpec, SeveritySpec, detector_info
-from oodsim.results import Layout, SeedResult
+from oodsim.results import DEGENERATE, Layout, SeedResult
 from oodsim.seeds import SeedStreams
 from oodsim.store import Store
 from oodsim.zoo import ModelRef
@@ -354,5 +353,5 @@ def score(spec: SeveritySpec, seed: int, store: Store) -> SeedResult:
     return SeedResult(
         seed,
         {n: v.astype(str) if v.dtype == object else v for n, v in values.items()},
-        failure=DEGENERATE + "; ".join(excluded) if excluded else "",
+        failure=DEGENERATE.message("; ".join(excluded)) if excluded else "",
     )
