@@ -83,6 +83,7 @@ class _Submitter:
         self.client: Any = None
         self.tasks: dict[str, Any] = {}  # task key → future, of the batches in flight
         self.seed_tasks: dict[int, list[str]] = {}  # seed in flight → its submitted tasks
+        self.planned: dict[int, dict[str, Task]] = {}  # seed in flight → its tasks, by key
         self.events: list[tuple[str, str, str]] = []  # of tasks released (see release())
         self.cached: set[str] = set()  # task keys found complete in the store
         self.healed: set[int] = set()  # seeds computed again after scoring lost an entry
@@ -126,14 +127,21 @@ class _Submitter:
             return True
         return task.key in self.cached
 
-    def _task_future(self, task: Task, planned: dict[str, Task]) -> Any:
+    def _plan(self, seed: int) -> dict[str, Task]:
+        """The tasks of a seed in flight, planned once (planning hashes every key) and kept
+        until its batch is released."""
+        if seed not in self.planned:
+            self.planned[seed] = {t.key: t for t in self.job.plan(seed)}
+        return self.planned[seed]
+
+    def _task_future(self, task: Task, planned: dict[str, Task], client: Any) -> Any:
         if task.key not in self.tasks:
             after = [
-                self._task_future(planned[k], planned)
+                self._task_future(planned[k], planned, client)
                 for k in task.after
                 if k in planned and not self._done(planned[k])
             ]
-            self.tasks[task.key] = self._client().submit(
+            self.tasks[task.key] = client.submit(
                 run_task,
                 task,
                 self.root,
@@ -148,14 +156,15 @@ class _Submitter:
         """A scoring future per seed with missing tasks; None for seeds scored from the cache."""
         futures: dict[int, Any] = {}
         for seed in batch:
-            planned = {t.key: t for t in self.job.plan(seed)}
+            planned = self._plan(seed)
             missing = [t for t in planned.values() if not self._done(t)]
             if not missing:
                 futures[seed] = None
                 continue
-            upstream = [self._task_future(t, planned) for t in missing]
+            client = self._client()
+            upstream = [self._task_future(t, planned, client) for t in missing]
             self.seed_tasks[seed] = [t.key for t in missing]
-            futures[seed] = self._client().submit(
+            futures[seed] = client.submit(
                 score_seed,
                 self.job,
                 seed,
@@ -169,7 +178,7 @@ class _Submitter:
 
     def complete(self, seed: int) -> bool:
         """Whether every task of ``seed`` is done in the store (its scoring needs no compute)."""
-        return all(task.done(self.store) for task in self.job.plan(seed))
+        return all(task.done(self.store) for task in self._plan(seed).values())
 
     def score_here(self, seed: int) -> SeedResult:
         return self.heal(score_seed(self.job, seed, self.root, self.shipped, torch_threads=None))
@@ -183,7 +192,7 @@ class _Submitter:
         seed = result.seed
         if not result.failed or seed in self.healed:
             return result
-        planned = {t.key: t for t in self.job.plan(seed)}
+        planned = self._plan(seed)
         if any(map(self._failed, planned)) or all(t.done(self.store) for t in planned.values()):
             return result
         self.healed.add(seed)
@@ -212,6 +221,7 @@ class _Submitter:
         another seed still needs stays with that seed's scoring in the scheduler; once
         finished, it is found in the store."""
         for seed in batch:
+            self.planned.pop(seed, None)
             for key in self.seed_tasks.pop(seed, ()):
                 future = self.tasks.get(key)
                 if future is not None and future.status == "finished":
