@@ -164,18 +164,20 @@ class Store(Maintenance):
         :meth:`verify`. What fails the check is quarantined (see the module docstring)."""
         return self._intact(kind, key, full=False)
 
-    def verify_entry(self, kind: str, key: str) -> bool:
+    def verify_entry(self, kind: str, key: str, *, members: bool = True) -> bool:
         """Whether an entry exists and every file matches its checksum, without loading arrays
         or recording an event; a corrupt entry is quarantined like in :meth:`get`. The engine
-        checks every entry of a seed this way before it counts the seed's tasks as done."""
-        return self._intact(kind, key, full=True)
+        checks every entry of a seed this way before it counts the seed's tasks as done,
+        without ``members``: the check of the arrays ZIP's members against the record (a ZIP
+        resealed after an edit) that every read repeats on the arrays it reads."""
+        return self._intact(kind, key, full=True, members=members)
 
-    def _intact(self, kind: str, key: str, *, full: bool) -> bool:
+    def _intact(self, kind: str, key: str, *, full: bool, members: bool = True) -> bool:
         folder = self._locate(kind, key)
         if folder is None:
             return False
         try:
-            problem, _ = self._inspect(folder, kind, key, full=full)
+            problem, _ = self._inspect(folder, kind, key, full=full, members=members)
         except OSError as error:  # a file vanished or became unreadable while it was checked
             problem = f"unreadable file: {error}"
         if problem:
