@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import argparse
 import json
+import shutil
+import warnings
 from pathlib import Path
 
 import attrs
@@ -14,6 +16,8 @@ from PIL import Image
 from sklearn.metrics import auc, average_precision_score, precision_recall_curve, roc_auc_score
 
 import oodsim
+from oodsim.artifacts.outputs import OUTPUTS, LegacyOutputsWarning
+from oodsim.cli.main import main
 from oodsim.data.imagenet_classes import imagenet1k_wnids, imagenet_o_wnids
 from oodsim.errors import DataNotFoundError, SpecError, UnknownNameError
 from oodsim.protocols import imagenet_o
@@ -425,7 +429,7 @@ def engine_run(tmp_path_factory, cluster_address):
 def _stored(spec: ImageNetOSpec, cache: Path, ref: ModelRef) -> list[np.ndarray]:
     store = Store(cache)
     return [
-        store.get(imagenet_o.LOGITS, imagenet_o.logits_key(ref, files)).arrays["logits"]
+        store.get(OUTPUTS, imagenet_o.logits_key(ref, files)).arrays["logits"]
         for files in imagenet_o.file_sets(spec)
     ]
 
@@ -442,7 +446,7 @@ def test_spec_runs_on_the_engine_and_aupr_equals_evaluate_logits(engine_run) -> 
     assert results["n_id_classes"].values.tolist() == [3, 3]
     assert results["chance"].values.tolist() == [1 / 3, 1 / 3]
     # one logits entry per (model, ID/OOD file set), computed once for both seeds
-    assert store_counts(results)["computed"] == {imagenet_o.LOGITS: 4}
+    assert store_counts(results)["computed"] == {OUTPUTS: 4}
     for ref in MODELS:
         id_logits, ood_logits = _stored(spec, cache, ref)
         assert id_logits.shape == (12, 1000) and ood_logits.shape == (6, 1000)
@@ -471,7 +475,7 @@ def test_a_second_run_computes_nothing(engine_run, cluster_address) -> None:
     again = oodsim.run(spec, address=cluster_address, cache=cache, progress=False)
     assert store_counts(again)["computed"] == {}
     # at most 2 seeds x 2 models x 2 sets: a process reads a run's logits once for all seeds
-    assert store_counts(again)["loaded"].get(imagenet_o.LOGITS, 0) <= 8
+    assert store_counts(again)["loaded"].get(OUTPUTS, 0) <= 8
     assert again["score"].equals(first["score"])
 
 
@@ -609,9 +613,40 @@ def test_bootstrap_seeds_read_the_logits_once_per_process(engine_run, tmp_path) 
     store = Store(cache)
     first = [PROTOCOL.score(boot, seed, store).variables["score"] for seed in range(6)]
     loads = [kind for action, kind, _ in store.events if action == "loaded"]
-    assert loads.count(imagenet_o.LOGITS) == 4  # 2 models x (ID, OOD), not 6 x 4
+    assert loads.count(OUTPUTS) == 4  # 2 models x (ID, OOD), not 6 x 4
     imagenet_o_scoring._FULL_SETS.clear()
     again = [PROTOCOL.score(boot, seed, Store(cache)).variables["score"] for seed in range(6)]
     for a, b in zip(first, again):
         np.testing.assert_array_equal(a, b)
     assert not all(np.array_equal(first[0], f) for f in first[1:])  # seeds do resample
+
+
+def test_logits_an_older_version_stored_are_migrated_and_read_again(
+    engine_run, cluster_address, tmp_path, capsys
+) -> None:
+    """Older versions stored these logits under a kind of their own, ``imagenet_o_logits``
+    (with ``Store.put``, same keys): a run warns that it cannot read them, ``oodsim cache
+    migrate`` moves them to ``outputs``, and the rerun computes nothing and scores the same."""
+    spec, first, cache = engine_run
+    old = tmp_path / "cache"
+    shutil.copytree(cache, old)
+    store = Store(old)
+    sets = imagenet_o.file_sets(spec)
+    keys = [imagenet_o.logits_key(ref, files) for ref in MODELS for files in sets]
+    for key in keys:  # the layout of an older version: the same entries under the old kind
+        entry = store.get(OUTPUTS, key)
+        store.put(imagenet_o.LOGITS, key, entry.arrays, {"describe": entry.meta["describe"]})
+        shutil.rmtree(store.path(OUTPUTS, key))
+    with pytest.warns(LegacyOutputsWarning, match="oodsim cache migrate"):
+        PROTOCOL.preflight(spec, store)
+
+    assert main(["cache", "migrate", "--cache", str(old)]) == 0
+    said = capsys.readouterr().out
+    assert "imagenet_o_logits: 4 entries moved to outputs" in said, said
+    assert not (old / imagenet_o.LOGITS).exists()
+    assert Store(old).verify() == []
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", LegacyOutputsWarning)
+        again = oodsim.run(spec, address=cluster_address, cache=old, progress=False)
+    assert store_counts(again)["computed"] == {}
+    assert again["score"].equals(first["score"])

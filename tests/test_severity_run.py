@@ -104,11 +104,7 @@ def test_acceptance_seeds_levels_and_a_registered_detector(fmnist) -> None:
     assert not np.allclose(results["id_accuracy"].isel(seed=0), results["id_accuracy"].isel(seed=2))
     assert estimate(results)["mean"].dims == ("method", "metric", "severity", "model")
     # one CNN trained per seed, its split outputs stored once (no second copy), 8 pool sources
-    assert store_counts(results)["computed"] == {
-        "checkpoint": 3,
-        "outputs": 3,
-        "severity_outputs": 24,
-    }
+    assert store_counts(results)["computed"] == {"checkpoint": 3, "outputs": 3 + 24}
     # detection gets harder with the level, for every κ; levels sorted by mean severity
     assert (level_trend(results).values < -0.8).all(), auroc.mean("seed").values
     assert (np.diff(results["level_severity"].values, axis=2) >= 0).all()
@@ -170,7 +166,7 @@ def test_a_new_kappa_computes_only_its_entries(fmnist, cluster_address) -> None:
     results = oodsim.run(more, address=cluster_address, cache=cache, progress=False)
     counts = store_counts(results)
     assert counts["computed"] == {"severity_kappa": 9}  # ODIN on the ID split + 8 pool sources
-    assert counts["loaded"]["severity_outputs"] >= 8
+    assert counts["loaded"]["outputs"] >= 8
     old = [d.label for d in spec.detectors]
     np.testing.assert_array_equal(
         results["score"].sel({"method": old}).values, first["score"].isel(seed=[0]).values
@@ -292,7 +288,7 @@ def test_image_folders_with_a_random_zoo_model(tmp_path, cluster_address) -> Non
     results = oodsim.run(spec, address=cluster_address, cache=cache, progress=False)
     # the pretrained model's folder outputs are shared by both seeds (ID + 2 shards: 6 kept
     # classes, 4 per shard); the noise is drawn per seed
-    assert store_counts(results)["computed"] == {"severity_outputs": 3 + 2}
+    assert store_counts(results)["computed"] == {"outputs": 3 + 2}
     assert results["score"].shape == (2, 2, 4, 4, 1)
     assert (results["n_pool_classes"] == 7).all() and (results["group_size"] == 3).all()
     assert np.isfinite(results["score"].values).all()

@@ -247,3 +247,31 @@ def test_a_forged_or_stopped_holder_is_named_while_waited_for_then_taken_over(
     assert why_stale(forged) == ""
     os.utime(forged, (old, old))
     assert "has not touched it for" in why_stale(forged)
+
+
+def test_move_kind_moves_intact_entries_drops_duplicates_and_leaves_corrupt_ones(tmp_path):
+    """``Store.move_kind``: an entry keeps its key and arrays under the new kind and reads
+    back intact; one the new kind holds already is dropped; a corrupt one stays where it is,
+    named, for ``cache verify --repair``."""
+    store = Store(tmp_path / "cache")
+    arrays = {"logits": np.arange(12.0).reshape(4, 3)}
+    for key in ("a" * 64, "b" * 64, "c" * 64):
+        store.put("old_kind", key, arrays, {"describe": f"entry {key[0]}"})
+    store.put("new_kind", "b" * 64, arrays, {"describe": "already moved"})
+    corrupt = store.path("old_kind", "c" * 64) / "arrays.zarr.zip"
+    data = bytearray(corrupt.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    corrupt.write_bytes(bytes(data))
+
+    moved = store.move_kind("old_kind", "new_kind")
+
+    assert (moved.moved, moved.duplicates) == (1, 1)
+    assert [key for key, _ in moved.left] == ["c" * 64]
+    assert "checksum mismatch" in moved.left[0][1]
+    entry = Store(tmp_path / "cache").get("new_kind", "a" * 64)
+    assert entry is not None and entry.meta["kind"] == "new_kind"
+    assert entry.meta["describe"] == "entry a"
+    np.testing.assert_array_equal(entry.arrays["logits"], arrays["logits"])
+    assert store.get("new_kind", "b" * 64).meta["describe"] == "already moved"
+    assert store.holds_kind("old_kind")  # the corrupt one stays in place
+    assert [info.key for info, _ in store.verify()] == ["c" * 64]  # only the corrupt one

@@ -6,8 +6,12 @@ One simulation stores its ``checkpoint`` (trained weights and input normalizatio
 per seed and scores from them; the severity protocol plans and reads them for its ``trained``
 models. Protocols import this package, never each other.
 
+Model outputs of every protocol (open set subsets, severity pools, ImageNet-O images) are
+one store kind with one writer, :mod:`.outputs`.
+
 The modules follow the flow: :mod:`.tasks` (the unit of work that fills entries, and how a
-seed fails), :mod:`.keys` (the entries of a seed and their keys), :mod:`.simulation` (split,
+seed fails), :mod:`.outputs` (the outputs kind and its writer), :mod:`.keys` (the entries of a
+seed and their keys), :mod:`.simulation` (split,
 model, outputs on a worker), :mod:`.tuning` and :mod:`.kappa` (parameters chosen on
 validation data, model-based κ) and :mod:`.compute` (the engine's task of one simulation).
 Nothing here imports a protocol.

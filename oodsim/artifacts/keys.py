@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import attrs
 
+from oodsim.artifacts.outputs import OUTPUTS
 from oodsim.detectors import get_detector
 from oodsim.keys import digest
 from oodsim.models import versions
@@ -13,9 +14,6 @@ from oodsim.seeds import TRAINING_STREAMS, SeedStreams
 from oodsim.specs import DetectorSpec, ExperimentSpec, OODSetSpec
 
 CHECKPOINT = "checkpoint"
-
-
-OUTPUTS = "outputs"
 
 
 OOD_OUTPUTS = "ood_outputs"

@@ -17,6 +17,7 @@ from oodsim.artifacts.keys import (
     ood_outputs_key,
     outputs_key,
 )
+from oodsim.artifacts.outputs import put_outputs
 from oodsim.artifacts.tasks import SeedFailed
 from oodsim.data.registry import ImageData, dataset_info, load_dataset
 from oodsim.outputs import Outputs
@@ -187,8 +188,8 @@ class Simulation:
                 f"{subset}.labels": labels[index],
                 f"{subset}.index": index,
             }
-        self.store.put(
-            OUTPUTS,
+        put_outputs(
+            self.store,
             key,
             arrays,
             {"describe": f"seed={self.seed} split outputs", "checkpoint": self.checkpoint},
@@ -200,8 +201,8 @@ class Simulation:
 
     def _compute_ood_outputs(self, ood: OODSetSpec, key: str) -> None:
         logits, features = self._infer(ood_images(ood, self.data.shape, self.streams))
-        self.store.put(
-            OOD_OUTPUTS,
+        put_outputs(
+            self.store,
             key,
             {
                 "ood.logits": logits,
@@ -209,6 +210,7 @@ class Simulation:
                 "ood.labels": np.full(len(logits), -1, dtype=np.int64),
             },
             {"describe": f"seed={self.seed} {ood.label}", "checkpoint": self.checkpoint},
+            kind=OOD_OUTPUTS,
         )
 
     def inputs(self, eval_set: EvalSet) -> Any:

@@ -1,4 +1,4 @@
-"""``oodsim cache ls | verify | gc``: look after a store."""
+"""``oodsim cache ls | verify | gc | migrate``: look after a store."""
 
 from __future__ import annotations
 
@@ -29,6 +29,19 @@ def cmd_cache(args: argparse.Namespace) -> int:
             print(f"{action}: {info.kind}/{info.key}: {problem}")
         print(f"{len(problems)} corrupt entries" + (" removed" if args.repair and problems else ""))
         return 1 if problems and not args.repair else 0
+    elif args.action == "migrate":
+        # the outputs kinds an older oodsim wrote (no torch: a small module)
+        from oodsim.artifacts.outputs import OUTPUTS, migrate_outputs
+
+        report = migrate_outputs(store)
+        for kind, moved in report.items():
+            line = f"{kind}: {moved.moved} entries moved to {OUTPUTS}"
+            if moved.duplicates:
+                line += f", {moved.duplicates} dropped ({OUTPUTS} held them already)"
+            print(line)
+            for key, problem in moved.left:
+                print(f"  left in place: {kind}/{key}: {problem} (oodsim cache verify --repair)")
+        return 1 if any(m.left for m in report.values()) else 0
     elif args.action == "gc":
         removed = store.gc(older_than=args.older_than)
         print(
@@ -39,7 +52,7 @@ def cmd_cache(args: argparse.Namespace) -> int:
 
 
 def add_cache_command(commands: argparse._SubParsersAction) -> None:
-    """``oodsim cache ls|verify|gc``, each with its own help and options."""
+    """``oodsim cache ls|verify|gc|migrate``, each with its own help and options."""
     text = "inspect and maintain the store"
     cache = commands.add_parser("cache", help=text, description=text)
     cache.set_defaults(func=cmd_cache)
@@ -53,6 +66,11 @@ def add_cache_command(commands: argparse._SubParsersAction) -> None:
         ("ls", "list the store's entries: kind, key, size, what each one is"),
         ("verify", "check every entry's checksums and list the corrupt ones (exit code 1)"),
         ("gc", "remove leftovers: interrupted writes, stale or malformed locks, misplaced objects"),
+        (
+            "migrate",
+            "move model outputs an older oodsim stored under severity_outputs or "
+            "imagenet_o_logits to outputs (keys unchanged), so that runs read them again",
+        ),
     ):
         action = actions.add_parser(name, help=text, description=text)
         action.add_argument(

@@ -60,6 +60,7 @@ from oodsim.store.locks import (
     why_stale,
 )
 from oodsim.store.maintenance import Maintenance
+from oodsim.store.migrate import Migration
 
 #: seconds between two notices of a run that waits for another's lock
 LOCK_NOTICE_SECONDS = 30.0
@@ -85,7 +86,7 @@ class Entry:
 
 
 @attrs.define
-class Store(Maintenance):
+class Store(Maintenance, Migration):
     """Artifacts by (kind, content key) under ``root``; see the module docstring."""
 
     root: Path = attrs.field(converter=lambda p: Path(p).expanduser())

@@ -13,7 +13,7 @@ Three ways in:
 - one model on the two image folders, in this process: :func:`evaluate_folders`;
 - a spec of several models (:class:`ImageNetOSpec`, ``specs/imagenet_o.toml``) run by the
   engine, ``oodsim.run(spec)``: :data:`PROTOCOL` plans one task per model that infers the
-  1000-way logits of the ID and OOD files and stores them (kind ``imagenet_o_logits``, keyed by
+  1000-way logits of the ID and OOD files and stores them (``outputs`` entries, keyed by
   the model, the file listing and the inference version; the same for every seed), and scores
   each seed from the store. With ``bootstrap = true`` a seed scores a bootstrap resample of the
   ID and the OOD images (stream ``bootstrap``): a replicate of the one fixed test set; without
@@ -37,6 +37,7 @@ from typing import Any
 
 import numpy as np
 
+from oodsim.artifacts.outputs import OUTPUTS, warn_legacy_outputs
 from oodsim.keys import digest
 from oodsim.protocols.base import Protocol, Task
 from oodsim.protocols.imagenet_o.compute import check_weights, file_sets, infer_logits, logits_key
@@ -109,12 +110,13 @@ class ImageNetOProtocol(Protocol):
         for ref in spec.models:
             check_weights(ref)
         store.ensure_writable()
+        warn_legacy_outputs(store)
 
     def plan(self, spec: ImageNetOSpec, seed: int) -> list[Task]:
         sets = file_sets(spec)
         tasks = []
         for ref in spec.models:
-            entries = tuple((LOGITS, logits_key(ref, files)) for files in sets)
+            entries = tuple((OUTPUTS, logits_key(ref, files)) for files in sets)
             tasks.append(
                 Task(
                     key=digest("imagenet_o_task", "1", {"entries": [k for _, k in entries]}),

@@ -1,5 +1,6 @@
 """The engine's task of the ImageNet-O protocol: the 1000-way logits of the ID and OOD files
-per model, stored as kind ``imagenet_o_logits`` (:func:`infer_logits`)."""
+per model, stored as ``outputs`` entries keyed in the namespace ``imagenet_o_logits``
+(:func:`infer_logits`)."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ import attrs
 import numpy as np
 
 from oodsim import zoo
+from oodsim.artifacts.outputs import OUTPUTS, put_outputs
 from oodsim.data.imagenet_classes import imagenet_o_wnids
 from oodsim.errors import SpecError
 from oodsim.keys import digest
@@ -93,8 +95,8 @@ def infer_logits(ref: ModelRef, sets: tuple[FileSet, ...], batch_size: int, stor
                     f"model {ref.label} gave non-finite or misshapen logits {logits.shape} on "
                     f"the {files.side} images"
                 )
-            store.put(
-                LOGITS,
+            put_outputs(
+                store,
                 key,
                 {"logits": logits},
                 {
@@ -107,7 +109,7 @@ def infer_logits(ref: ModelRef, sets: tuple[FileSet, ...], batch_size: int, stor
                 },
             )
 
-        store.ensure(LOGITS, key, compute)
+        store.ensure(OUTPUTS, key, compute)
 
 
 def check_weights(ref: ModelRef) -> None:

@@ -16,7 +16,9 @@ from oodsim.seeds import SeedStreams
 
 #: the protocols name (``protocol = "imagenet_o"`` in a spec and in results)
 NAME = "imagenet_o"
-LOGITS = "imagenet_o_logits"  # store kind: (n, 1000) logits of one model on one file set
+#: tag of the keys of the (n, 1000) logits of one model on one file set (``outputs`` entries;
+#: older versions stored them under a kind of this name: ``oodsim cache migrate`` moves them)
+LOGITS = "imagenet_o_logits"
 
 
 LOGITS_VERSION = "1"  # bump when the stored arrays change: it enters their keys

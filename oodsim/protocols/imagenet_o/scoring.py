@@ -9,6 +9,7 @@ from typing import Any
 
 import numpy as np
 
+from oodsim.artifacts.outputs import OUTPUTS
 from oodsim.data.imagenet_classes import imagenet1k_wnids, imagenet_o_wnids
 from oodsim.detectors import NonFiniteKappaError, confidence
 from oodsim.errors import SpecError
@@ -16,7 +17,6 @@ from oodsim.outputs import Outputs
 from oodsim.protocols.base import SeedFailed, stored
 from oodsim.protocols.imagenet_o.compute import file_sets, logits_key
 from oodsim.protocols.imagenet_o.recipe import (
-    LOGITS,
     NAME,
     bootstrap_indices,
     check_confidence,
@@ -96,7 +96,7 @@ def full_test_set(spec: ImageNetOSpec, store: Store) -> tuple[np.ndarray, np.nda
             tuple(
                 stored(
                     store,
-                    LOGITS,
+                    OUTPUTS,
                     logits_key(ref, files),
                     f"logits of {ref.label} on the {files.side} images",
                 ).arrays["logits"]

@@ -18,6 +18,7 @@ import attrs
 import numpy as np
 import torch
 
+from oodsim.artifacts.outputs import put_outputs
 from oodsim.artifacts.simulation import trained_model
 from oodsim.detectors import NonFiniteKappaError, confidence
 from oodsim.keys import digest
@@ -27,7 +28,6 @@ from oodsim.protocols.base import SeedFailed, Task, stored
 from oodsim.protocols.severity.plan import (
     KAPPA,
     KAPPA_CHUNK,
-    OUTPUTS,
     Kappa,
     Unit,
     training_task,
@@ -160,7 +160,7 @@ class _Work:
         return self._items
 
     def infer(self) -> None:
-        """Infer the unit's samples and store its ``severity_outputs`` entry."""
+        """Infer the unit's samples and store its ``outputs`` entry."""
         unit, loaded, items = self.unit, self.loaded, self.items
         batches = _batches(items, loaded.preprocessing, self.batch_size)
         logits, features = infer_tensors(loaded.model, batches, self.device)
@@ -176,8 +176,8 @@ class _Work:
         }
         if unit.features:
             arrays["features"] = features
-        self.store.put(
-            OUTPUTS,
+        put_outputs(
+            self.store,
             unit.part.key,
             arrays,
             {
@@ -232,7 +232,7 @@ def run_unit(unit: Unit, store: Store) -> None:
     once. Non-finite outputs or κ fail the seeds that use them (:class:`SeedFailed`).
     """
     work = _Work(unit, store)
-    if unit.part.kind == OUTPUTS:
+    if unit.part.inferred:
         store.ensure(*unit.part.entry, work.infer)
     missing = [k for k in unit.kappas if not store.has(KAPPA, k.key)]
     if missing:

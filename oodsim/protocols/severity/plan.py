@@ -6,8 +6,9 @@ Per seed and model:
 - a ``trained`` model: the open set task that trains its checkpoint and infers its split
   (``checkpoint`` and ``outputs`` entries of :mod:`oodsim.artifacts`, shared with open
   set runs of the same experiment); ``split`` sources read that ``outputs`` entry;
-- per other (source[, class shard]) one :class:`Unit`: its ``severity_outputs`` entry (logits,
-  features, labels) and the ``severity_kappa`` entries of model-based κ (ODIN, MC dropout).
+- per other (source[, class shard]) one :class:`Unit`: its ``outputs`` entry (logits,
+  features, labels; keyed in the namespace ``severity_outputs``, the kind older versions
+  stored them under) and the ``severity_kappa`` entries of model-based κ (ODIN, MC dropout).
   :func:`oodsim.protocols.severity.compute.tasks` turns units into engine tasks.
 
 Keys say what an output depends on, so the engine computes each one once: a pretrained model on
@@ -27,6 +28,7 @@ import attrs
 from oodsim import zoo
 from oodsim.artifacts import keys as artifact_keys
 from oodsim.artifacts.compute import simulation_task
+from oodsim.artifacts.outputs import OUTPUTS, warn_legacy_outputs
 from oodsim.errors import SpecError
 from oodsim.keys import digest
 from oodsim.models import versions
@@ -51,26 +53,30 @@ from oodsim.zoo import (
     split_name,
 )
 
-OUTPUTS = "severity_outputs"
+#: the namespace (tag) of the keys of severity's outputs entries (of kind ``outputs``)
+OUTPUTS_TAG = "severity_outputs"
 KAPPA = "severity_kappa"
 KAPPA_CHUNK = 1024  # samples per call of a model-based κ (fixed: stochastic κ depend on it)
 
 
 @attrs.frozen
 class Part:
-    """Where one model's outputs on one source (or class shard) live in the store.
-
-    ``kind``/``key`` name the entry; ``prefix`` the arrays' name prefix inside it (``in_test``
-    in an open set ``outputs`` entry, "" in a ``severity_outputs`` entry).
+    """Where one model's outputs on one source (or class shard) live in the store: an
+    ``outputs`` entry, and the arrays' name prefix inside it (``in_test`` in an open set
+    simulation's entry, which its training task fills; "" in an entry a severity task infers).
     """
 
-    kind: str
     key: str
     prefix: str = ""
 
     @property
     def entry(self) -> tuple[str, str]:
-        return self.kind, self.key
+        return OUTPUTS, self.key
+
+    @property
+    def inferred(self) -> bool:
+        """Whether a severity task infers it (not a ``trained`` model's split subset)."""
+        return not self.prefix
 
     def array(self, name: str) -> str:
         return f"{self.prefix}.{name}" if self.prefix else name
@@ -107,7 +113,7 @@ class Unit:
     @property
     def entries(self) -> tuple[tuple[str, str], ...]:
         """Store entries the task fills (a ``split`` part's outputs come from training)."""
-        own = (self.part.entry,) if self.part.kind == OUTPUTS else ()
+        own = (self.part.entry,) if self.part.inferred else ()
         return own + tuple((KAPPA, k.key) for k in self.kappas)
 
 
@@ -170,7 +176,7 @@ def outputs_key(
     shard: int | None = None,
     noise: int | None = None,
 ) -> str:
-    """Key of a ``severity_outputs`` entry; ``noise`` is the seed's ``ood_sampling`` entropy
+    """Key of a severity ``outputs`` entry; ``noise`` is the seed's ``ood_sampling`` entropy
     for noise sources (their images are drawn anew per seed)."""
     fields = {
         "model": identity,
@@ -180,7 +186,7 @@ def outputs_key(
         "shard": shard,
         "noise": noise,
     }
-    return digest(OUTPUTS, f"{VERSION}/{zoo.VERSION}/{versions.INFERENCE}", fields)
+    return digest(OUTPUTS_TAG, f"{VERSION}/{zoo.VERSION}/{versions.INFERENCE}", fields)
 
 
 def kappa(part: Part, detector: DetectorSpec, streams: SeedStreams) -> Kappa:
@@ -222,18 +228,14 @@ def source_units(
     own_seed = model_seed(ref, seed)
     streams = streams_of(spec, seed)
     if source.kind == "split":
-        part = Part(
-            artifact_keys.OUTPUTS,
-            artifact_keys.outputs_key(checkpoint_key(ref, seed)),
-            source.subset,
-        )
+        part = Part(artifact_keys.outputs_key(checkpoint_key(ref, seed)), source.subset)
         parts = [(part, None)]
     else:
         identity = model_identity(ref, seed)
         noise = streams.entropy("ood_sampling") if source.is_noise else None
         shards = n_shards(source)
         parts = [
-            (Part(OUTPUTS, outputs_key(identity, source, per_class, spec.features, s, noise)), s)
+            (Part(outputs_key(identity, source, per_class, spec.features, s, noise)), s)
             for s in ([None] if shards is None else range(shards))
         ]
     detectors = model_detectors(spec) if with_kappa else []
@@ -318,6 +320,7 @@ def preflight(spec: SeveritySpec, store: Store, seeds: Sequence[int]) -> None:
         if prefix == "trained":
             _check_overlap(spec, ref, seeds)
     store.ensure_writable()
+    warn_legacy_outputs(store)
 
 
 def _check_overlap(spec: SeveritySpec, ref: ModelRef, seeds: Sequence[int]) -> None:

@@ -1,0 +1,105 @@
+"""Moving entries of a kind an older oodsim wrote to the kind that holds them now, in place.
+
+:class:`Migration` is a mixin of :class:`oodsim.store.Store` (``store.move_kind(old, new)``).
+An entry keeps its key and its files; only its folder and the ``kind`` its record names
+change. Each move renames the entry into a temporary sibling of its new place, rewrites its
+record there (with its own checksum) and renames it into place, under the new key's lock: a
+reader never sees half of it, and an interrupted move leaves a ``.tmp-*`` folder that
+``oodsim cache gc`` removes (the entry is then computed again, never read wrong).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import attrs
+
+from oodsim.store.digests import meta_digest
+from oodsim.store.fs import listing, read_json, remove
+from oodsim.store.layout import META, META_DIGEST, META_LIMIT, TMP_PREFIX
+
+
+@attrs.frozen
+class Moved:
+    """What :meth:`Migration.move_kind` did: entries moved, entries dropped because the new
+    kind held them already, and entries left in place with the reason (corrupt ones: ``oodsim
+    cache verify --repair`` removes them, a run computes them again)."""
+
+    moved: int = 0
+    duplicates: int = 0
+    left: tuple[tuple[str, str], ...] = ()
+
+
+class Migration:
+    """``store.move_kind(old, new)``, for a class with ``root``, ``path``, ``has``, ``lock``,
+    ``_inspect`` and ``_walk``."""
+
+    root: Path
+    path: Callable[[str, str], Path]
+    has: Callable[[str, str], bool]
+    lock: Callable[..., contextlib.AbstractContextManager[None]]
+    _inspect: Callable[..., tuple[str | None, dict[str, Any]]]
+    _walk: Callable[[], Iterator[tuple[Path, str, str]]]
+
+    def holds_kind(self, kind: str) -> bool:
+        """Whether any entry folder of ``kind`` is in the store (a cheap look: no records
+        read)."""
+        return any(listing(prefix) for prefix in listing(self.root / kind))
+
+    def move_kind(self, old: str, new: str) -> Moved:
+        """Move every intact entry of kind ``old`` to kind ``new`` (same key, same files)."""
+        moved = duplicates = 0
+        left: list[tuple[str, str]] = []
+        for path, _, role in list(self._walk()):
+            if role != "entry" or path.parts[-3] != old:
+                continue
+            key = path.name
+            try:
+                problem = self._inspect(path, old, key, full=True)[0]
+            except OSError as error:
+                problem = f"unreadable file: {error}"
+            if problem is None:  # moved away meanwhile (another process)
+                continue
+            if problem:
+                left.append((key, problem))
+                continue
+            with self.lock(new, key):
+                if self.has(new, key):
+                    remove(path)
+                    duplicates += 1
+                    continue
+                self._move_entry(path, old, new, key)
+                moved += 1
+        self._drop_empty(old)
+        return Moved(moved, duplicates, tuple(left))
+
+    def _move_entry(self, path: Path, old: str, new: str, key: str) -> None:
+        final = self.path(new, key)
+        final.parent.mkdir(parents=True, exist_ok=True)
+        tmp = final.parent / f"{TMP_PREFIX}{key}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+        os.rename(path, tmp)
+        meta = read_json(tmp / META, META_LIMIT)
+        meta["kind"] = new
+        meta[META_DIGEST] = meta_digest(meta)
+        fresh = tmp / f"{META}.{uuid.uuid4().hex[:8]}"
+        with fresh.open("w") as handle:
+            json.dump(meta, handle, sort_keys=True, default=str)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(fresh, tmp / META)
+        os.rename(tmp, final)
+
+    def _drop_empty(self, kind: str) -> None:
+        """Remove the kind's folder and its prefix folders once they are empty."""
+        folder = self.root / kind
+        for prefix in listing(folder):
+            with contextlib.suppress(OSError):
+                prefix.rmdir()
+        with contextlib.suppress(OSError):
+            folder.rmdir()
