@@ -1,6 +1,6 @@
 """What scoring needs besides the stored outputs: κ of model-based detectors (ODIN, MC
-dropout; stored per evaluated subset) and parameters tuned on validation data
-(:class:`Prepared`)."""
+dropout; stored per evaluated subset, computed by :func:`model_kappa`, the one path every
+protocol takes) and parameters tuned on validation data (:class:`Prepared`)."""
 
 from __future__ import annotations
 
@@ -29,7 +29,30 @@ from oodsim.specs import DetectorSpec, ExperimentSpec
 from oodsim.specs.params import is_grid
 
 
-def _model_kappa(
+def model_kappa(
+    name: str,
+    outputs: Outputs,
+    model: Any,
+    inputs_of: Callable[[slice], Any],
+    chunk: int | None,
+    fit: Outputs | None = None,
+    **params: Any,
+) -> np.ndarray:
+    """κ of detector ``name``, which runs the network on the inputs of ``outputs``' rows, in
+    chunks of ``chunk`` rows (``inputs_of(rows)`` builds a chunk's input tensor, so inputs
+    never fill the memory), or all at once (None). A stochastic κ (MC dropout) depends on the
+    chunking, so the chunk size enters the keys of whoever chunks: open set κ (keyed without
+    one) runs whole subsets, severity κ 1,024 rows at a time."""
+    n = len(outputs)
+    step = max(n, 1) if chunk is None else chunk
+    parts = [
+        confidence(name, outputs.take(rows), fit=fit, model=model, inputs=inputs_of(rows), **params)
+        for rows in (slice(start, start + step) for start in range(0, max(n, 1), step))
+    ]
+    return np.concatenate(parts).astype(np.float64)
+
+
+def _stored_kappa(
     sim: Simulation,
     detector: DetectorSpec,
     eval_set: EvalSet,
@@ -42,14 +65,14 @@ def _model_kappa(
 
     def compute() -> None:
         model, _, _ = sim.model()
-        params = choose_params()
-        kappa = confidence(
-            detector.name, outputs, fit=fit, model=model, inputs=sim.inputs(eval_set), **params
+        inputs = sim.inputs(eval_set)
+        kappa = model_kappa(
+            detector.name, outputs, model, inputs.__getitem__, None, fit, **choose_params()
         )
         sim.store.put(
             KAPPA,
             key,
-            {"kappa": np.asarray(kappa, dtype=np.float64)},
+            {"kappa": kappa},
             {"describe": f"seed={sim.seed} {detector.label} on {eval_set.label}"},
         )
 
@@ -154,7 +177,7 @@ class Prepared:
             params = functools.cache(partial(_model_params, sim, detector, fit, self.split_arrays))
             kappa = np.concatenate(
                 [
-                    _model_kappa(sim, detector, s, fit, o, params)
+                    _stored_kappa(sim, detector, s, fit, o, params)
                     for s, o in zip(self.sets, self.outputs)
                 ]
             )

@@ -18,9 +18,10 @@ import attrs
 import numpy as np
 import torch
 
+from oodsim.artifacts.kappa import model_kappa
 from oodsim.artifacts.outputs import put_outputs
 from oodsim.artifacts.simulation import trained_model
-from oodsim.detectors import NonFiniteKappaError, confidence
+from oodsim.detectors import NonFiniteKappaError
 from oodsim.keys import digest
 from oodsim.models.tensors import device as model_device
 from oodsim.outputs import Outputs
@@ -111,21 +112,14 @@ def _model_kappa(
     batch_size: int,
     device: str,
 ) -> np.ndarray:
-    """κ of a detector that runs the network, in chunks so inputs never fill the memory."""
-    parts = []
-    for start in range(0, len(items), KAPPA_CHUNK):
-        rows = slice(start, start + KAPPA_CHUNK)
-        inputs = torch.cat(list(_batches(items.take(rows), preprocessing, batch_size))).to(device)
-        parts.append(
-            confidence(
-                kappa.detector.name,
-                outputs.take(rows),
-                model=model,
-                inputs=inputs,
-                **dict(kappa.params),
-            )
-        )
-    return np.concatenate(parts).astype(np.float64)
+    """κ of a detector that runs the network, :data:`KAPPA_CHUNK` samples at a time."""
+
+    def inputs_of(rows: slice) -> Any:
+        return torch.cat(list(_batches(items.take(rows), preprocessing, batch_size))).to(device)
+
+    return model_kappa(
+        kappa.detector.name, outputs, model, inputs_of, KAPPA_CHUNK, **dict(kappa.params)
+    )
 
 
 @attrs.define
