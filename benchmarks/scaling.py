@@ -79,8 +79,8 @@ def _run(spec: Path, cache: Path, workers: int) -> float:
 TIMED = """\
 import sys, time
 started = time.perf_counter()
-import oodsim.engine.run
-engine = sys.modules["oodsim.engine.run"]
+import oodsim.engine.submitter
+engine = sys.modules["oodsim.engine.submitter"]
 score_seed, stamps = engine.score_seed, []
 def timed(*args, **kwargs):
     result = score_seed(*args, **kwargs)

@@ -17,7 +17,6 @@ import json
 import math
 import sys
 import time
-import uuid
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, TextIO
@@ -25,17 +24,14 @@ from typing import Any, TextIO
 import xarray as xr
 
 from oodsim.engine import window
-from oodsim.engine.cluster import LOCAL_WORKER_TIMEOUT, as_landed, check_jobs, cluster_client
+from oodsim.engine.cluster import LOCAL_WORKER_TIMEOUT, as_landed, check_jobs
 from oodsim.engine.guard import check_main_guard
-from oodsim.engine.inprocess import InProcess
 from oodsim.engine.load import as_spec
 from oodsim.engine.progress import Progress
 from oodsim.engine.stopping import check_stopping
-from oodsim.engine.work import Shipped, run_task, score_seed
+from oodsim.engine.submitter import Submitter
 from oodsim.errors import OodsimError, SpecError
-from oodsim.heartbeat import Listener, listening
 from oodsim.protocols import bind
-from oodsim.protocols.base import Bound, Task
 from oodsim.results import (
     ForeignOutput,
     SeedResult,
@@ -48,9 +44,6 @@ from oodsim.specs.cluster import ClusterSpec, resolve_cluster, runs_in_process
 from oodsim.store import Store, default_root
 from oodsim.store.plugin_sources import check_sources
 
-#: task keys remembered as complete in the store before the set is emptied (memory bound)
-_MAX_CACHED = 100_000
-
 
 class RunAborted(OodsimError):
     """A seed failed and the spec says ``on_failure = "abort"``."""
@@ -58,191 +51,6 @@ class RunAborted(OodsimError):
 
 class OutputExists(ForeignOutput):
     """The results path holds results of another spec (or something oodsim did not write)."""
-
-
-class _Submitter:
-    """Submits the missing tasks of a batch and one scoring call per seed (cluster on demand)."""
-
-    def __init__(
-        self,
-        job: Bound,
-        store: Store,
-        stack: contextlib.ExitStack,
-        address: str | None,
-        n_workers: int | None,
-        worker_timeout: float | None = None,
-        jobs: ClusterSpec | None = None,
-        in_process: bool = False,
-        listener: Listener | None = None,
-    ) -> None:
-        self.job, self.store, self.stack = job, store, stack
-        self.address, self.n_workers, self.worker_timeout = address, n_workers, worker_timeout
-        self.jobs, self.in_process, self.listener = jobs, in_process, listener
-        self.root = str(store.root.resolve())
-        self.shipped = Shipped.of(job.spec)
-        self.client: Any = None
-        self.tasks: dict[str, Any] = {}  # task key → future, of the batches in flight
-        self.seed_tasks: dict[int, list[str]] = {}  # seed in flight → its submitted tasks
-        self.planned: dict[int, dict[str, Task]] = {}  # seed in flight → its tasks, by key
-        self.events: list[tuple[str, str, str]] = []  # of tasks released (see release())
-        self.cached: set[str] = set()  # task keys found complete in the store
-        self.healed: set[int] = set()  # seeds computed again after scoring lost an entry
-        self.replaced: list[Any] = []  # task futures of earlier attempts (for their events)
-        self.redone: set[str] = set()  # task keys submitted again by heal()
-        # scoring reads data roots, which specs do not key: one run's keys are its own
-        self.run_id = uuid.uuid4().hex[:16]
-
-    def _client(self) -> Any:
-        """A Dask client (the cluster starts on first need), or the in-process executor."""
-        if self.client is None:
-            self.client = self.stack.enter_context(
-                InProcess()
-                if self.in_process
-                else cluster_client(self.address, self.n_workers, self.jobs)
-            )
-            if self.listener is not None:  # the work's heartbeats, for the status line
-                self.stack.enter_context(listening(self.client, self.listener))
-        return self.client
-
-    def slots(self) -> int:
-        """How many tasks run at once: the cluster's threads (1 in process or before the
-        cluster started)."""
-        if self.client is None or self.in_process:
-            return 1
-        try:
-            return max(1, sum(self.client.nthreads().values()))
-        except Exception:  # a closing client: the estimate is only a status line
-            return 1
-
-    def _done(self, task: Task) -> bool:
-        """Whether a task's entries are all intact, checksums included: a corrupt entry is
-        quarantined here, while planning, and its task submitted, so that scoring never finds
-        it (checksumming costs about a tenth of reading the entries, see docs/caching.md). The
-        arrays ZIP's members are left to the read, which checks the arrays it reads against
-        the entry's record (a resealed ZIP then heals, see :meth:`heal`): checking them here
-        too cost more than the checksums (0.4 ms an outputs entry, 0.9 ms a checkpoint)."""
-        if task.key not in self.cached and all(
-            self.store.verify_entry(*entry, members=False)
-            for entry in dict.fromkeys(task.entries + task.verify)
-        ):
-            if len(self.cached) >= _MAX_CACHED:  # bounded: a key forgotten is checked again
-                self.cached.clear()
-            self.cached.add(task.key)
-            return True
-        return task.key in self.cached
-
-    def _plan(self, seed: int) -> dict[str, Task]:
-        """The tasks of a seed in flight, planned once (planning hashes every key) and kept
-        until its batch is released."""
-        if seed not in self.planned:
-            self.planned[seed] = {t.key: t for t in self.job.plan(seed)}
-        return self.planned[seed]
-
-    def _task_future(self, task: Task, planned: dict[str, Task], client: Any) -> Any:
-        if task.key not in self.tasks:
-            after = [
-                self._task_future(planned[k], planned, client)
-                for k in task.after
-                if k in planned and not self._done(planned[k])
-            ]
-            self.tasks[task.key] = client.submit(
-                run_task,
-                task,
-                self.root,
-                self.shipped,
-                *after,
-                key=f"oodsim-task-{task.key[:32]}{'-again' * (task.key in self.redone)}",
-                pure=False,
-            )
-        return self.tasks[task.key]
-
-    def submit(self, batch: Sequence[int]) -> dict[int, Any]:
-        """A scoring future per seed with missing tasks; None for seeds scored from the cache."""
-        futures: dict[int, Any] = {}
-        for seed in batch:
-            planned = self._plan(seed)
-            missing = [t for t in planned.values() if not self._done(t)]
-            if not missing:
-                futures[seed] = None
-                continue
-            client = self._client()
-            upstream = [self._task_future(t, planned, client) for t in missing]
-            self.seed_tasks[seed] = [t.key for t in missing]
-            futures[seed] = client.submit(
-                score_seed,
-                self.job,
-                seed,
-                self.root,
-                self.shipped,
-                *upstream,
-                key=f"oodsim-score-{self.run_id}-{seed}{'-again' * (seed in self.healed)}",
-                pure=False,
-            )
-        return futures
-
-    def complete(self, seed: int) -> bool:
-        """Whether every task of ``seed`` is done in the store (its scoring needs no compute)."""
-        return all(task.done(self.store) for task in self._plan(seed).values())
-
-    def score_here(self, seed: int) -> SeedResult:
-        return self.heal(score_seed(self.job, seed, self.root, self.shipped, torch_threads=None))
-
-    def heal(self, result: SeedResult) -> SeedResult:
-        """A seed that failed because an entry it read had vanished or was corrupt (moved
-        aside on read: bytes altered while the run went on), in scoring or in its own task, is
-        planned, computed and scored once more, in this run. At most once per seed; a seed
-        that failed for a reason of its own (diverged training, non-finite κ) is returned as
-        it is."""
-        seed = result.seed
-        if not result.failed or seed in self.healed:
-            return result
-        planned = self._plan(seed)
-        if any(map(self._failed, planned)) or all(t.done(self.store) for t in planned.values()):
-            return result
-        self.healed.add(seed)
-        for key in planned:
-            self.cached.discard(key)
-            if key in self.tasks:  # its entries are gone: run it again, under a new Dask key
-                self.replaced.append(self.tasks.pop(key))
-                self.redone.add(key)
-        future = self.submit([seed])[seed]
-        if future is None:  # complete again (another process computed it meanwhile)
-            return self.score_here(seed)
-        return next(iter(as_landed([future], self.worker_timeout))).result()
-
-    def _failed(self, task_key: str) -> bool:
-        """Whether a task of this run finished with a failure of its own (e.g. diverged
-        training); an entry that vanished under it (damaged while the task ran) is not one."""
-        future = self.tasks.get(task_key)
-        if future is None or future.status != "finished":
-            return False
-        kind = failure_kind(future.result()[0])
-        return kind is not None and not kind.heals
-
-    def release(self, batch: Sequence[int]) -> None:
-        """Forget the finished tasks of a collected batch (keeping their store events), so
-        that the futures held here and the scheduler's state do not grow with the run. A task
-        another seed still needs stays with that seed's scoring in the scheduler; once
-        finished, it is found in the store."""
-        for seed in batch:
-            self.planned.pop(seed, None)
-            for key in self.seed_tasks.pop(seed, ()):
-                future = self.tasks.get(key)
-                if future is not None and future.status == "finished":
-                    self.events += future.result()[1]
-                    del self.tasks[key]
-
-    def task_events(self) -> list[tuple[str, str, str]]:
-        """Store events of every task that finished (each shared task counted once)."""
-        events = list(self.events)
-        for future in [*self.replaced, *self.tasks.values()]:
-            if future.status == "finished":
-                events += future.result()[1]
-        return events
-
-    def cancel(self, futures: Sequence[Any]) -> None:
-        if self.client is not None and futures:
-            self.client.cancel(list(futures))
 
 
 def run(
@@ -325,7 +133,7 @@ def run(
     decision = None
     started = time.perf_counter()
     with contextlib.ExitStack() as stack:
-        submitter = _Submitter(
+        submitter = Submitter(
             job,
             store,
             stack,
@@ -410,7 +218,7 @@ def check_out(out: str | Path, spec: Any, overwrite: bool, cache: str | Path) ->
 
 def _collect(
     spec: Any,
-    submitter: _Submitter,
+    submitter: Submitter,
     batch: Sequence[int],
     futures: dict[int, Any],
     tracker: Progress,
