@@ -5,6 +5,7 @@ the one noise generator."""
 from __future__ import annotations
 
 import tomllib
+import warnings
 from pathlib import Path
 
 import attrs
@@ -13,6 +14,7 @@ import pytest
 from scipy import stats as sps
 
 import oodsim
+from oodsim.artifacts.outputs import OUTPUTS, LegacyOutputsWarning, migrate_outputs
 from oodsim.errors import DataNotFoundError, SpecError, UnknownNameError
 from oodsim.protocols.severity import PROTOCOL
 from oodsim.protocols.severity.compute import tasks
@@ -232,3 +234,23 @@ def test_subsample_is_per_class_and_reproducible() -> None:
     assert np.array_equal(a, b) and np.all(np.diff(a) > 0)
     assert np.bincount(labels[a]).tolist() == [5, 10, 10, 2]
     assert sps.spearmanr(np.arange(3), [1, 2, 3]).statistic == 1.0  # scipy is importable
+
+
+def test_outputs_of_the_old_layout_are_named_then_migrated_to_the_keys_seeds_plan(
+    tmp_path,
+) -> None:
+    """An older oodsim stored severity outputs under their own kind, ``severity_outputs``, with
+    the same keys: preflight names them and the command that moves them; once migrated they
+    sit where a seed's tasks look for them (kind ``outputs``), and preflight is quiet."""
+    spec = oodsim.load(SPEC)
+    store = Store(tmp_path / "cache")
+    key = next(u.part.key for u in units(spec, 0) if u.part.inferred)
+    store.put("severity_outputs", key, {"logits": np.zeros((4, 3))}, {"describe": "old layout"})
+    with pytest.warns(LegacyOutputsWarning, match="oodsim cache migrate"):
+        PROTOCOL.preflight(spec, store)
+    assert migrate_outputs(store)["severity_outputs"].moved == 1
+    assert (OUTPUTS, key) in [entry for task in tasks(spec, 0) for entry in task.entries]
+    assert store.has(OUTPUTS, key) and not store.holds_kind("severity_outputs")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", LegacyOutputsWarning)
+        PROTOCOL.preflight(spec, store)
