@@ -163,7 +163,6 @@ class OpenSetProtocol(Protocol):
         return [simulation_task(spec, seed)]
 
     def score(self, spec: ExperimentSpec, seed: int, store: Store) -> SeedResult:
-        coords = self.seed_coords(spec, seed, store)
         sim = simulation(spec, seed, store)
         scored = score(spec, sim)
         scores = scored.score[:, :, None, :]  # severity axis
@@ -176,7 +175,7 @@ class OpenSetProtocol(Protocol):
         return SeedResult(
             seed,
             variables,
-            coords,
+            self.seed_coords(spec, seed, store),
             failure=DEGENERATE.message(scored.degenerate) if excluded else "",
         )
 
