@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
+import uuid
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
@@ -48,6 +50,19 @@ def meta_digest(meta: Mapping[str, Any]) -> str:
     record = {k: v for k, v in meta.items() if k != META_DIGEST}
     text = json.dumps(json.loads(json.dumps(record, default=str)), sort_keys=True)
     return hashlib.sha256(text.encode()).hexdigest()
+
+
+def write_meta(folder: Path, record: dict[str, Any]) -> None:
+    """Seal ``record`` with its own checksum and write it as ``folder``'s ``meta.json``,
+    fsynced, through a sibling file renamed over it: a reader finds the old record or the new
+    one, never half of one."""
+    record[META_DIGEST] = meta_digest(record)
+    fresh = folder / f"{META}.{uuid.uuid4().hex[:8]}"
+    with fresh.open("w") as handle:
+        json.dump(record, handle, sort_keys=True, default=str)
+        handle.flush()
+        os.fsync(handle.fileno())
+    os.replace(fresh, folder / META)
 
 
 def _inside(name: object) -> bool:

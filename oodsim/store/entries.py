@@ -37,15 +37,14 @@ from oodsim.store.digests import (
     entry_members_problem,
     file_checksums,
     file_sizes,
-    meta_digest,
     meta_problem,
+    write_meta,
 )
 from oodsim.store.fs import described, objects, read_json, remove, what_is
 from oodsim.store.layout import (
     GITIGNORE,
     LOCKS,
     META,
-    META_DIGEST,
     META_LIMIT,
     QUARANTINE_PREFIX,
     TMP_PREFIX,
@@ -380,11 +379,7 @@ class Store(Maintenance, Migration):
                 "files": file_checksums(tmp),
                 "sizes": file_sizes(tmp),
             }
-            record[META_DIGEST] = meta_digest(record)
-            with (tmp / META).open("w") as handle:
-                json.dump(record, handle, sort_keys=True, default=str)
-                handle.flush()
-                os.fsync(handle.fileno())
+            write_meta(tmp, record)
             try:
                 os.rename(tmp, final)
             except OSError:

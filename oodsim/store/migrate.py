@@ -11,7 +11,6 @@ reader never sees half of it, and an interrupted move leaves a ``.tmp-*`` folder
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import uuid
 from collections.abc import Callable, Iterator
@@ -20,9 +19,9 @@ from typing import Any
 
 import attrs
 
-from oodsim.store.digests import meta_digest
+from oodsim.store.digests import write_meta
 from oodsim.store.fs import listing, read_json, remove
-from oodsim.store.layout import META, META_DIGEST, META_LIMIT, TMP_PREFIX
+from oodsim.store.layout import META, META_LIMIT, TMP_PREFIX
 
 
 @attrs.frozen
@@ -85,14 +84,7 @@ class Migration:
         tmp = final.parent / f"{TMP_PREFIX}{key}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
         os.rename(path, tmp)
         meta = read_json(tmp / META, META_LIMIT)
-        meta["kind"] = new
-        meta[META_DIGEST] = meta_digest(meta)
-        fresh = tmp / f"{META}.{uuid.uuid4().hex[:8]}"
-        with fresh.open("w") as handle:
-            json.dump(meta, handle, sort_keys=True, default=str)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(fresh, tmp / META)
+        write_meta(tmp, {**meta, "kind": new})
         os.rename(tmp, final)
 
     def _drop_empty(self, kind: str) -> None:
