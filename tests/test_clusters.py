@@ -421,3 +421,46 @@ def test_a_local_jobs_table_that_cannot_work_is_one_line_before_compute(
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and re.search(pattern, err[0]), err
     assert not cache.exists()
+
+
+#: A user's script: a detector registered in its main module, run on local jobs.
+REGISTERING_SCRIPT = """
+import sys
+
+import attrs
+import numpy as np
+
+import oodsim
+
+
+@oodsim.detectors.register("script_top_margin", needs={"logits"})
+def top_margin(outputs, *, fit=None):
+    top = np.sort(outputs.logits, axis=1)
+    return top[:, -1] - top[:, -2]
+
+
+if __name__ == "__main__":
+    spec = oodsim.load(sys.argv[1])
+    spec = attrs.evolve(spec, detectors=("msp", "script_top_margin"))
+    result = oodsim.run(spec, cluster="local-jobs", cache=sys.argv[2], progress=False)
+    margin = result["score"].sel({"method": "script_top_margin", "metric": "auroc"}).values
+    print("finite", int(np.isfinite(margin).sum()), "of", margin.size)
+"""
+
+
+def test_job_workers_that_join_later_take_the_scripts_registrations(tmp_path: Path) -> None:
+    """Batch jobs start their workers after the run's client set up its workers (one worker
+    plugin, :mod:`oodsim.engine.worker_setup`): the workers still know the detector that the
+    script registered in its main module, which they never import, and score it."""
+    spec = cluster_spec_file(tmp_path, n_seeds=2)
+    script = tmp_path / "registering.py"
+    script.write_text(REGISTERING_SCRIPT)
+    done = subprocess.run(
+        [sys.executable, str(script), str(spec), str(tmp_path / "cache")],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=RUN_TIMEOUT,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.split() == ["finite", "2", "of", "2"]

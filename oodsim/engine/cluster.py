@@ -30,6 +30,7 @@ import shutil
 import signal
 import tempfile
 import time
+import uuid
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -38,6 +39,7 @@ from oodsim.engine import forkserver, gpu, jobqueue, nanny
 from oodsim.engine.address import LOCAL_SECURITY, connect_client
 from oodsim.engine.guard import check_main_guard
 from oodsim.engine.inprocess import is_deferred
+from oodsim.engine.work import Shipped
 from oodsim.errors import ClusterError, SpecError
 from oodsim.specs.cluster import ClusterSpec
 
@@ -250,15 +252,23 @@ def _job_cluster(spec: ClusterSpec) -> Iterator[Any]:
 
 @contextlib.contextmanager
 def cluster_client(
-    address: str | None = None, n_workers: int | None = None, jobs: ClusterSpec | None = None
+    address: str | None = None,
+    n_workers: int | None = None,
+    jobs: ClusterSpec | None = None,
+    shipped: Shipped | None = None,
 ) -> Iterator[Any]:
     """A ``distributed.Client``: to ``address``; else to a new cluster of batch ``jobs``
     (SLURM, PBS, local jobs), or a new private local cluster; a new cluster is closed on
-    exit (its jobs cancelled). After Ctrl-C or SIGTERM (a ``KeyboardInterrupt``), it closes
-    without a log line (see the module)."""
+    exit (its jobs cancelled). Every worker, those that join later too, sets itself up once
+    (:mod:`oodsim.engine.worker_setup`: the ``shipped`` registrations of the driver). After
+    Ctrl-C or SIGTERM (a ``KeyboardInterrupt``), it closes without a log line (see the
+    module)."""
     disabled = logging.root.manager.disable
     try:
-        with _client(address, n_workers, jobs) as (client, local):
+        with (
+            _client(address, n_workers, jobs) as (client, local),
+            _workers_set_up(client, shipped or Shipped(), shared=bool(address)),
+        ):
             try:
                 yield client
             except KeyboardInterrupt:
@@ -269,6 +279,33 @@ def cluster_client(
                     _quiet(client, local)
     finally:
         logging.disable(disabled)
+
+
+@contextlib.contextmanager
+def _workers_set_up(client: Any, shipped: Shipped, *, shared: bool) -> Iterator[None]:
+    """Register :class:`~oodsim.engine.worker_setup.WorkerSetup` on ``client``'s scheduler
+    under a name of this run's own; on a ``shared`` scheduler (an ``address``, which outlives
+    the run) it is unregistered when the run ends. A worker that cannot take the driver's
+    registrations (say, a script's module it cannot import) stops the run here, in one line."""
+    # distributed is loaded: a client exists
+    from oodsim.engine.worker_setup import WorkerSetup
+
+    name = f"oodsim-worker-setup-{uuid.uuid4().hex[:12]}"
+    try:
+        client.register_plugin(WorkerSetup(shipped), name=name)
+    except OSError:  # a worker went away during the broadcast (distributed's CommClosedError)
+        pass  # the scheduler keeps the plugin and gives it to every worker that joins
+    except Exception as error:  # a worker's setup failed: it cannot run this script's work
+        raise ClusterError(
+            "the workers could not take the detectors, datasets or architectures this script "
+            f"registered: {type(error).__name__}: {error}"
+        ) from None
+    try:
+        yield
+    finally:
+        if shared:  # the scheduler keeps its plugins: leave it as it was found
+            with contextlib.suppress(Exception):
+                client.unregister_worker_plugin(name)
 
 
 def _quiet(client: Any, local: bool) -> None:

@@ -64,7 +64,7 @@ class Submitter:
             self.client = self.stack.enter_context(
                 InProcess()
                 if self.in_process
-                else cluster_client(self.address, self.n_workers, self.jobs)
+                else cluster_client(self.address, self.n_workers, self.jobs, self.shipped)
             )
             if self.listener is not None:  # the work's heartbeats, for the status line
                 self.stack.enter_context(listening(self.client, self.listener))
@@ -115,7 +115,6 @@ class Submitter:
                 run_task,
                 task,
                 self.root,
-                self.shipped,
                 *after,
                 key=f"oodsim-task-{task.key[:32]}{'-again' * (task.key in self.redone)}",
                 pure=False,
@@ -139,7 +138,6 @@ class Submitter:
                 self.job,
                 seed,
                 self.root,
-                self.shipped,
                 *upstream,
                 key=f"oodsim-score-{self.run_id}-{seed}{'-again' * (seed in self.healed)}",
                 pure=False,
@@ -151,7 +149,7 @@ class Submitter:
         return all(task.done(self.store) for task in self._plan(seed).values())
 
     def score_here(self, seed: int) -> SeedResult:
-        return self.heal(score_seed(self.job, seed, self.root, self.shipped, torch_threads=None))
+        return self.heal(score_seed(self.job, seed, self.root, torch_threads=None))
 
     def heal(self, result: SeedResult) -> SeedResult:
         """A seed that failed because an entry it read had vanished or was corrupt (moved

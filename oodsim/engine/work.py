@@ -1,10 +1,10 @@
 """What the engine runs on a Dask worker: one task, or the scoring of one seed.
 
-Every call first makes the worker look like the driver: detectors, datasets and architectures
-that a script registered in the driver are registered here too (a worker never ran that
-script; the protocol travels inside the bound protocol it scores), torch uses one thread and
-deterministic algorithms. The same functions run in the driver for seeds whose
-entries are all cached.
+Every call sets torch to one thread and deterministic algorithms. What a script registered in
+the driver (detectors, datasets, architectures: :class:`Shipped`) reached the worker once,
+when it joined (:mod:`oodsim.engine.worker_setup`); the protocol travels inside the bound
+protocol a seed is scored with. The same functions run in the driver for seeds whose entries
+are all cached, and for every task of an in-process run.
 """
 
 from __future__ import annotations
@@ -81,17 +81,11 @@ class _OwnTaskFailures(logging.Filter):
         return not own or bool(os.environ.get(DEBUG_ENV))
 
 
-def _quiet_own_failures() -> None:
+def quiet_own_failures() -> None:
     """Install :class:`_OwnTaskFailures` on this process's worker logger, once."""
     logger = logging.getLogger("distributed.worker")
     if not any(isinstance(f, _OwnTaskFailures) for f in logger.filters):
         logger.addFilter(_OwnTaskFailures())
-
-
-def _prepare(shipped: Shipped, torch_threads: int | None) -> None:
-    shipped.adopt()
-    if torch_threads:
-        deterministic_torch(torch_threads)
 
 
 def deterministic_torch(threads: int) -> None:
@@ -123,7 +117,6 @@ def set_deterministic(mode: bool, *, warn_only: bool) -> None:
 def run_task(
     task: Task,
     cache_root: str,
-    shipped: Shipped,
     *after: Any,
     torch_threads: int | None = 1,
 ) -> tuple[str, tuple[tuple[str, str, str], ...]]:
@@ -131,12 +124,12 @@ def run_task(
 
     ``after`` are the results of the tasks it waits for; a failed one fails this task too.
     """
-    _quiet_own_failures()
     failure = first_failure([a[0] for a in after])
     store = Store(cache_root)
     if failure:
         return failure, ()
-    _prepare(shipped, torch_threads)
+    if torch_threads:
+        deterministic_torch(torch_threads)
     try:
         with working_on(task.label or f"task {task.key[:12]}"):
             if not task.done(store):
@@ -150,15 +143,12 @@ def score_seed(
     job: Bound,
     seed: int,
     cache_root: str,
-    shipped: Shipped,
     *upstream: Any,
     torch_threads: int | None = 1,
 ) -> SeedResult:
     """Score one seed from the store; a failed upstream task or scoring fails the seed."""
-    _quiet_own_failures()
     started = time.perf_counter()
     store = Store(cache_root)
-    shipped.adopt()  # also for a failed seed: its coordinates may need a shipped dataset
     failure = first_failure([u[0] for u in upstream])
     if not failure:
         if torch_threads:
@@ -187,19 +177,16 @@ def run_seed(spec: Any, seed: int, cache_root: str, *, torch_threads: int | None
     For debugging a protocol and for tests; :func:`oodsim.run` does the same on a cluster.
     """
     job = bind(spec)
-    shipped = Shipped()  # this process already has the driver's registrations
     planned = {t.key: t for t in job.plan(seed)}
     results: dict[str, tuple[str, tuple]] = {}
 
     def visit(task: Task) -> tuple[str, tuple]:
         if task.key not in results:
             after = [visit(planned[k]) for k in task.after if k in planned]
-            results[task.key] = run_task(
-                task, cache_root, shipped, *after, torch_threads=torch_threads
-            )
+            results[task.key] = run_task(task, cache_root, *after, torch_threads=torch_threads)
         return results[task.key]
 
     upstream = [visit(task) for task in planned.values()]
-    result = score_seed(job, seed, cache_root, shipped, *upstream, torch_threads=torch_threads)
+    result = score_seed(job, seed, cache_root, *upstream, torch_threads=torch_threads)
     events = tuple(e for _, task_events in results.values() for e in task_events)
     return attrs.evolve(result, events=events + result.events)
