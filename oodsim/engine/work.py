@@ -146,9 +146,12 @@ def score_seed(
     *upstream: Any,
     torch_threads: int | None = 1,
 ) -> SeedResult:
-    """Score one seed from the store; a failed upstream task or scoring fails the seed."""
+    """Score one seed from the store; a failed upstream task or scoring fails the seed. The
+    seed's coordinates (:meth:`~oodsim.protocols.base.Protocol.seed_coords`) are asked once,
+    first: a scored seed and a failed one carry the same."""
     started = time.perf_counter()
     store = Store(cache_root)
+    coords = job.seed_coords(seed, store)  # known without scores: a failed seed has them too
     failure = first_failure([u[0] for u in upstream])
     if not failure:
         if torch_threads:
@@ -160,11 +163,14 @@ def score_seed(
             failure = str(error)
         else:
             return attrs.evolve(
-                result, events=tuple(store.events), seconds=time.perf_counter() - started
+                result,
+                coords={**coords, **result.coords},
+                events=tuple(store.events),
+                seconds=time.perf_counter() - started,
             )
     return SeedResult(
         seed,
-        coords=job.seed_coords(seed, store),
+        coords=coords,
         failure=failure,
         events=tuple(store.events),
         seconds=time.perf_counter() - started,

@@ -75,11 +75,13 @@ class Protocol:
         raise NotImplementedError
 
     def score(self, spec: Any, seed: int, store: Store) -> SeedResult:
-        """Score one seed from the store; raise :class:`SeedFailed` for a failed seed."""
+        """Score one seed from the store; raise :class:`SeedFailed` for a failed seed. The
+        engine adds the seed's :meth:`seed_coords` to the result."""
         raise NotImplementedError
 
     def seed_coords(self, spec: Any, seed: int, store: Store) -> Mapping[str, str]:
-        """Per-seed coordinates of a failed seed (what is known without scores)."""
+        """Per-seed coordinates (what is known without scores, e.g. the class split): asked
+        by the engine once per seed, scored or failed."""
         return {}
 
     def layout(self, spec: Any) -> Layout:

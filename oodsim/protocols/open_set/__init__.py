@@ -172,12 +172,8 @@ class OpenSetProtocol(Protocol):
             "detector_params": np.array(scored.params),
         }
         excluded = scored.degenerate and not spec.degenerate.keep
-        return SeedResult(
-            seed,
-            variables,
-            self.seed_coords(spec, seed, store),
-            failure=DEGENERATE.message(scored.degenerate) if excluded else "",
-        )
+        failure = DEGENERATE.message(scored.degenerate) if excluded else ""
+        return SeedResult(seed, variables, failure=failure)
 
     def seed_coords(self, spec: ExperimentSpec, seed: int, store: Store) -> dict[str, Any]:
         """The seed's class split and, under ``[seeds.design]``, the level of each designed
