@@ -3,8 +3,8 @@
 Between a run's opening line and its first finished seed there may be minutes of training.
 The work says what it is doing: training calls :func:`beat` after every epoch, inference
 every batch, and the engine names the task (:func:`working_on`). On a Dask worker a beat is
-a worker event on :data:`TOPIC`, which the driver subscribes to (:func:`listening`); in the
-driver's own process (in-process runs) it goes straight to the listener. Beats are
+a worker event on :data:`TOPIC`, to which the driver's client subscribes; in the driver's own
+process (in-process runs) it goes straight to the listeners of :func:`listen_here`. Beats are
 throttled to one per :data:`MIN_INTERVAL` seconds per thread, so they cost nothing
 measurable, and they never fail the work: a beat that cannot be sent is dropped.
 
@@ -74,24 +74,16 @@ def describe(message: dict[str, Any]) -> str:
     return f"{task}: {stage}" if task else stage
 
 
-@contextlib.contextmanager
-def listening(client: Any, listener: Listener) -> Iterator[None]:
-    """Deliver the beats of ``client``'s workers (or, with no Dask client, of this process)
-    to ``listener`` while the block runs."""
-    subscribe = getattr(client, "subscribe_topic", None)
-    if subscribe is None:  # in-process: beats are calls in this process
-        _listeners.append(listener)
-        try:
-            yield
-        finally:
-            _listeners.remove(listener)
-        return
-    subscribe(TOPIC, lambda event: listener(event[1]))
-    try:
-        yield
-    finally:
-        with contextlib.suppress(Exception):  # the client may be closing already
-            client.unsubscribe_topic(TOPIC)
+def listen_here(listener: Listener) -> None:
+    """Deliver the beats of this process's own threads to ``listener`` (an in-process run's
+    stand-in for a Dask client's topic, :class:`oodsim.engine.inprocess.InProcess`)."""
+    _listeners.append(listener)
+
+
+def stop_listening_here(listener: Listener) -> None:
+    """Undo :func:`listen_here` (a listener not listening is ignored)."""
+    with contextlib.suppress(ValueError):
+        _listeners.remove(listener)
 
 
 def _current_worker() -> Any:

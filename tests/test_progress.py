@@ -7,10 +7,13 @@ import io
 import re
 from pathlib import Path
 
+import pytest
+
 import oodsim
+from oodsim.engine.inprocess import InProcess
 from oodsim.engine.plan import count_cached
 from oodsim.engine.progress import ROUNDS_BEFORE_ESTIMATE, Progress
-from oodsim.heartbeat import beat, describe, listening, working_on
+from oodsim.heartbeat import TOPIC, beat, describe, working_on
 from oodsim.protocols import bind
 from oodsim.store import Store
 from tests.conftest import small_digits
@@ -50,13 +53,25 @@ def test_heartbeats_fill_the_line_until_the_run_ends() -> None:
     assert _lines(stream)[-1] == "oodsim: 2/2 seeds (0 cached, 1 failed) in 0:00"
 
 
-def test_a_beat_reaches_a_listener_in_this_process_with_its_task() -> None:
-    heard: list[dict] = []
-    with listening(object(), heard.append), working_on("simulation 7"):
-        beat("training, epoch", 1, 30)
-        beat("training, epoch", 2, 30)  # within the throttle interval: dropped
-    beat("outside", 1)  # nobody listens: nothing happens
-    assert [describe(m) for m in heard] == ["simulation 7: training, epoch 1/30"]
+def test_a_beat_reaches_an_in_process_subscriber_with_its_task() -> None:
+    """The in-process executor takes a heartbeat subscription as a Dask client does: events
+    of ``(time, message)``, delivered until it unsubscribes (or its run ends)."""
+    heard: list[tuple[float, dict]] = []
+    with InProcess() as client:
+        client.subscribe_topic(TOPIC, heard.append)
+        with working_on("simulation 7"):
+            beat("training, epoch", 1, 30)
+            beat("training, epoch", 2, 30)  # within the throttle interval: dropped
+        client.unsubscribe_topic(TOPIC)
+        with working_on("simulation 8"):
+            beat("training, epoch", 1, 30)  # nobody listens: nothing happens
+        client.subscribe_topic(TOPIC, heard.append)
+    with working_on("simulation 9"):
+        beat("after the run", 1)  # the run's end stopped the subscription
+    assert [describe(message) for _, message in heard] == ["simulation 7: training, epoch 1/30"]
+    assert all(isinstance(when, float) for when, _ in heard)
+    with pytest.raises(ValueError, match="oodsim-heartbeat"):
+        InProcess().subscribe_topic("other", heard.append)
 
 
 def test_an_in_process_run_says_what_it_trains_before_the_seed_lands(tmp_path: Path) -> None:

@@ -3,19 +3,21 @@
 A local cluster costs its start (about 2.5 s) and a torch import per worker; with one worker it
 buys nothing, so ``oodsim run --workers 1`` (and a run of one seed) runs here instead:
 :class:`InProcess` is the part of ``distributed.Client`` the engine uses (``submit``,
-``cancel``), and its futures are computed one at a time, in the order the engine collects
-them. The tasks, the store and the results are the same as on a cluster, bit for bit (a test
-checks it); only the process differs. torch's thread count and deterministic mode, which the
-tasks set as on a worker, are restored when the run ends.
+``cancel``, ``subscribe_topic`` for heartbeats), and its futures are computed one at a time,
+in the order the engine collects them. The tasks, the store and the results are the same as
+on a cluster, bit for bit (a test checks it); only the process differs. torch's thread count
+and deterministic mode, which the tasks set as on a worker, are restored when the run ends.
 """
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Iterable
 from types import TracebackType
 from typing import Any
 
 from oodsim.engine.work import set_deterministic
+from oodsim.heartbeat import TOPIC, Listener, listen_here, stop_listening_here
 
 
 class Deferred:
@@ -52,10 +54,25 @@ class Deferred:
 
 class InProcess:
     """What the engine asks of a Dask client, done in this process (a context manager that
-    restores torch's settings on exit)."""
+    restores torch's settings, and stops its topic subscriptions, on exit)."""
 
     def __init__(self) -> None:
         self._torch_state: tuple[int, bool, bool] | None = None
+        self._subscribed: dict[str, Listener] = {}  # topic → the listener of its handler
+
+    def subscribe_topic(self, topic: str, handler: Callable[[tuple[float, Any]], None]) -> None:
+        """Hand the heartbeats of this process's tasks to ``handler`` as ``(time, message)``
+        events, as a Dask client hands its workers' (heartbeats are the only topic here)."""
+        if topic != TOPIC:
+            raise ValueError(f"an in-process run has events of {TOPIC!r} only, not {topic!r}")
+        self.unsubscribe_topic(topic)
+        self._subscribed[topic] = lambda message: handler((time.time(), message))
+        listen_here(self._subscribed[topic])
+
+    def unsubscribe_topic(self, topic: str) -> None:
+        listener = self._subscribed.pop(topic, None)
+        if listener is not None:
+            stop_listening_here(listener)
 
     def submit(self, function: Callable[..., Any], *args: Any, **_: Any) -> Deferred:
         """A deferred call of ``function(*args)`` (Dask's ``key``/``pure`` are not needed)."""
@@ -76,6 +93,8 @@ class InProcess:
         error: BaseException | None,
         trace: TracebackType | None,
     ) -> None:
+        for topic in list(self._subscribed):
+            self.unsubscribe_topic(topic)
         if self._torch_state is None:
             return
         # torch is loaded: the tasks imported it

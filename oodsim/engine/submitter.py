@@ -10,13 +10,13 @@ from __future__ import annotations
 
 import contextlib
 import uuid
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 from oodsim.engine.cluster import as_landed, cluster_client
 from oodsim.engine.inprocess import InProcess
 from oodsim.engine.work import Shipped, run_task, score_seed
-from oodsim.heartbeat import Listener, listening
+from oodsim.heartbeat import TOPIC, Listener
 from oodsim.protocols.base import Bound, Task
 from oodsim.results import SeedResult, failure_kind
 from oodsim.specs.cluster import ClusterSpec
@@ -67,7 +67,7 @@ class Submitter:
                 else cluster_client(self.address, self.n_workers, self.jobs, self.shipped)
             )
             if self.listener is not None:  # the work's heartbeats, for the status line
-                self.stack.enter_context(listening(self.client, self.listener))
+                self.stack.enter_context(_heartbeats(self.client, self.listener))
         return self.client
 
     def slots(self) -> int:
@@ -207,3 +207,15 @@ class Submitter:
     def cancel(self, futures: Sequence[Any]) -> None:
         if self.client is not None and futures:
             self.client.cancel(list(futures))
+
+
+@contextlib.contextmanager
+def _heartbeats(client: Any, listener: Listener) -> Iterator[None]:
+    """Deliver the heartbeats of ``client``'s work (:mod:`oodsim.heartbeat`) to ``listener``
+    while the block runs (a Dask client's workers, or this process for :class:`InProcess`)."""
+    client.subscribe_topic(TOPIC, lambda event: listener(event[1]))
+    try:
+        yield
+    finally:
+        with contextlib.suppress(Exception):  # the client may be closing already
+            client.unsubscribe_topic(TOPIC)
