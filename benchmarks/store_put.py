@@ -22,7 +22,7 @@ import attrs
 import numpy as np
 
 import oodsim
-from oodsim.engine.load import as_spec
+from oodsim.protocols import load
 from oodsim.protocols.open_set import entries
 from oodsim.store import META_DIGEST, Store
 
@@ -43,7 +43,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--seeds", type=int, default=5)
     args = parser.parse_args()
-    base = as_spec(ROOT / "specs" / "digits.toml")
+    base = load(ROOT / "specs" / "digits.toml")
     with tempfile.TemporaryDirectory() as tmp:
         cache, copy, peer = Path(tmp, "cache"), Store(Path(tmp, "copy")), Path(tmp, "peer")
         peer.mkdir()

@@ -212,10 +212,10 @@ def test_every_function_level_import_says_why() -> None:
 DRIVER_SCRIPT = """
 import sys
 import oodsim
-from oodsim.engine.load import as_spec
+from oodsim.protocols import load
 from oodsim.protocols import protocol_of
 from oodsim.store import Store
-spec = as_spec("specs/digits.toml")
+spec = load("specs/digits.toml")
 protocol = protocol_of(spec)
 protocol.preflight(spec, Store(sys.argv[1]))
 keys = [protocol.plan(spec, seed) for seed in spec.seeds.all()[:3]]

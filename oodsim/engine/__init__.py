@@ -6,8 +6,8 @@ and returns one ``xarray`` result (:mod:`oodsim.results`).
 """
 
 from oodsim.engine.cluster import ClusterError, cluster_client
-from oodsim.engine.load import load
 from oodsim.engine.run import OutputExists, RunAborted, run
+from oodsim.protocols import load
 from oodsim.specs.cluster import ClusterSpec
 
 __all__ = [

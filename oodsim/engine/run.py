@@ -26,7 +26,6 @@ import xarray as xr
 from oodsim.engine import window
 from oodsim.engine.cluster import LOCAL_WORKER_TIMEOUT, as_landed, check_jobs
 from oodsim.engine.guard import check_main_guard
-from oodsim.engine.load import as_spec
 from oodsim.engine.progress import Progress
 from oodsim.engine.stopping import check_stopping
 from oodsim.engine.submitter import Submitter
@@ -90,7 +89,7 @@ def run(
     the rule fires, queued work is cancelled and the decision is recorded in
     ``attrs["stopping"]``. ``attrs["store"]`` counts what was computed and what was loaded.
     """
-    job = bind(as_spec(spec))
+    job = bind(spec)
     spec = job.spec
     if n_workers is not None and (isinstance(n_workers, bool) or n_workers < 1):
         raise SpecError("workers", n_workers, "a number of worker processes >= 1")

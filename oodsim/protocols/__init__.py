@@ -5,8 +5,9 @@ severity benchmark) and ``imagenet_o`` (the ImageNet-O evaluation); each module 
 :class:`~oodsim.protocols.base.Protocol` named ``PROTOCOL``, loaded lazily so that a worker
 imports only the protocol it runs. Protocols register like detectors, datasets and
 architectures: :func:`register_protocol` in a script, or an entry point in the group
-``oodsim.protocols`` of an installed package. A run binds the spec's protocol to it once
-(:func:`bind`); the bound protocol travels to the workers whole, so they need no registry.
+``oodsim.protocols`` of an installed package. A spec file names its protocol (:func:`load`).
+A run binds the spec's protocol to it once (:func:`bind`); the bound protocol travels to the
+workers whole, so they need no registry.
 """
 
 from __future__ import annotations
@@ -14,11 +15,13 @@ from __future__ import annotations
 import importlib
 import re
 from importlib.metadata import EntryPoint, entry_points
+from pathlib import Path
 from typing import Any, TypeVar
 
 from oodsim.errors import SpecError, UnknownNameError
 from oodsim.protocols.base import Bound, Protocol
 from oodsim.specs import RunSpec
+from oodsim.specs.converter import read_toml
 
 #: built-in protocol name → module defining ``PROTOCOL``
 BUILTINS = {
@@ -139,8 +142,27 @@ def protocol_of(spec: Any) -> Protocol:
     )
 
 
+def load(path: str | Path) -> Any:
+    """Read a spec file (TOML) of any protocol.
+
+    The top-level key ``protocol = "open_set" | "severity" | "imagenet_o"`` (or the name of a
+    registered or installed protocol) picks the spec type (default ``"open_set"``, so older
+    experiment files keep working); relative paths in the file resolve against its folder.
+    """
+    path = Path(path)
+    data = read_toml(path)
+    name = data.pop("protocol", DEFAULT_PROTOCOL)
+    names = available()
+    if not isinstance(name, str) or name not in names:
+        raise SpecError("protocol", name, "one of " + ", ".join(map(repr, names)))
+    return get_protocol(name).from_data(data, path.parent)
+
+
 def bind(spec: Any) -> Bound:
-    """The protocol of ``spec`` bound to it (:class:`~oodsim.protocols.base.Bound`)."""
+    """The protocol of ``spec`` (a spec, or the path of a spec file: :func:`load`) bound to
+    it (:class:`~oodsim.protocols.base.Bound`)."""
+    if isinstance(spec, str | Path):
+        spec = load(spec)
     return protocol_of(spec).bind(spec)
 
 
@@ -154,6 +176,7 @@ __all__ = [
     "bind",
     "check_protocol",
     "get_protocol",
+    "load",
     "protocol_of",
     "register_protocol",
 ]
