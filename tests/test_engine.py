@@ -15,6 +15,7 @@ import oodsim
 from oodsim.cli import main as cli_main
 from oodsim.data.registry import ImageData, load_dataset, register_dataset
 from oodsim.engine import OutputExists, window
+from oodsim.engine.progress import interrupted_message
 from oodsim.errors import SpecError
 from oodsim.protocols.open_set import entries
 from oodsim.results import store_counts
@@ -170,8 +171,8 @@ def test_batches_are_cut_when_asked_for() -> None:
     assert list(window.batches((), lambda: 4)) == []
     assert window.fixed_batch_size(1) == window.MIN_BATCH
     assert window.fixed_batch_size(10) == 10 * window.PER_SLOT
-    assert window.interrupted_message(3, 6, 6, "seeds").startswith("interrupted; 3 of 6 seeds")
-    reached = window.interrupted_message(3, 16, 10**6, "seeds")
+    assert interrupted_message(3, 6, 6, "seeds").startswith("interrupted; 3 of 6 seeds")
+    reached = interrupted_message(3, 16, 10**6, "seeds")
     assert reached.startswith("interrupted; 3 of the first 16 of 1000000 seeds have everything")
 
 

@@ -100,6 +100,10 @@ class Progress:
                 start = "\n" if self.tty and self.width else ""
                 print(f"{start}oodsim: {reason}", file=self.stream, flush=True)
 
+    def interrupted(self, stored: int, reached: int) -> None:
+        """End the status line after Ctrl-C (:func:`interrupted_message`)."""
+        self.stopped(interrupted_message(stored, reached, self.total, self.unit))
+
     def _show(self, now: float, final: bool = False) -> None:
         if self.stream is None or self.ended:
             return
@@ -143,3 +147,13 @@ def clock(seconds: float) -> str:
     minutes, seconds = divmod(int(seconds), 60)
     hours, minutes = divmod(minutes, 60)
     return f"{hours}:{minutes:02d}:{seconds:02d}" if hours else f"{minutes}:{seconds:02d}"
+
+
+def interrupted_message(stored: int, reached: int, total: int, unit: str) -> str:
+    """What an interrupted run says: how many of the seeds it reached have everything in the
+    store (seeds beyond them are not planned to count them, :mod:`oodsim.engine.window`)."""
+    among = f"{total}" if reached >= total else f"the first {reached} of {total}"
+    return (
+        f"interrupted; {stored} of {among} {unit} have everything in the store; "
+        "run the same spec again to resume."
+    )

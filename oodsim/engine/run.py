@@ -179,7 +179,7 @@ def run(
             landed = {r.seed for r in results if not r.failed}
             unsure = {*(s for b in flight for s in b), *(r.seed for r in results)} - landed
             stored = len(landed) + sum(map(submitter.complete, unsure))
-            tracker.stopped(window.interrupted_message(stored, reached, len(seeds), job.unit))
+            tracker.interrupted(stored, reached)
             raise
         events = submitter.task_events()
         if decision is not None and decision.stop and len(results) < len(seeds):

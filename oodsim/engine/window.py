@@ -7,7 +7,8 @@ cluster (:func:`fixed_batch_size`), enough to keep every worker busy while the b
 lands; a sequential run's batch is its stopping rule's ``batch_size``. So the driver plans,
 hashes and holds futures for two batches, never for the whole range: the first simulation of a
 million seeds starts as soon as that of ten, and an interrupted run counts what is stored
-among the seeds it reached (:func:`interrupted_message`) without planning the others.
+among the seeds it reached without planning the others
+(:meth:`oodsim.engine.progress.Progress.interrupted` says so).
 """
 
 from __future__ import annotations
@@ -33,13 +34,3 @@ def batches(seeds: Sequence[int], size: Callable[[], int]) -> Iterator[Sequence[
         stop = start + max(1, size())
         yield seeds[start:stop]
         start = stop
-
-
-def interrupted_message(stored: int, reached: int, total: int, unit: str) -> str:
-    """What an interrupted run says: how many of the seeds it reached have everything in the
-    store (seeds beyond them are not planned to count them)."""
-    among = f"{total}" if reached >= total else f"the first {reached} of {total}"
-    return (
-        f"interrupted; {stored} of {among} {unit} have everything in the store; "
-        "run the same spec again to resume."
-    )
