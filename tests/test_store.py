@@ -220,8 +220,14 @@ def test_a_forged_or_stopped_holder_is_named_while_waited_for_then_taken_over(
             store.put("outputs", KEY, _arrays())
 
         def second_run() -> None:
-            with heartbeat.listening(None, lambda message: heard.append(message["stage"])):
+            def listener(message: dict) -> None:
+                heard.append(message["stage"])
+
+            heartbeat.listen_here(listener)
+            try:
                 store.ensure("outputs", KEY, compute)
+            finally:
+                heartbeat.stop_listening_here(listener)
             done.set()
 
         thread = threading.Thread(target=second_run, daemon=True)
