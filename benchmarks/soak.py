@@ -53,7 +53,7 @@ import xarray as xr
 from distributed.diagnostics.plugin import WorkerPlugin
 
 import oodsim
-from oodsim.protocols import protocol_of
+from oodsim.protocols import bind
 from oodsim.store import LOCKS, META, CorruptEntryWarning, Store
 from oodsim.store.arrays import ARRAYS_ZIP
 
@@ -79,10 +79,10 @@ def _spec(seeds: int, start: int) -> oodsim.specs.ExperimentSpec:
 
 def planned_entries(spec: Any) -> dict[tuple[str, str], int]:
     """The seed of every (kind, key) entry that the seeds of ``spec`` store."""
-    protocol = protocol_of(spec)
+    protocol = bind(spec)
     owners: dict[tuple[str, str], int] = {}
     for seed in spec.seeds.all():
-        for task in protocol.plan(spec, seed):
+        for task in protocol.plan(seed):
             owners |= dict.fromkeys([*task.entries, *task.verify], seed)
     return owners
 

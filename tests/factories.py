@@ -79,7 +79,7 @@ def synthetic_results(
         assert list(levels) == [str(i) for i in range(len(levels))], "levels are 0..L-1"
         spec = _severity_spec(methods, len(levels), models)
         protocol = get_protocol("severity")
-    layout = protocol.layout(spec)
+    layout = protocol(spec).layout()
     metrics = list(layout.coords["metric"])
     shape = layout.shape("score")
     splits = np.arange(n_seeds) % n_splits

@@ -349,7 +349,7 @@ def test_class_split_labels_never_come_from_an_altered_record(tmp_path: Path) ->
     or edited between planning and scoring cannot relabel it."""
     spec = small_digits(2)
     store = Store(tmp_path / "cache")
-    expected = [PROTOCOL.seed_coords(spec, seed, store)["class_split"] for seed in (0, 1)]
+    expected = [PROTOCOL(spec).seed_coords(seed, store)["class_split"] for seed in (0, 1)]
     assert expected[0] != "" and len(set(expected)) == 2
     labels = [class_split_label(spec, seed) for seed in (0, 1)]
     assert labels == expected

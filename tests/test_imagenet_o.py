@@ -322,7 +322,7 @@ def test_shipped_spec_loads_without_the_data_and_preflight_says_where_it_looked(
     assert spec.stopping.rule == "fixed"  # a fixed number of bootstrap replicates
     assert PROTOCOL.from_data(json.loads(spec.to_json()), None) == spec  # round trip
     with pytest.raises(DataNotFoundError, match="/data/imagenet/val"):
-        PROTOCOL.preflight(spec, Store(tmp_path / "cache"))
+        PROTOCOL(spec).preflight(Store(tmp_path / "cache"))
     assert not (tmp_path / "cache").exists()  # nothing written before the data check
 
 
@@ -512,7 +512,7 @@ def test_bootstrap_seeds_give_a_test_set_sampling_interval(engine_run, tmp_path,
     assert table.attrs["interval"] == "95% bootstrap interval (test-set sampling)"
     assert table.attrs["seed_meaning"] == "bootstrap replicate of the fixed test set"
     assert table.attrs == {
-        **PROTOCOL.result_attrs(boot),
+        **PROTOCOL(boot).result_attrs(),
         "confidence": 0.95,
     }
     score = results["score"].sel(severity="all")
@@ -611,11 +611,11 @@ def test_bootstrap_seeds_read_the_logits_once_per_process(engine_run, tmp_path) 
     boot = attrs.evolve(spec, bootstrap=True, seeds=SeedsSpec(n=6))
     imagenet_o_scoring._FULL_SETS.clear()
     store = Store(cache)
-    first = [PROTOCOL.score(boot, seed, store).variables["score"] for seed in range(6)]
+    first = [PROTOCOL(boot).score(seed, store).variables["score"] for seed in range(6)]
     loads = [kind for action, kind, _ in store.events if action == "loaded"]
     assert loads.count(OUTPUTS) == 4  # 2 models x (ID, OOD), not 6 x 4
     imagenet_o_scoring._FULL_SETS.clear()
-    again = [PROTOCOL.score(boot, seed, Store(cache)).variables["score"] for seed in range(6)]
+    again = [PROTOCOL(boot).score(seed, Store(cache)).variables["score"] for seed in range(6)]
     for a, b in zip(first, again):
         np.testing.assert_array_equal(a, b)
     assert not all(np.array_equal(first[0], f) for f in first[1:])  # seeds do resample
@@ -638,7 +638,7 @@ def test_logits_an_older_version_stored_are_migrated_and_read_again(
         store.put(imagenet_o.LOGITS, key, entry.arrays, {"describe": entry.meta["describe"]})
         shutil.rmtree(store.path(OUTPUTS, key))
     with pytest.warns(LegacyOutputsWarning, match="oodsim cache migrate"):
-        PROTOCOL.preflight(spec, store)
+        PROTOCOL(spec).preflight(store)
 
     assert main(["cache", "migrate", "--cache", str(old)]) == 0
     said = capsys.readouterr().out

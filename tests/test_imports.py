@@ -212,13 +212,12 @@ def test_every_function_level_import_says_why() -> None:
 DRIVER_SCRIPT = """
 import sys
 import oodsim
-from oodsim.protocols import load
-from oodsim.protocols import protocol_of
+from oodsim.protocols import bind, load
 from oodsim.store import Store
 spec = load("specs/digits.toml")
-protocol = protocol_of(spec)
-protocol.preflight(spec, Store(sys.argv[1]))
-keys = [protocol.plan(spec, seed) for seed in spec.seeds.all()[:3]]
+protocol = bind(spec)
+protocol.preflight(Store(sys.argv[1]))
+keys = [protocol.plan(seed) for seed in spec.seeds.all()[:3]]
 print(sorted(name for name in sys.modules if name.split(".")[0] in ("torch", "torchvision")))
 """
 

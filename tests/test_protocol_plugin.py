@@ -66,11 +66,14 @@ class NearestMeanProtocol(Protocol):
     name = NAME
     spec_type = NearestMeanSpec
 
-    def plan(self, spec: NearestMeanSpec, seed: int) -> list[Task]:
-        key = _key(spec, seed)
-        return [Task(key, ((KIND, key),), partial(_compute, spec, seed))]
+    spec: NearestMeanSpec
 
-    def score(self, spec: NearestMeanSpec, seed: int, store: Store) -> SeedResult:
+    def plan(self, seed: int) -> list[Task]:
+        key = _key(self.spec, seed)
+        return [Task(key, ((KIND, key),), partial(_compute, self.spec, seed))]
+
+    def score(self, seed: int, store: Store) -> SeedResult:
+        spec = self.spec
         arrays = stored(store, KIND, _key(spec, seed), "nearest-mean logits").arrays
         outputs = Outputs(logits=arrays["logits"])
         score = np.empty((len(spec.detectors), len(spec.metrics), 1))
@@ -80,10 +83,10 @@ class NearestMeanProtocol(Protocol):
             score[i, :, 0] = [values[m] for m in spec.metrics]
         return SeedResult(seed, {"score": score})
 
-    def layout(self, spec: NearestMeanSpec) -> Layout:
+    def layout(self) -> Layout:
         coords = {
-            "method": [d.label for d in spec.detectors],
-            "metric": list(spec.metrics),
+            "method": [d.label for d in self.spec.detectors],
+            "metric": list(self.spec.metrics),
             "severity": [NO_SEVERITY],
         }
         return Layout(coords, {"score": ("method", "metric", "severity")})
@@ -101,15 +104,13 @@ register_report(NAME, table=_table, replace=True)
 
 
 @pytest.fixture
-def registered() -> NearestMeanProtocol:
+def registered() -> type[NearestMeanProtocol]:
     """Registered by the test (not on import): the workers know it only if it is shipped."""
-    protocol = NearestMeanProtocol()
-    register_protocol(protocol, replace=True)
-    return protocol
+    return register_protocol(NearestMeanProtocol, replace=True)
 
 
 def test_a_protocol_registered_here_runs_on_a_real_cluster(
-    registered: NearestMeanProtocol, cluster_address: str, cache: Path
+    registered: type[NearestMeanProtocol], cluster_address: str, cache: Path
 ) -> None:
     spec = NearestMeanSpec(detectors=("msp", "energy"), metrics=("auroc", "fpr95"))
     spec = attrs.evolve(spec, seeds=SeedsSpec(n=4))
@@ -133,7 +134,7 @@ def test_a_protocol_registered_here_runs_on_a_real_cluster(
 
 
 def test_its_spec_files_load_with_the_protocol_key(
-    registered: NearestMeanProtocol, tmp_path: Path
+    registered: type[NearestMeanProtocol], tmp_path: Path
 ) -> None:
     path = tmp_path / "nm.toml"
     path.write_text(f'protocol = "{NAME}"\nn_known = 4\ndetectors = ["msp"]\n[seeds]\nn = 3\n')
@@ -150,7 +151,7 @@ class _NoScore(Protocol):
     name = "no_score"
     spec_type = NearestMeanSpec
 
-    def plan(self, spec, seed):
+    def plan(self, seed):
         return []
 
 
@@ -159,19 +160,19 @@ class _NotARunSpec(NearestMeanProtocol):
     spec_type = dict
 
 
-class _Named(NearestMeanProtocol):
-    def __init__(self, name: str) -> None:
-        self.name = name
+def _named(name: str) -> type[NearestMeanProtocol]:
+    return type("Named", (NearestMeanProtocol,), {"name": name})
 
 
 @pytest.mark.parametrize(
     ("protocol", "message"),
     [
-        (_Named("open_set"), "built-in or installed"),
-        (_Named("Has Space"), "lower-case name"),
-        (_NoScore(), "no score, layout"),
-        (_NotARunSpec(), "subclass of oodsim.specs.RunSpec"),
-        (object(), "instance of oodsim.protocols.base.Protocol"),
+        (_named("open_set"), "built-in or installed"),
+        (_named("Has Space"), "lower-case name"),
+        (_NoScore, "no score, layout"),
+        (_NotARunSpec, "subclass of oodsim.specs.RunSpec"),
+        (object(), "subclass of oodsim.protocols.base.Protocol"),
+        (NearestMeanProtocol(NearestMeanSpec()), "register the class; a run builds it"),
     ],
 )
 def test_registration_refuses_what_cannot_be_a_protocol(protocol: object, message: str) -> None:
@@ -179,9 +180,9 @@ def test_registration_refuses_what_cannot_be_a_protocol(protocol: object, messag
         register_protocol(protocol)
 
 
-def test_registering_a_name_twice_needs_replace(registered: NearestMeanProtocol) -> None:
+def test_registering_a_name_twice_needs_replace(registered: type[NearestMeanProtocol]) -> None:
     with pytest.raises(SpecError, match="replace=True"):
-        register_protocol(NearestMeanProtocol())
+        register_protocol(NearestMeanProtocol)
     assert register_protocol(NearestMeanProtocol, replace=True) is NearestMeanProtocol
 
 

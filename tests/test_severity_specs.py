@@ -129,7 +129,7 @@ def test_pool_classes_must_not_be_id_classes_in_any_seed(tmp_path) -> None:
     bad = attrs.evolve(pool.ood[0], classes=("sandal", "coat"))
     spec = attrs.evolve(spec, datasets=attrs.evolve(pool, ood=(bad, *pool.ood[1:])))
     with pytest.raises(SpecError, match="coat"):
-        PROTOCOL.preflight(spec, Store(tmp_path / "cache"))
+        PROTOCOL(spec).preflight(Store(tmp_path / "cache"))
     # a CNN trained on 5 random classes per seed: some seed has an ID class among the OOD ones
     experiment = spec.models[0].experiment
     random_split = attrs.evolve(experiment.split, known_classes=())
@@ -137,7 +137,7 @@ def test_pool_classes_must_not_be_id_classes_in_any_seed(tmp_path) -> None:
     fashion = attrs.evolve(pool, ood=(pool.ood[0], *pool.ood[1:]))
     spec = attrs.evolve(spec, models=(model,), datasets=fashion, seeds=SeedsSpec(n=5))
     with pytest.raises(SpecError, match="in seed"):
-        PROTOCOL.preflight(spec, Store(tmp_path / "cache"))
+        PROTOCOL(spec).preflight(Store(tmp_path / "cache"))
 
 
 def test_missing_pretrained_weights_fail_before_compute(tmp_path, monkeypatch) -> None:
@@ -247,10 +247,10 @@ def test_outputs_of_the_old_layout_are_named_then_migrated_to_the_keys_seeds_pla
     key = next(u.part.key for u in units(spec, 0) if u.part.inferred)
     store.put("severity_outputs", key, {"logits": np.zeros((4, 3))}, {"describe": "old layout"})
     with pytest.warns(LegacyOutputsWarning, match="oodsim cache migrate"):
-        PROTOCOL.preflight(spec, store)
+        PROTOCOL(spec).preflight(store)
     assert migrate_outputs(store)["severity_outputs"].moved == 1
     assert (OUTPUTS, key) in [entry for task in tasks(spec, 0) for entry in task.entries]
     assert store.has(OUTPUTS, key) and not store.holds_kind("severity_outputs")
     with warnings.catch_warnings():
         warnings.simplefilter("error", LegacyOutputsWarning)
-        PROTOCOL.preflight(spec, store)
+        PROTOCOL(spec).preflight(store)

@@ -13,7 +13,7 @@ from collections.abc import Sequence
 
 import attrs
 
-from oodsim.protocols.base import Bound
+from oodsim.protocols.base import Protocol
 from oodsim.store import Store
 
 #: seconds the count may take before it stops and reports a partial count
@@ -42,9 +42,9 @@ class CacheCount:
 
 
 def count_cached(
-    job: Bound, store: Store, seeds: Sequence[int], budget: float = BUDGET_SECONDS
+    job: Protocol, store: Store, seeds: Sequence[int], budget: float = BUDGET_SECONDS
 ) -> CacheCount:
-    """How many of ``seeds`` of the bound spec (:func:`oodsim.protocols.bind`) have every
+    """How many of ``seeds`` of the run's protocol (:func:`oodsim.protocols.bind`) have every
     entry of their tasks in ``store`` (present at their recorded sizes; the run checks
     checksums before it trusts them), counted in order for at most ``budget`` seconds."""
     deadline = time.perf_counter() + budget

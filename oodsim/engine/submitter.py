@@ -17,7 +17,7 @@ from oodsim.engine.cluster import as_landed, cluster_client
 from oodsim.engine.inprocess import InProcess
 from oodsim.engine.work import Shipped, run_task, score_seed
 from oodsim.heartbeat import TOPIC, Listener
-from oodsim.protocols.base import Bound, Task
+from oodsim.protocols.base import Protocol, Task
 from oodsim.results import SeedResult, failure_kind
 from oodsim.specs.cluster import ClusterSpec
 from oodsim.store import Store
@@ -31,7 +31,7 @@ class Submitter:
 
     def __init__(
         self,
-        job: Bound,
+        job: Protocol,
         store: Store,
         stack: contextlib.ExitStack,
         address: str | None,

@@ -2,8 +2,8 @@
 
 Every call sets torch to one thread and deterministic algorithms. What a script registered in
 the driver (detectors, datasets, architectures: :class:`Shipped`) reached the worker once,
-when it joined (:mod:`oodsim.engine.worker_setup`); the protocol travels inside the bound
-protocol a seed is scored with. The same functions run in the driver for seeds whose entries
+when it joined (:mod:`oodsim.engine.worker_setup`); the protocol, built from the run's spec,
+travels with each seed's scoring. The same functions run in the driver for seeds whose entries
 are all cached, and for every task of an in-process run.
 """
 
@@ -23,7 +23,7 @@ from oodsim.errors import DEBUG_ENV
 from oodsim.heartbeat import working_on
 from oodsim.models.registry import adopt_architectures, user_architectures
 from oodsim.protocols import bind
-from oodsim.protocols.base import Bound, SeedFailed, Task, first_failure
+from oodsim.protocols.base import Protocol, SeedFailed, Task, first_failure
 from oodsim.results import SeedResult
 from oodsim.specs.plugins import plugin_names
 from oodsim.store import Store
@@ -140,7 +140,7 @@ def run_task(
 
 
 def score_seed(
-    job: Bound,
+    job: Protocol,
     seed: int,
     cache_root: str,
     *upstream: Any,

@@ -2,11 +2,11 @@
 
 The built-ins are ``open_set`` (the randomness study's simulations), ``severity`` (the C-OOD
 severity benchmark) and ``imagenet_o`` (the ImageNet-O evaluation); each module defines a
-:class:`~oodsim.protocols.base.Protocol` named ``PROTOCOL``, loaded lazily so that a worker
-imports only the protocol it runs. Protocols register like detectors, datasets and
+:class:`~oodsim.protocols.base.Protocol` subclass named ``PROTOCOL``, loaded lazily so that a
+worker imports only the protocol it runs. Protocols register like detectors, datasets and
 architectures: :func:`register_protocol` in a script, or an entry point in the group
 ``oodsim.protocols`` of an installed package. A spec file names its protocol (:func:`load`).
-A run binds the spec's protocol to it once (:func:`bind`); the bound protocol travels to the
+A run builds the spec's protocol from it once (:func:`bind`); that object travels to the
 workers whole, so they need no registry.
 """
 
@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from oodsim.errors import SpecError, UnknownNameError
-from oodsim.protocols.base import Bound, Protocol
+from oodsim.protocols.base import Protocol
 from oodsim.specs import RunSpec
 from oodsim.specs.converter import read_toml
 
@@ -31,28 +31,27 @@ BUILTINS = {
 }
 #: the protocol of a spec file without a ``protocol`` key
 DEFAULT_PROTOCOL = "open_set"
-#: entry point group of installed protocol plug-ins (``name = "package.module:PROTOCOL"``)
+#: entry point group of installed protocol plug-ins (``name = "package.module:TheProtocol"``,
+#: a :class:`Protocol` subclass)
 ENTRY_POINT_GROUP = "oodsim.protocols"
 
 _NAME = re.compile(r"[a-z][a-z0-9_]*")
-_USER: dict[str, Protocol] = {}  # registered in this process (a script, a test module)
-_LOADED: dict[str, Protocol] = {}  # loaded from entry points
-_P = TypeVar("_P", bound="Protocol | type[Protocol]")
+_USER: dict[str, type[Protocol]] = {}  # registered in this process (a script, a test module)
+_LOADED: dict[str, type[Protocol]] = {}  # loaded from entry points
+_P = TypeVar("_P", bound=type[Protocol])
 
 
 def register_protocol(protocol: _P, *, replace: bool = False) -> _P:
-    """Register a protocol (an instance, or a :class:`Protocol` subclass, which is
-    instantiated): ``oodsim.load`` reads spec files with ``protocol = "<name>"``, and
-    ``oodsim.run`` runs its specs, shipping it to the workers. Returns its argument, so it
-    also decorates a class.
+    """Register a protocol (a :class:`Protocol` subclass): ``oodsim.load`` reads spec files
+    with ``protocol = "<name>"``, and ``oodsim.run`` builds it from its specs, shipping it to
+    the workers. Returns its argument, so it also decorates the class.
 
     The protocol is checked here, not at its first seed: a lower-case ``name`` that no other
     protocol has (``replace=True`` re-registers one of yours), a ``spec_type`` that subclasses
     :class:`~oodsim.specs.RunSpec`, and its own ``plan``, ``score`` and ``layout``.
     """
-    instance = protocol() if isinstance(protocol, type) else protocol
-    check_protocol(instance)
-    name = instance.name
+    check_protocol(protocol)
+    name = protocol.name
     if name in BUILTINS or name in _entry_points() or (name in _USER and not replace):
         raise SpecError(
             "protocol name",
@@ -62,15 +61,25 @@ def register_protocol(protocol: _P, *, replace: bool = False) -> _P:
             if name in _USER
             else f"{name!r} is a built-in or installed protocol",
         )
-    _USER[name] = instance
+    _USER[name] = protocol
     return protocol
 
 
 def check_protocol(protocol: Any) -> None:
     """A clear error for an object that cannot be a protocol (before any run uses it)."""
-    what = f"protocol {type(protocol).__name__}"
-    if not isinstance(protocol, Protocol):
-        raise SpecError(what, protocol, "an instance of oodsim.protocols.base.Protocol")
+    if not (isinstance(protocol, type) and issubclass(protocol, Protocol)):
+        hint = (
+            "register the class; a run builds it from its spec"
+            if isinstance(protocol, Protocol)
+            else None
+        )
+        raise SpecError(
+            f"protocol {getattr(protocol, '__name__', type(protocol).__name__)}",
+            protocol,
+            "a subclass of oodsim.protocols.base.Protocol",
+            hint,
+        )
+    what = f"protocol {protocol.__name__}"
     name = getattr(protocol, "name", None)
     if not isinstance(name, str) or not _NAME.fullmatch(name):
         raise SpecError(f"{what}.name", name, "a lower-case name (letters, digits, _)")
@@ -78,7 +87,7 @@ def check_protocol(protocol: Any) -> None:
     if not (isinstance(spec_type, type) and issubclass(spec_type, RunSpec)):
         raise SpecError(f"{what}.spec_type", spec_type, "a subclass of oodsim.specs.RunSpec")
     missing = [
-        m for m in ("plan", "score", "layout") if getattr(type(protocol), m) is getattr(Protocol, m)
+        m for m in ("plan", "score", "layout") if getattr(protocol, m) is getattr(Protocol, m)
     ]
     if missing:
         raise SpecError(what, f"no {', '.join(missing)}", "its own plan, score and layout")
@@ -88,7 +97,7 @@ def _entry_points() -> dict[str, EntryPoint]:
     return {ep.name: ep for ep in entry_points(group=ENTRY_POINT_GROUP) if ep.name not in BUILTINS}
 
 
-def _load(name: str, ep: EntryPoint) -> Protocol:
+def _load(name: str, ep: EntryPoint) -> type[Protocol]:
     if name not in _LOADED:
         try:
             loaded = ep.load()
@@ -99,9 +108,8 @@ def _load(name: str, ep: EntryPoint) -> Protocol:
                 f"an importable entry point of group {ENTRY_POINT_GROUP}",
                 f"loading it failed: {type(error).__name__}: {error}",
             ) from None
-        instance = loaded() if isinstance(loaded, type) else loaded
-        check_protocol(instance)
-        _LOADED[name] = instance
+        check_protocol(loaded)
+        _LOADED[name] = loaded
     return _LOADED[name]
 
 
@@ -110,8 +118,8 @@ def available() -> list[str]:
     return [*BUILTINS, *sorted(set(_USER) | set(_entry_points()))]
 
 
-def get_protocol(name: str) -> Protocol:
-    """The protocol registered as ``name``."""
+def get_protocol(name: str) -> type[Protocol]:
+    """The protocol (class) registered as ``name``."""
     if name in BUILTINS:
         return importlib.import_module(BUILTINS[name]).PROTOCOL
     if name in _USER:
@@ -122,8 +130,8 @@ def get_protocol(name: str) -> Protocol:
     raise UnknownNameError("protocol", name, available())
 
 
-def protocol_of(spec: Any) -> Protocol:
-    """The protocol whose spec type ``spec`` is."""
+def protocol_of(spec: Any) -> type[Protocol]:
+    """The protocol (class) whose spec type ``spec`` is."""
     for protocol in [*_USER.values(), *_LOADED.values()]:
         if isinstance(spec, protocol.spec_type):
             return protocol
@@ -158,17 +166,16 @@ def load(path: str | Path) -> Any:
     return get_protocol(name).from_data(data, path.parent)
 
 
-def bind(spec: Any) -> Bound:
-    """The protocol of ``spec`` (a spec, or the path of a spec file: :func:`load`) bound to
-    it (:class:`~oodsim.protocols.base.Bound`)."""
+def bind(spec: Any) -> Protocol:
+    """The protocol of ``spec`` (a spec, or the path of a spec file: :func:`load`), built from
+    it: the one object a run holds."""
     if isinstance(spec, str | Path):
         spec = load(spec)
-    return protocol_of(spec).bind(spec)
+    return protocol_of(spec)(spec)
 
 
 __all__ = [
     "BUILTINS",
-    "Bound",
     "DEFAULT_PROTOCOL",
     "ENTRY_POINT_GROUP",
     "Protocol",

@@ -21,8 +21,6 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, ClassVar
 
-import attrs
-
 from oodsim.artifacts.tasks import (
     Entry,
     SeedFailed,
@@ -36,7 +34,6 @@ from oodsim.specs.converter import structure
 from oodsim.store import Store
 
 __all__ = [
-    "Bound",
     "Entry",
     "Protocol",
     "SeedFailed",
@@ -48,9 +45,12 @@ __all__ = [
 
 
 class Protocol:
-    """Base class of a protocol plug-in; subclasses set :attr:`name` and :attr:`spec_type` and
-    write :meth:`plan`, :meth:`score` and :meth:`layout` (register one with
-    :func:`oodsim.protocols.register_protocol`).
+    """Base class of a protocol plug-in, built once per run from its spec (:func:`bind`):
+    ``protocol = OpenSetProtocol(spec)``. Subclasses set :attr:`name` and :attr:`spec_type`
+    and write :meth:`plan`, :meth:`score` and :meth:`layout`, which read :attr:`spec`
+    (register one with :func:`oodsim.protocols.register_protocol`). The engine holds that one
+    object and ships it whole to the workers, which therefore need no protocol registry (a
+    protocol a script registered travels inside it).
 
     The plug-ins a spec names (detectors, datasets, architectures) are found in its fields
     (:mod:`oodsim.specs.plugins`): a protocol does not list them.
@@ -61,74 +61,43 @@ class Protocol:
     #: what one seed is called in progress lines ("simulations", "seeds")
     unit: ClassVar[str] = "seeds"
 
-    def from_data(self, data: Mapping[str, Any], base: Path | None) -> Any:
+    def __init__(self, spec: Any) -> None:
+        if not isinstance(spec, self.spec_type):
+            raise TypeError(
+                f"{type(self).__name__} runs specs of type {self.spec_type.__name__}, "
+                f"not {type(spec).__name__}"
+            )
+        self.spec = spec
+
+    @classmethod
+    def from_data(cls, data: Mapping[str, Any], base: Path | None) -> Any:
         """A spec of this protocol from TOML data (without its ``protocol`` key); relative
         paths resolve against ``base``. By default the one converter builds
         :attr:`spec_type` from the data, with field-path errors."""
-        return structure(data, self.spec_type, f"{self.name} spec")
+        return structure(data, cls.spec_type, f"{cls.name} spec")
 
-    def preflight(self, spec: Any, store: Store) -> None:
+    def preflight(self, store: Store) -> None:
         """Checks that can fail before any compute (data present, weights on disk)."""
 
-    def plan(self, spec: Any, seed: int) -> Sequence[Task]:
-        """The tasks whose entries ``score(spec, seed, ...)`` reads."""
+    def plan(self, seed: int) -> Sequence[Task]:
+        """The tasks whose entries ``score(seed, ...)`` reads."""
         raise NotImplementedError
 
-    def score(self, spec: Any, seed: int, store: Store) -> SeedResult:
+    def score(self, seed: int, store: Store) -> SeedResult:
         """Score one seed from the store; raise :class:`SeedFailed` for a failed seed. The
         engine adds the seed's :meth:`seed_coords` to the result."""
         raise NotImplementedError
 
-    def seed_coords(self, spec: Any, seed: int, store: Store) -> Mapping[str, str]:
+    def seed_coords(self, seed: int, store: Store) -> Mapping[str, str]:
         """Per-seed coordinates (what is known without scores, e.g. the class split): asked
         by the engine once per seed, scored or failed."""
         return {}
 
-    def layout(self, spec: Any) -> Layout:
+    def layout(self) -> Layout:
         """Dimensions and coordinates of this spec's result."""
         raise NotImplementedError
 
-    def result_attrs(self, spec: Any) -> Mapping[str, str]:
+    def result_attrs(self) -> Mapping[str, str]:
         """Labels the results carry in ``attrs`` beyond the engine's provenance (e.g. what a
         seed of ImageNet-O is, and which interval its seeds give)."""
         return {}
-
-    def bind(self, spec: Any) -> Bound:
-        """This protocol bound to ``spec``: the one object a run of it holds."""
-        return Bound(self, spec)
-
-
-@attrs.frozen
-class Bound:
-    """A protocol bound to one spec: what the engine runs, built once per run
-    (:func:`oodsim.protocols.bind`) and shipped whole to the workers, which therefore need no
-    protocol registry (a protocol a script registered travels inside it)."""
-
-    protocol: Protocol
-    spec: Any
-
-    @property
-    def name(self) -> str:
-        return self.protocol.name
-
-    @property
-    def unit(self) -> str:
-        return self.protocol.unit
-
-    def preflight(self, store: Store) -> None:
-        self.protocol.preflight(self.spec, store)
-
-    def plan(self, seed: int) -> Sequence[Task]:
-        return self.protocol.plan(self.spec, seed)
-
-    def score(self, seed: int, store: Store) -> SeedResult:
-        return self.protocol.score(self.spec, seed, store)
-
-    def seed_coords(self, seed: int, store: Store) -> Mapping[str, str]:
-        return self.protocol.seed_coords(self.spec, seed, store)
-
-    def layout(self) -> Layout:
-        return self.protocol.layout(self.spec)
-
-    def result_attrs(self) -> Mapping[str, str]:
-        return self.protocol.result_attrs(self.spec)

@@ -100,19 +100,24 @@ class ImageNetOProtocol(Protocol):
     name = NAME
     spec_type = ImageNetOSpec
 
-    def from_data(self, data: Mapping[str, Any], base: Path | None) -> ImageNetOSpec:
+    spec: ImageNetOSpec
+
+    @classmethod
+    def from_data(cls, data: Mapping[str, Any], base: Path | None) -> ImageNetOSpec:
         return spec_from_data(data, base)
 
-    def preflight(self, spec: ImageNetOSpec, store: Store) -> None:
+    def preflight(self, store: Store) -> None:
         """Both image folders readable and non-empty, every model's weights on disk, the cache
         writable; the reads come first, so bad input leaves the cache untouched."""
+        spec = self.spec
         file_sets(spec)
         for ref in spec.models:
             check_weights(ref)
         store.ensure_writable()
         warn_legacy_outputs(store)
 
-    def plan(self, spec: ImageNetOSpec, seed: int) -> list[Task]:
+    def plan(self, seed: int) -> list[Task]:
+        spec = self.spec
         sets = file_sets(spec)
         tasks = []
         for ref in spec.models:
@@ -127,7 +132,8 @@ class ImageNetOProtocol(Protocol):
             )
         return tasks
 
-    def score(self, spec: ImageNetOSpec, seed: int, store: Store) -> SeedResult:
+    def score(self, seed: int, store: Store) -> SeedResult:
+        spec = self.spec
         id_set, ood_set = file_sets(spec)
         id_kappa, ood_kappa, full = full_test_set(spec, store)
         scores = full
@@ -146,7 +152,8 @@ class ImageNetOProtocol(Protocol):
             },
         )
 
-    def layout(self, spec: ImageNetOSpec) -> Layout:
+    def layout(self) -> Layout:
+        spec = self.spec
         coords = {
             "method": [d.label for d in spec.detectors],
             "metric": list(spec.metrics),
@@ -165,10 +172,10 @@ class ImageNetOProtocol(Protocol):
         static = {"seed_meaning": ((), np.array(SEED_MEANING[spec.bootstrap]))}
         return Layout(coords, variables, static=static)
 
-    def result_attrs(self, spec: ImageNetOSpec) -> dict[str, str]:
+    def result_attrs(self) -> dict[str, str]:
         """Labels for the results' ``attrs`` (:func:`result_labels`): what a seed is, what the
         point estimate is and which interval the seeds give."""
-        return result_labels(spec.bootstrap)
+        return result_labels(self.spec.bootstrap)
 
 
-PROTOCOL = ImageNetOProtocol()
+PROTOCOL = ImageNetOProtocol

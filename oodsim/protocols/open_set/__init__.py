@@ -140,12 +140,16 @@ class OpenSetProtocol(Protocol):
     spec_type = ExperimentSpec
     unit = "simulations"
 
-    def from_data(self, data: Mapping[str, Any], base: Path | None) -> ExperimentSpec:
+    spec: ExperimentSpec
+
+    @classmethod
+    def from_data(cls, data: Mapping[str, Any], base: Path | None) -> ExperimentSpec:
         return spec_from_dict(data)
 
-    def preflight(self, spec: ExperimentSpec, store: Store) -> None:
+    def preflight(self, store: Store) -> None:
         """Data present and consistent, cache writable. The data is checked first (reading
         only), so bad input leaves the cache directory untouched."""
+        spec = self.spec
         for dataset in [spec.dataset] + [o.dataset for o in spec.ood if o.dataset is not None]:
             data = load_dataset(dataset.name, dataset.root, dataset.download, dataset.image_size)
             if dataset is spec.dataset:
@@ -159,10 +163,11 @@ class OpenSetProtocol(Protocol):
                 _check_architecture(spec, data, store)
         store.ensure_writable()
 
-    def plan(self, spec: ExperimentSpec, seed: int) -> list[Task]:
-        return [simulation_task(spec, seed)]
+    def plan(self, seed: int) -> list[Task]:
+        return [simulation_task(self.spec, seed)]
 
-    def score(self, spec: ExperimentSpec, seed: int, store: Store) -> SeedResult:
+    def score(self, seed: int, store: Store) -> SeedResult:
+        spec = self.spec
         sim = simulation(spec, seed, store)
         scored = score(spec, sim)
         scores = scored.score[:, :, None, :]  # severity axis
@@ -175,15 +180,16 @@ class OpenSetProtocol(Protocol):
         failure = DEGENERATE.message(scored.degenerate) if excluded else ""
         return SeedResult(seed, variables, failure=failure)
 
-    def seed_coords(self, spec: ExperimentSpec, seed: int, store: Store) -> dict[str, Any]:
+    def seed_coords(self, seed: int, store: Store) -> dict[str, Any]:
         """The seed's class split and, under ``[seeds.design]``, the level of each designed
         stream (``stream_<name>``, an integer: the grid the variance components fit)."""
-        levels = spec.seeds.design_levels(seed)
-        return {"class_split": class_split_label(spec, seed)} | {
+        levels = self.spec.seeds.design_levels(seed)
+        return {"class_split": class_split_label(self.spec, seed)} | {
             design_coord(stream): level for stream, level in levels.items()
         }
 
-    def layout(self, spec: ExperimentSpec) -> Layout:
+    def layout(self) -> Layout:
+        spec = self.spec
         coords: dict[str, list[str]] = {
             "method": [d.label for d in spec.detectors],
             "metric": list(spec.metrics),
@@ -198,4 +204,4 @@ class OpenSetProtocol(Protocol):
         return Layout(coords, variables, seed_coords=("class_split", *designed))
 
 
-PROTOCOL = OpenSetProtocol()
+PROTOCOL = OpenSetProtocol

@@ -35,20 +35,23 @@ class SeverityProtocol(Protocol):
     spec_type = SeveritySpec
     unit = "seeds"
 
-    def from_data(self, data: Mapping[str, Any], base: Path | None) -> SeveritySpec:
+    spec: SeveritySpec
+
+    @classmethod
+    def from_data(cls, data: Mapping[str, Any], base: Path | None) -> SeveritySpec:
         return severity_spec_from_dict(data, base)
 
-    def preflight(self, spec: SeveritySpec, store: Store) -> None:
-        plan.preflight(spec, store, spec.seeds.all()[: spec.max_seeds])
+    def preflight(self, store: Store) -> None:
+        plan.preflight(self.spec, store, self.spec.seeds.all()[: self.spec.max_seeds])
 
-    def plan(self, spec: SeveritySpec, seed: int) -> list[Task]:
-        return compute.tasks(spec, seed)
+    def plan(self, seed: int) -> list[Task]:
+        return compute.tasks(self.spec, seed)
 
-    def score(self, spec: SeveritySpec, seed: int, store: Store) -> SeedResult:
-        return scoring.score(spec, seed, store)
+    def score(self, seed: int, store: Store) -> SeedResult:
+        return scoring.score(self.spec, seed, store)
 
-    def layout(self, spec: SeveritySpec) -> Layout:
-        return scoring.layout(spec)
+    def layout(self) -> Layout:
+        return scoring.layout(self.spec)
 
 
-PROTOCOL = SeverityProtocol()
+PROTOCOL = SeverityProtocol
