@@ -157,21 +157,27 @@ def load(path: str | Path) -> Any:
     registered or installed protocol) picks the spec type (default ``"open_set"``, so older
     experiment files keep working); relative paths in the file resolve against its folder.
     """
-    path = Path(path)
+    return _read(Path(path))[1]
+
+
+def bind(spec: Any) -> Protocol:
+    """The protocol of ``spec`` (a spec, or the path of a spec file: :func:`load`), built from
+    it: the one object a run holds. A file's protocol is the one it names."""
+    if isinstance(spec, str | Path):
+        protocol, spec = _read(Path(spec))
+        return protocol(spec)
+    return protocol_of(spec)(spec)
+
+
+def _read(path: Path) -> tuple[type[Protocol], Any]:
+    """The protocol a spec file names, and its spec."""
     data = read_toml(path)
     name = data.pop("protocol", DEFAULT_PROTOCOL)
     names = available()
     if not isinstance(name, str) or name not in names:
         raise SpecError("protocol", name, "one of " + ", ".join(map(repr, names)))
-    return get_protocol(name).from_data(data, path.parent)
-
-
-def bind(spec: Any) -> Protocol:
-    """The protocol of ``spec`` (a spec, or the path of a spec file: :func:`load`), built from
-    it: the one object a run holds."""
-    if isinstance(spec, str | Path):
-        spec = load(spec)
-    return protocol_of(spec)(spec)
+    protocol = get_protocol(name)
+    return protocol, protocol.from_data(data, path.parent)
 
 
 __all__ = [
