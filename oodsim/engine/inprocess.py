@@ -58,7 +58,7 @@ class InProcess:
 
     def __init__(self) -> None:
         self._torch_state: tuple[int, bool, bool] | None = None
-        self._subscribed: dict[str, Listener] = {}  # topic → the listener of its handler
+        self._heartbeats: Listener | None = None  # the listener of the subscribed handler
 
     def subscribe_topic(self, topic: str, handler: Callable[[tuple[float, Any]], None]) -> None:
         """Hand the heartbeats of this process's tasks to ``handler`` as ``(time, message)``
@@ -66,13 +66,13 @@ class InProcess:
         if topic != TOPIC:
             raise ValueError(f"an in-process run has events of {TOPIC!r} only, not {topic!r}")
         self.unsubscribe_topic(topic)
-        self._subscribed[topic] = lambda message: handler((time.time(), message))
-        listen_here(self._subscribed[topic])
+        self._heartbeats = lambda message: handler((time.time(), message))
+        listen_here(self._heartbeats)
 
     def unsubscribe_topic(self, topic: str) -> None:
-        listener = self._subscribed.pop(topic, None)
-        if listener is not None:
-            stop_listening_here(listener)
+        if topic == TOPIC and self._heartbeats is not None:
+            stop_listening_here(self._heartbeats)
+            self._heartbeats = None
 
     def submit(self, function: Callable[..., Any], *args: Any, **_: Any) -> Deferred:
         """A deferred call of ``function(*args)`` (Dask's ``key``/``pure`` are not needed)."""
@@ -93,8 +93,7 @@ class InProcess:
         error: BaseException | None,
         trace: TracebackType | None,
     ) -> None:
-        for topic in list(self._subscribed):
-            self.unsubscribe_topic(topic)
+        self.unsubscribe_topic(TOPIC)
         if self._torch_state is None:
             return
         # torch is loaded: the tasks imported it
