@@ -10,6 +10,7 @@ import numpy as np
 
 from oodsim.artifacts.keys import (
     CHECKPOINT,
+    HELD_OUT,
     OOD_OUTPUTS,
     OUTPUTS,
     EvalSet,
@@ -20,6 +21,8 @@ from oodsim.artifacts.keys import (
 from oodsim.artifacts.outputs import put_outputs
 from oodsim.artifacts.tasks import SeedFailed
 from oodsim.data.registry import ImageData, dataset_info, load_dataset
+from oodsim.errors import SpecError
+from oodsim.models.registry import BUILTINS
 from oodsim.outputs import Outputs
 from oodsim.seeds import TRAINING_STREAMS, SeedStreams
 from oodsim.simulation.ood_sets import ood_images
@@ -71,6 +74,48 @@ class Simulation:
                 self.spec.dataset.max_per_class,
             )
         return self._split
+
+    def check(self) -> None:
+        """Find on the driver, in milliseconds, what would fail this simulation on every
+        worker: a dataset that cannot be read, fewer classes than the split needs, a sample
+        split that leaves a subset empty, an architecture that fails to build or breaks the
+        classifier contract. It reads (never writes) and runs the same code as a worker. The
+        model is built only for a plug-in architecture or a built-in with parameters, and only
+        when its checkpoint is not stored (the tests check the built-ins' contract; a cached
+        run builds none, so the driver then needs no torch)."""
+        spec = self.spec
+        needed = spec.split.n_classes_needed()
+        if needed > self.data.n_classes:
+            raise SpecError(
+                "split",
+                needed,
+                f"at most {self.data.n_classes} classes (found in {spec.dataset.root})",
+            )
+        for ood in spec.ood:
+            if ood.dataset is not None:
+                d = ood.dataset
+                load_dataset(d.name, d.root, d.download, d.image_size)
+        subsets = ["in_train", "in_val", "in_test"]
+        subsets += ["out_test"] if any(o.kind == HELD_OUT for o in spec.ood) else []
+        empty = [subset for subset in subsets if len(self.split.indices[subset]) == 0]
+        if empty:
+            raise SpecError(
+                "split",
+                f"fractions={list(spec.split.fractions)}, "
+                f"dataset.max_per_class={spec.dataset.max_per_class}",
+                "a sample split that leaves samples in every subset",
+                f"Seed {self.seed} gets no samples in {', '.join(empty)}; raise max_per_class "
+                "or the smallest fraction",
+            )
+        if spec.model.arch in BUILTINS and not spec.model.params:
+            return
+        if not self.store.has(CHECKPOINT, self.checkpoint):
+            # imports torch: only when a model is built, trained or run
+            from oodsim.models.architectures import check_contract
+
+            height, width, channels = self.data.shape
+            n_known = len(self.split.classes.known)
+            check_contract(self._build(), spec.model.arch, (channels, height, width), n_known)
 
     def _build(self) -> Any:
         # imports torch: only when a model is built, trained or run

@@ -40,12 +40,10 @@ from oodsim.artifacts.keys import (
 )
 from oodsim.artifacts.simulation import SimulationFailed, simulation, trained_model
 from oodsim.data.registry import dataset_info, load_dataset
-from oodsim.errors import SpecError
-from oodsim.models.architectures import BUILTINS
 from oodsim.protocols.base import Protocol, Task
 from oodsim.protocols.open_set.scoring import score
 from oodsim.results import DEGENERATE, NO_SEVERITY, Layout, SeedResult, design_coord
-from oodsim.simulation.splits import make_split, split_classes
+from oodsim.simulation.splits import split_classes
 from oodsim.specs import ExperimentSpec, spec_from_dict
 from oodsim.store import Store
 
@@ -82,57 +80,6 @@ def class_split_label(spec: ExperimentSpec, seed: int) -> str:
     return split_classes(n_classes, spec.split, streams).label
 
 
-def _check_sample_split(spec: ExperimentSpec, data: Any) -> None:
-    """Build the first seed's split here (labels only, milliseconds): a sample split that
-    leaves a subset every seed needs empty (e.g. ``max_per_class = 1``) fails before any
-    training instead of failing every seed on the cluster."""
-    seed = spec.seeds.all()[0]
-    streams = spec.seeds.streams(seed)
-    split = make_split(data.labels, data.n_classes, spec.split, streams, spec.dataset.max_per_class)
-    needed = ["in_train", "in_val", "in_test"]
-    needed += ["out_test"] if any(o.kind == HELD_OUT for o in spec.ood) else []
-    empty = [subset for subset in needed if len(split.indices[subset]) == 0]
-    if empty:
-        raise SpecError(
-            "split",
-            f"fractions={list(spec.split.fractions)}, "
-            f"dataset.max_per_class={spec.dataset.max_per_class}",
-            "a sample split that leaves samples in every subset",
-            f"Seed {seed} gets no samples in {', '.join(empty)}; raise max_per_class or the "
-            "smallest fraction",
-        )
-
-
-def _check_architecture(spec: ExperimentSpec, data: Any, store: Store) -> None:
-    """Build the first seed's model here and run two blank images through it: a builder
-    that fails, or a model that breaks the classifier contract, is one clear error before
-    any training instead of a failure of every seed on the cluster. Skipped for a built-in
-    architecture with its default parameters (the tests check their contract, and the driver
-    then needs no torch) and when that seed's checkpoint is stored: this architecture has
-    trained already (a cached run builds none)."""
-    if spec.model.arch in BUILTINS and not spec.model.params:
-        return
-    seed = spec.seeds.all()[0]
-    if store.has(CHECKPOINT, checkpoint_key(spec, spec.seeds.streams(seed))):
-        return
-    # imports torch: only when a model is built, trained or run
-    from oodsim.models.architectures import build_model, check_contract
-
-    height, width, channels = data.shape
-    n_known = spec.split.n_known or len(spec.split.known_classes[0])
-    model = build_model(
-        spec.model.arch,
-        in_channels=channels,
-        n_classes=n_known,
-        image_size=height,
-        dropout=spec.model.dropout,
-        width=spec.model.width,
-        init_seed=0,
-        params=spec.model.kwargs,
-    )
-    check_contract(model, spec.model.arch, (channels, height, width), n_known)
-
-
 class OpenSetProtocol(Protocol):
     """Open set simulations (the randomness study): one seed is one simulation."""
 
@@ -147,20 +94,10 @@ class OpenSetProtocol(Protocol):
         return spec_from_dict(data)
 
     def preflight(self, store: Store) -> None:
-        """Data present and consistent, cache writable. The data is checked first (reading
-        only), so bad input leaves the cache directory untouched."""
-        spec = self.spec
-        for dataset in [spec.dataset] + [o.dataset for o in spec.ood if o.dataset is not None]:
-            data = load_dataset(dataset.name, dataset.root, dataset.download, dataset.image_size)
-            if dataset is spec.dataset:
-                if spec.split.n_classes_needed() > data.n_classes:
-                    raise SpecError(
-                        "split",
-                        spec.split.n_classes_needed(),
-                        f"at most {data.n_classes} classes (found in {dataset.root})",
-                    )
-                _check_sample_split(spec, data)
-                _check_architecture(spec, data, store)
+        """The first seed's simulation checked as a worker would set it up (data, split,
+        model: :meth:`Simulation.check`), then the cache writable. The checks only read, so
+        bad input leaves the cache directory untouched."""
+        simulation(self.spec, self.spec.seeds.all()[0], store).check()
         store.ensure_writable()
 
     def plan(self, seed: int) -> list[Task]:
