@@ -154,6 +154,27 @@ def test_missing_pretrained_weights_fail_before_compute(tmp_path, monkeypatch) -
     assert not (tmp_path / "cache").exists()
 
 
+def test_a_trained_model_that_breaks_the_contract_fails_before_any_compute(tmp_path) -> None:
+    """A ``trained`` model's open set simulation is checked in the driver as open set checks
+    its own (data, split, architecture), before a worker trains it for every seed."""
+    import torch
+
+    from oodsim.models import ArchitectureError, register_architecture
+
+    @register_architecture("test_severity_no_embed", replace=True)
+    def no_embed(*, n_classes: int) -> torch.nn.Module:
+        return torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(28 * 28, n_classes))
+
+    spec = oodsim.load(SPEC)
+    experiment = spec.models[0].experiment
+    model = attrs.evolve(experiment.model, arch="test_severity_no_embed")
+    ref = attrs.evolve(spec.models[0], experiment=attrs.evolve(experiment, model=model))
+    spec = attrs.evolve(spec, models=(ref,))
+    with pytest.raises(ArchitectureError, match=r"has no embed\(x\) and no head"):
+        oodsim.run(spec, n_workers=1, cache=tmp_path / "cache", progress=False)
+    assert not (tmp_path / "cache").exists()  # refused in the driver, before the cache
+
+
 def test_trained_models_follow_the_seed_unless_pinned() -> None:
     spec = oodsim.load(SPEC)
     follow = spec.models[0]

@@ -29,6 +29,7 @@ from oodsim import zoo
 from oodsim.artifacts import keys as artifact_keys
 from oodsim.artifacts.compute import simulation_task
 from oodsim.artifacts.outputs import OUTPUTS, warn_legacy_outputs
+from oodsim.artifacts.simulation import simulation
 from oodsim.errors import SpecError
 from oodsim.keys import digest
 from oodsim.models import versions
@@ -306,7 +307,8 @@ def units(spec: SeveritySpec, seed: int) -> list[Unit]:
 
 
 def preflight(spec: SeveritySpec, store: Store, seeds: Sequence[int]) -> None:
-    """What can fail before compute: data folders, weights, cache, ID/OOD class overlap."""
+    """What can fail before compute: data folders, weights, cache, ID/OOD class overlap, and
+    the data, split and architecture of each ``trained`` model (:meth:`Simulation.check`)."""
     check_data(spec)
     for ref in spec.models:
         prefix, arch, tag = split_name(ref.name)
@@ -319,6 +321,8 @@ def preflight(spec: SeveritySpec, store: Store, seeds: Sequence[int]) -> None:
                 raise missing_weights(ref.name, looked)
         if prefix == "trained":
             _check_overlap(spec, ref, seeds)
+            # the open set simulation that trains it, checked as a worker would set it up
+            simulation(training_spec(ref), model_seed(ref, seeds[0]) or 0, store).check()
     store.ensure_writable()
     warn_legacy_outputs(store)
 
