@@ -76,13 +76,13 @@ class Simulation:
         return self._split
 
     def check(self) -> None:
-        """Find on the driver, in milliseconds, what would fail this simulation on every
+        """Find in the driver, before any training, what would fail this simulation on every
         worker: a dataset that cannot be read, fewer classes than the split needs, a sample
         split that leaves a subset empty, an architecture that fails to build or breaks the
-        classifier contract. It reads (never writes) and runs the same code as a worker. The
-        model is built only for a plug-in architecture or a built-in with parameters, and only
-        when its checkpoint is not stored (the tests check the built-ins' contract; a cached
-        run builds none, so the driver then needs no torch)."""
+        classifier contract. It runs the code a worker runs (``data``, ``split``, ``_build``)
+        and writes nothing. The model is built only for a plug-in architecture or a built-in
+        with parameters, and only when its checkpoint is not stored (the tests check the
+        built-ins' contract; a cached run builds none, so the driver then needs no torch)."""
         spec = self.spec
         needed = spec.split.n_classes_needed()
         if needed > self.data.n_classes:
