@@ -27,6 +27,7 @@ from oodsim.detectors import confidence, get_detector
 from oodsim.outputs import Outputs
 from oodsim.specs import DetectorSpec, ExperimentSpec
 from oodsim.specs.params import is_grid
+from oodsim.store import Store
 
 
 def model_kappa(
@@ -52,6 +53,16 @@ def model_kappa(
     return np.concatenate(parts).astype(np.float64)
 
 
+def put_kappa(store: Store, key: str, values: np.ndarray, describe: str, kind: str = KAPPA) -> None:
+    """Write one detector's κ on one evaluated set: one value per sample (what every reader
+    of κ relies on), with what it is. Every protocol's model-based κ is written here;
+    ``kind`` is :data:`KAPPA` but for severity's, whose ``severity_kappa`` entries keep the
+    kind they were written under."""
+    if np.ndim(values) != 1:
+        raise ValueError(f"κ has one value per sample; got an array of shape {np.shape(values)}")
+    store.put(kind, key, {"kappa": values}, {"describe": describe})
+
+
 def _stored_kappa(
     sim: Simulation,
     detector: DetectorSpec,
@@ -69,12 +80,7 @@ def _stored_kappa(
         kappa = model_kappa(
             detector.name, outputs, model, inputs.__getitem__, None, fit, **choose_params()
         )
-        sim.store.put(
-            KAPPA,
-            key,
-            {"kappa": kappa},
-            {"describe": f"seed={sim.seed} {detector.label} on {eval_set.label}"},
-        )
+        put_kappa(sim.store, key, kappa, f"seed={sim.seed} {detector.label} on {eval_set.label}")
 
     for _ in range(2):  # a corrupt entry is dropped on read and computed once more
         sim.store.ensure(KAPPA, key, compute)

@@ -18,7 +18,7 @@ import attrs
 import numpy as np
 import torch
 
-from oodsim.artifacts.kappa import model_kappa
+from oodsim.artifacts.kappa import model_kappa, put_kappa
 from oodsim.artifacts.outputs import put_outputs
 from oodsim.artifacts.simulation import trained_model
 from oodsim.detectors import NonFiniteKappaError
@@ -210,11 +210,12 @@ class _Work:
             raise SeedFailed(
                 f"detector {kappa.detector.label} gave non-finite κ on {label}: {error}"
             ) from None
-        self.store.put(
-            KAPPA,
+        put_kappa(
+            self.store,
             kappa.key,
-            {"kappa": values},
-            {"describe": f"{kappa.detector.label} of {self.unit.ref.label} on {label}"},
+            values,
+            f"{kappa.detector.label} of {self.unit.ref.label} on {label}",
+            kind=KAPPA,
         )
 
 
