@@ -17,7 +17,7 @@ import pytest
 
 from oodsim.cli import main as cli_main
 from oodsim.cli.main import parser
-from tests.conftest import ROOT, digits_toml
+from tests.conftest import ROOT, digits_toml, wait_for
 
 #: what a stopped run prints once, with the number of seeds found complete in the store
 RESUME = "have everything in the store; run the same spec again to resume."
@@ -148,3 +148,56 @@ def test_a_signal_stops_a_run_with_one_resume_line_and_nothing_after(
     assert output.count(RESUME) == 1, output
     noise = [line for line in output.splitlines() if any(word in line for word in NOISE)]
     assert not noise, output
+
+
+def _fork_server(driver: subprocess.Popen) -> bool:
+    """Whether ``driver`` has started its workers' fork server (:mod:`oodsim.engine.forkserver`),
+    which then imports torch for about two seconds."""
+    found = subprocess.run(
+        ["pgrep", "-P", str(driver.pid), "-f", "multiprocessing.forkserver"],
+        capture_output=True,
+        text=True,
+    )
+    return bool(found.stdout.strip())
+
+
+@pytest.mark.parametrize("presses", [1, 2])
+def test_ctrl_c_while_the_local_cluster_starts_is_one_resume_line(
+    tmp_path: Path, presses: int
+) -> None:
+    """Ctrl-C (once, or twice in a hurry) while the local cluster starts: the fork server,
+    still importing torch, died of it with a traceback, and distributed's exit hook failed on
+    the workers that ``LocalCluster(...)`` had begun to start (``AssertionError:
+    Status.init``), which printed more tracebacks once the driver had gone. Now the run waits
+    for its cluster to start, closes it and says how to resume, and leaves no process."""
+    spec = digits_toml(tmp_path / "spec.toml", 1000)
+    driver = _oodsim(
+        *("run", str(spec), "--workers", "2", "--cache", str(tmp_path / "cache")),
+        *("--out", str(tmp_path / "r.zarr")),
+        start_new_session=True,
+    )
+    try:
+        wait_for(lambda: _fork_server(driver) or driver.poll() is not None, 300, "a fork server")
+        assert driver.poll() is None, driver.communicate()[0]
+        for _ in range(presses):
+            os.killpg(driver.pid, signal.SIGINT)
+            time.sleep(0.2)
+        output, _ = driver.communicate(timeout=120)
+    finally:
+        if driver.poll() is None:
+            os.killpg(driver.pid, signal.SIGKILL)
+            driver.communicate()
+    assert driver.returncode == 130, output
+    assert output.count(RESUME) == 1, output
+    noise = [line for line in output.splitlines() if any(word in line for word in NOISE)]
+    assert not noise, output
+    # every process of the run ends with it (those not yet reaped are not running)
+    wait_for(lambda: not _running_in_session(driver.pid), 60, "the run's processes to end")
+
+
+def _running_in_session(session: int) -> list[str]:
+    """The processes of a session that still run (zombies excluded), as ``ps`` lines."""
+    listed = subprocess.run(
+        ["ps", "-s", str(session), "-o", "stat=,pid=,args="], capture_output=True, text=True
+    )
+    return [line for line in listed.stdout.splitlines() if not line.lstrip().startswith("Z")]

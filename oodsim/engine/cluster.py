@@ -35,7 +35,7 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-from oodsim.engine import forkserver, gpu, jobqueue, nanny
+from oodsim.engine import forkserver, gpu, jobqueue, nanny, signals
 from oodsim.engine.address import LOCAL_SECURITY, connect_client
 from oodsim.engine.guard import check_main_guard
 from oodsim.engine.inprocess import is_deferred
@@ -120,24 +120,27 @@ def _local_cluster(n_workers: int | None) -> Iterator[Any]:
     }
     with contextlib.ExitStack() as stack:
         stack.enter_context(dask.config.set(config))
-        cluster = gpu.cuda_cluster(private, n_workers)
-        if cluster is None:
-            # CPU workers fork from a server that imported torch once (oodsim.engine.forkserver)
-            forked = stack.enter_context(forkserver.forking())
-            cluster = LocalCluster(
-                n_workers=n_workers or os.cpu_count() or 1,
-                threads_per_worker=1,
-                processes=True,
-                silence_logs=logging.ERROR,
-                **private,
-                **forked,
-            )
-        with cluster:
-            LOCAL_SECURITY[cluster.scheduler_address] = cluster.security
-            try:
-                yield cluster
-            finally:
-                LOCAL_SECURITY.pop(cluster.scheduler_address, None)
+        # a cluster interrupted while it starts cannot close its workers: Ctrl-C waits until
+        # it has started (a second one does not), and then closes it (oodsim.engine.signals)
+        with signals.held():
+            cluster = gpu.cuda_cluster(private, n_workers)
+            if cluster is None:
+                # CPU workers fork from a server that imported torch once (engine.forkserver)
+                forked = stack.enter_context(forkserver.forking())
+                cluster = LocalCluster(
+                    n_workers=n_workers or os.cpu_count() or 1,
+                    threads_per_worker=1,
+                    processes=True,
+                    silence_logs=logging.ERROR,
+                    **private,
+                    **forked,
+                )
+            stack.enter_context(cluster)
+        LOCAL_SECURITY[cluster.scheduler_address] = cluster.security
+        try:
+            yield cluster
+        finally:
+            LOCAL_SECURITY.pop(cluster.scheduler_address, None)
 
 
 def check_jobs(spec: ClusterSpec) -> None:

@@ -27,7 +27,7 @@ import os
 from collections.abc import Collection, Iterator, Mapping
 from typing import Any
 
-from oodsim.engine import nanny
+from oodsim.engine import nanny, signals
 
 #: Dask's setting for the way a nanny starts its worker process.
 METHOD_KEY = "distributed.worker.multiprocessing-method"
@@ -69,8 +69,9 @@ def forking() -> Iterator[dict[str, Any]]:
 
 def start() -> None:
     """Start this process's fork server, unless it runs already: it imports
-    :data:`WORKER_MODULES` in the environment of a spawned Dask worker. Call it under Dask's
-    ``forkserver`` setting (see :func:`forking`)."""
+    :data:`WORKER_MODULES` in the environment of a spawned Dask worker, ignoring Ctrl-C (which
+    Python's server does only once its imports are done), like the workers it forks. Call it
+    under Dask's ``forkserver`` setting (see :func:`forking`)."""
     # distributed loads only when a cluster is needed (cached runs start none)
     import dask.config
     from distributed.utils import get_mp_context
@@ -84,7 +85,7 @@ def start() -> None:
     }
     spawned.pop(nanny.TRIM_VARIABLE, None)  # glibc reads it as the server starts
     left = [nanny.TRIM_VARIABLE] if nanny.dasks_trim_in_environ() else []
-    with _environment(spawned, without=left):
+    with _environment(spawned, without=left), signals.ignored():
         multiprocessing.forkserver.ensure_running()
 
 

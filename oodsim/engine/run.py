@@ -23,7 +23,7 @@ from typing import Any, TextIO
 
 import xarray as xr
 
-from oodsim.engine import window
+from oodsim.engine import signals, window
 from oodsim.engine.cluster import LOCAL_WORKER_TIMEOUT, as_landed, check_jobs
 from oodsim.engine.guard import check_main_guard
 from oodsim.engine.progress import Progress
@@ -131,7 +131,7 @@ def run(
     results: list[SeedResult] = []
     decision = None
     started = time.perf_counter()
-    with contextlib.ExitStack() as stack:
+    with signals.holding() as stopping, contextlib.ExitStack() as stack:
         submitter = Submitter(
             job,
             store,
@@ -175,6 +175,7 @@ def run(
                         break
                 batch = following
         except KeyboardInterrupt:
+            stopping.hold()  # another Ctrl-C waits until the cluster has closed
             # what landed, and the seeds in flight (planned again: two batches at most)
             landed = {r.seed for r in results if not r.failed}
             unsure = {*(s for b in flight for s in b), *(r.seed for r in results)} - landed
