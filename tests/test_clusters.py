@@ -12,6 +12,7 @@ refusal is one line, before any compute. Nothing is mocked.
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import importlib.util
 import os
@@ -35,7 +36,7 @@ from oodsim.engine.cluster import check_jobs
 from oodsim.errors import SpecError
 from oodsim.protocols import get_protocol
 from oodsim.specs.cluster import ClusterSpec, resolve_cluster
-from tests.conftest import ROOT, digits_toml
+from tests.conftest import ROOT, digits_toml, wait_for
 
 # not imported here: importing dask_jobqueue changes the process's Ctrl-C handler (see
 # test_ctrl_c_stays_a_keyboard_interrupt_with_dask_jobqueue)
@@ -421,3 +422,45 @@ def test_a_local_jobs_table_that_cannot_work_is_one_line_before_compute(
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and re.search(pattern, err[0]), err
     assert not cache.exists()
+
+
+# --------------------------------------------------------------------------- Ctrl-C
+
+
+def test_batch_commands_run_in_a_session_of_their_own() -> None:
+    """A terminal's Ctrl-C reaches every process of its session: it killed an ``sbatch`` that
+    had already submitted its job (which nobody then cancelled), or a ``scancel``. The run
+    stops its jobs itself, so their commands run in a session of their own."""
+    show = [sys.executable, "-c", "import os; print(os.getsid(0))"]
+    for kind in ("slurm", "pbs"):
+        session = asyncio.run(jobqueue.job_class(kind)._call(show))
+        assert int(session) != os.getsid(0), kind
+
+
+def test_ctrl_c_while_local_jobs_start_is_one_resume_line(tmp_path: Path) -> None:
+    """Ctrl-C while a local job's worker starts: the worker, in the terminal's session, died
+    of it, and the run printed ``Task exception was never retrieved`` and a traceback after
+    the resume line. Now the run waits until its jobs are submitted, then cancels them."""
+    spec = cluster_spec_file(tmp_path, n_seeds=1000)
+    out = ["--cache", str(tmp_path / "cache"), "--out", str(tmp_path / "r.zarr")]
+    driver = subprocess.Popen(
+        [sys.executable, "-m", "oodsim.cli", "run", str(spec), "--cluster", "local-jobs", *out],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        cwd=tmp_path,
+        start_new_session=True,  # its own process group, as a terminal gives a command
+    )
+    try:
+        jobs = wait_for(lambda: _jobs_of(driver.pid) or driver.poll(), RUN_TIMEOUT, "a job")
+        assert driver.poll() is None, driver.communicate()[0]
+        os.killpg(driver.pid, signal.SIGINT)
+        output, _ = driver.communicate(timeout=120)
+    finally:
+        if driver.poll() is None:
+            os.killpg(driver.pid, signal.SIGKILL)
+            driver.communicate()
+    assert driver.returncode == 130, output
+    assert output.count("run the same spec again to resume.") == 1, output
+    assert "Traceback" not in output and "never retrieved" not in output, output
+    wait_for(lambda: not any(Path(f"/proc/{pid}").exists() for pid in jobs), 60, "jobs to end")

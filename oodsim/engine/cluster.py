@@ -231,20 +231,24 @@ def _job_cluster(spec: ClusterSpec) -> Iterator[Any]:
     shared = _shared_folder(spec)
     cluster = None
     try:
-        # the scheduler runs in this process and reads it at start; no pages on its HTTP port
-        with dask.config.set(NO_HTTP_ROUTES):
-            options = jobqueue.cluster_options(spec, Security.temporary(), shared)
-            try:
-                cluster = cluster_class(**options)
-            except (OSError, ValueError) as error:
-                raise ClusterError(f"the {spec.kind} cluster could not start: {error}") from None
-        with cluster:
-            try:  # submit now, so that a refused job is an error here, in one line
-                cluster.sync(jobqueue.submit_jobs, cluster, spec.n_jobs)
-            except Exception as error:
-                raise ClusterError(
-                    f"submitting {spec.kind} jobs failed: {_submit_failure(error)}"
-                ) from None
+        with contextlib.ExitStack() as stack:
+            # Ctrl-C waits until the jobs are submitted (a second one does not): a job that
+            # sbatch submitted while the cluster was interrupted would not be cancelled
+            with signals.held():
+                # the scheduler runs in this process and reads it at start; no HTTP pages
+                with dask.config.set(NO_HTTP_ROUTES):
+                    options = jobqueue.cluster_options(spec, Security.temporary(), shared)
+                    try:
+                        cluster = stack.enter_context(cluster_class(**options))
+                    except (OSError, ValueError) as error:
+                        message = f"the {spec.kind} cluster could not start: {error}"
+                        raise ClusterError(message) from None
+                try:  # submit now, so that a refused job is an error here, in one line
+                    cluster.sync(jobqueue.submit_jobs, cluster, spec.n_jobs)
+                except Exception as error:
+                    raise ClusterError(
+                        f"submitting {spec.kind} jobs failed: {_submit_failure(error)}"
+                    ) from None
             with jobqueue.JobKeeper(cluster):
                 yield cluster
     finally:
@@ -268,12 +272,10 @@ def cluster_client(
     module)."""
     disabled = logging.root.manager.disable
     try:
-        with (
-            _client(address, n_workers, jobs) as (client, local),
-            _workers_set_up(client, shipped or Shipped(), shared=bool(address)),
-        ):
-            try:
-                yield client
+        with _client(address, n_workers, jobs) as (client, local):
+            try:  # Ctrl-C while the workers set up too (a broadcast cut short logged errors)
+                with _workers_set_up(client, shipped or Shipped(), shared=bool(address)):
+                    yield client
             except KeyboardInterrupt:
                 _quiet(client, local)
                 raise

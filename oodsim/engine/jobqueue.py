@@ -19,6 +19,7 @@ worker process per core with one thread (torch: one thread, deterministic algori
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 import signal
 import threading
@@ -64,6 +65,54 @@ def cluster_class(kind: str) -> Any:
         if main and handler is not None and signal.getsignal(signal.SIGINT) is not handler:
             signal.signal(signal.SIGINT, handler)
     return LocalCluster if kind == "local-jobs" else getattr(dask_jobqueue, _CLASSES[kind])
+
+
+@functools.cache
+def job_class(kind: str) -> Any:
+    """dask-jobqueue's job class of a kind, with the processes it starts in a session of their
+    own. A terminal sends Ctrl-C to every process of its session: it killed an ``sbatch`` that
+    had submitted its job before dask-jobqueue read the job's id (a job that nobody cancels),
+    or a ``scancel`` as the run closed, and a local job's worker as it started (a traceback
+    after the resume line). The run stops its jobs itself. ImportError without dask-jobqueue."""
+    base = cluster_class(kind).job_cls
+    own = (_WorkerInOwnSession,) if kind == "local-jobs" else (_CommandsInOwnSession,)
+    return type(base.__name__, (*own, base), {"__module__": __name__})
+
+
+class _CommandsInOwnSession:
+    """A job whose batch commands (``sbatch``, ``scancel``, ``qsub``, ``qdel``) run in a
+    session of their own."""
+
+    @staticmethod
+    async def _call(cmd: list[str], *, shell: bool = False, **kwargs: Any) -> str:
+        # the optional extra [cluster]: a job class exists, so dask-jobqueue is installed
+        from dask_jobqueue.core import Job
+
+        return await Job._call(cmd, shell=shell, start_new_session=True, **kwargs)
+
+
+class _WorkerInOwnSession:
+    """A local job whose worker runs in a session of its own: dask-jobqueue's
+    ``LocalJob._submit_job`` (0.9), with ``start_new_session``."""
+
+    process: Any
+
+    async def _submit_job(self, script_filename: str) -> str:
+        # a local job's class exists, so dask-jobqueue (and tornado) are installed
+        from tornado.process import Subprocess
+
+        with open(script_filename) as script:
+            command = script.read().strip().split()
+        stream = Subprocess.STREAM
+        self.process = Subprocess(command, stdout=stream, stderr=stream, start_new_session=True)
+        lines = []
+        while True:  # until the worker has registered, or says that it failed
+            line = await self.process.stderr.read_until(b"\n")
+            lines.append(line.decode())
+            if b"Registered to:" in line:
+                return str(self.process.pid)
+            if b"error" in line.lower():
+                raise RuntimeError("Worker failed\n\n" + "".join(lines))
 
 
 def _config_name(kind: str) -> str:
@@ -120,6 +169,7 @@ def cluster_options(spec: ClusterSpec, security: Any, shared: str | Path) -> dic
     dashboard (on ``interface`` when given, else on every interface: TLS keeps it closed)."""
     return {
         **job_options(spec),
+        "job_cls": job_class(spec.kind),
         "security": security,
         "protocol": "tls://",
         "shared_temp_directory": str(shared),
@@ -141,8 +191,7 @@ def job_script(spec: ClusterSpec) -> str:
         tls_worker_cert=f"{folder}/worker.pem",
         tls_worker_key=f"{folder}/worker.key",
     )
-    job_class = cluster_class(spec.kind).job_cls
-    job = job_class(
+    job = job_class(spec.kind)(
         SCHEDULER_PLACEHOLDER,
         name=JOB_NAME,
         protocol="tls://",
