@@ -101,6 +101,45 @@ def wait_for(probe: Callable[[], T | None], timeout: float, what: str) -> T:
     raise AssertionError(f"timed out after {timeout} s waiting for {what}")
 
 
+def signalled(
+    command: list[str],
+    ready: Callable[[subprocess.Popen], object],
+    *,
+    signum: int = signal.SIGINT,
+    presses: int = 1,
+    group: bool = True,
+    cwd: Path = ROOT,
+) -> tuple[subprocess.Popen, str]:
+    """Run ``command`` in a session of its own, as a terminal starts a command; once
+    ``ready(process)``, send it ``signum`` ``presses`` times (0.2 s apart): to its whole
+    process group, as a terminal's Ctrl-C does, or (``group=False``) to it alone, as ``kill``
+    does. The ended process (its session is its pid) and its output (stdout and stderr
+    merged)."""
+    process = subprocess.Popen(
+        command,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        cwd=cwd,
+        start_new_session=True,
+    )
+    try:
+        wait_for(lambda: ready(process) or process.poll() is not None, 300, "the moment to signal")
+        assert process.poll() is None, process.communicate()[0]
+        for _ in range(presses):
+            if group:
+                os.killpg(process.pid, signum)
+            else:
+                process.send_signal(signum)
+            time.sleep(0.2)
+        output, _ = process.communicate(timeout=120)
+    finally:
+        if process.poll() is None:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.communicate()
+    return process, output
+
+
 def small_digits(n_seeds: int = 4, **changes) -> ExperimentSpec:
     """The shipped digits spec, shrunk so one simulation trains in about a second (MSP only)."""
     spec = load_spec(ROOT / "specs" / "digits.toml")

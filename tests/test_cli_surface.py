@@ -4,11 +4,9 @@ to name a scheduler, and how Ctrl-C and SIGTERM stop a run (real processes, no m
 from __future__ import annotations
 
 import argparse
-import os
 import signal
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from importlib.metadata import version
 from pathlib import Path
@@ -17,7 +15,7 @@ import pytest
 
 from oodsim.cli import main as cli_main
 from oodsim.cli.main import parser
-from tests.conftest import ROOT, digits_toml, wait_for
+from tests.conftest import ROOT, digits_toml, signalled, wait_for
 
 #: what a stopped run prints once, with the number of seeds found complete in the store
 RESUME = "have everything in the store; run the same spec again to resume."
@@ -25,9 +23,13 @@ RESUME = "have everything in the store; run the same spec again to resume."
 NOISE = ("Traceback", "CommClosedError", "Exception ignored", "leaked semaphore")
 
 
+#: how the tests start ``oodsim``: as its own process
+OODSIM = [sys.executable, "-m", "oodsim.cli"]
+
+
 def _oodsim(*args: str, **options) -> subprocess.Popen:
     """``oodsim ARGS`` as its own process (``python -m oodsim.cli``), output merged."""
-    command = [sys.executable, "-m", "oodsim.cli", *args]
+    command = [*OODSIM, *args]
     return subprocess.Popen(
         command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=ROOT, **options
     )
@@ -124,26 +126,13 @@ def test_a_signal_stops_a_run_with_one_resume_line_and_nothing_after(
     code of the signal."""
     spec = digits_toml(tmp_path / "spec.toml", 6)
     cache = tmp_path / "cache"
-    driver = _oodsim(
-        *("run", str(spec), "--workers", "2", "--cache", str(cache)),
-        *("--out", str(tmp_path / "r.zarr")),
-        start_new_session=True,  # its own process group, as a terminal gives a command
+    run = [*OODSIM, "run", str(spec), "--workers", "2", "--cache", str(cache)]
+    driver, output = signalled(
+        [*run, "--out", str(tmp_path / "r.zarr")],
+        lambda _: any(cache.glob("checkpoint/*/*/meta.json")),
+        signum=signum,
+        group=group,
     )
-    try:
-        deadline = time.monotonic() + 300
-        while time.monotonic() < deadline and not any(cache.glob("checkpoint/*/*/meta.json")):
-            time.sleep(0.1)
-        assert driver.poll() is None, driver.communicate()[0]
-        assert any(cache.glob("checkpoint/*/*/meta.json")), "no checkpoint within 300 s"
-        if group:
-            os.killpg(driver.pid, signum)
-        else:
-            driver.send_signal(signum)
-        output, _ = driver.communicate(timeout=120)
-    finally:
-        if driver.poll() is None:
-            os.killpg(driver.pid, signal.SIGKILL)
-            driver.communicate()
     assert driver.returncode == code, output
     assert output.count(RESUME) == 1, output
     noise = [line for line in output.splitlines() if any(word in line for word in NOISE)]
@@ -171,22 +160,10 @@ def test_ctrl_c_while_the_local_cluster_starts_is_one_resume_line(
     Status.init``), which printed more tracebacks once the driver had gone. Now the run waits
     for its cluster to start, closes it and says how to resume, and leaves no process."""
     spec = digits_toml(tmp_path / "spec.toml", 1000)
-    driver = _oodsim(
-        *("run", str(spec), "--workers", "2", "--cache", str(tmp_path / "cache")),
-        *("--out", str(tmp_path / "r.zarr")),
-        start_new_session=True,
+    run = [*OODSIM, "run", str(spec), "--workers", "2", "--cache", str(tmp_path / "cache")]
+    driver, output = signalled(
+        [*run, "--out", str(tmp_path / "r.zarr")], _fork_server, presses=presses
     )
-    try:
-        wait_for(lambda: _fork_server(driver) or driver.poll() is not None, 300, "a fork server")
-        assert driver.poll() is None, driver.communicate()[0]
-        for _ in range(presses):
-            os.killpg(driver.pid, signal.SIGINT)
-            time.sleep(0.2)
-        output, _ = driver.communicate(timeout=120)
-    finally:
-        if driver.poll() is None:
-            os.killpg(driver.pid, signal.SIGKILL)
-            driver.communicate()
     assert driver.returncode == 130, output
     assert output.count(RESUME) == 1, output
     noise = [line for line in output.splitlines() if any(word in line for word in NOISE)]

@@ -36,7 +36,7 @@ from oodsim.engine.cluster import check_jobs
 from oodsim.errors import SpecError
 from oodsim.protocols import get_protocol
 from oodsim.specs.cluster import ClusterSpec, resolve_cluster
-from tests.conftest import ROOT, digits_toml, wait_for
+from tests.conftest import ROOT, digits_toml, signalled, wait_for
 
 # not imported here: importing dask_jobqueue changes the process's Ctrl-C handler (see
 # test_ctrl_c_stays_a_keyboard_interrupt_with_dask_jobqueue)
@@ -443,23 +443,11 @@ def test_ctrl_c_while_local_jobs_start_is_one_resume_line(tmp_path: Path) -> Non
     the resume line. Now the run waits until its jobs are submitted, then cancels them."""
     spec = cluster_spec_file(tmp_path, n_seeds=1000)
     out = ["--cache", str(tmp_path / "cache"), "--out", str(tmp_path / "r.zarr")]
-    driver = subprocess.Popen(
-        [sys.executable, "-m", "oodsim.cli", "run", str(spec), "--cluster", "local-jobs", *out],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        cwd=tmp_path,
-        start_new_session=True,  # its own process group, as a terminal gives a command
+    run = [sys.executable, "-m", "oodsim.cli", "run", str(spec), "--cluster", "local-jobs"]
+    jobs: set[int] = set()
+    driver, output = signalled(
+        [*run, *out], lambda process: jobs.update(_jobs_of(process.pid)) or jobs, cwd=tmp_path
     )
-    try:
-        jobs = wait_for(lambda: _jobs_of(driver.pid) or driver.poll(), RUN_TIMEOUT, "a job")
-        assert driver.poll() is None, driver.communicate()[0]
-        os.killpg(driver.pid, signal.SIGINT)
-        output, _ = driver.communicate(timeout=120)
-    finally:
-        if driver.poll() is None:
-            os.killpg(driver.pid, signal.SIGKILL)
-            driver.communicate()
     assert driver.returncode == 130, output
     assert output.count("run the same spec again to resume.") == 1, output
     assert "Traceback" not in output and "never retrieved" not in output, output
