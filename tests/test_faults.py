@@ -588,3 +588,33 @@ def test_cluster_without_workers_stops_after_worker_timeout(tmp_path: Path) -> N
         assert isinstance(error, ClusterError), box
         assert "no worker for 5 s" in str(error) and "cached" in str(error)
         assert Store(cache).verify() == []  # what finished is intact
+
+
+def test_a_lost_scheduler_stops_the_run_with_one_line(tmp_path: Path) -> None:
+    """The scheduler at ``--cluster ADDRESS`` dies mid-run: the run ended with ``error:
+    FuturesCancelledError: 6 Futures cancelled:`` (distributed cancels the futures of a lost
+    scheduler). It now says what happened and that finished work is cached."""
+    with dask_cli_cluster(tmp_path) as (address, _):
+        spec = digits_toml(tmp_path / "spec.toml", 1000)
+        cache = tmp_path / "cache"
+        out = ["--cache", str(cache), "--out", str(tmp_path / "r.zarr")]
+        run = subprocess.Popen(
+            [sys.executable, "-m", "oodsim.cli", "run", str(spec), "--cluster", address, *out],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        try:
+            wait_for(lambda: complete(cache, CHECKPOINT) or run.poll(), 120, "a first checkpoint")
+            scheduler = str(tmp_path / "scheduler.json")  # the fixture's scheduler file
+            subprocess.run(["pkill", "-KILL", "-f", scheduler], check=True)
+            _, err = run.communicate(timeout=120)
+        finally:
+            if run.poll() is None:
+                run.kill()
+                run.communicate()
+    assert run.returncode == 2, err
+    last = err.strip().splitlines()[-1]
+    assert last.startswith("oodsim: error: lost the connection to the Dask scheduler"), err
+    assert "finished work is cached" in last and "Traceback" not in err
+    assert Store(cache).verify() == []  # what finished is intact

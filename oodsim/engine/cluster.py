@@ -32,6 +32,7 @@ import tempfile
 import time
 import uuid
 from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import CancelledError
 from pathlib import Path
 from typing import Any
 
@@ -377,6 +378,14 @@ def as_landed(
             done, pending = wait(pending, timeout=poll, return_when="FIRST_COMPLETED")
         except TimeoutError:
             done = set()
+        except CancelledError:  # distributed's words: "FuturesCancelledError: 6 Futures ..."
+            if next(iter(pending)).client.status == "running":
+                raise  # cancelled by someone, not lost with the scheduler
+            raise ClusterError(
+                "lost the connection to the Dask scheduler, and with it the work in flight "
+                "(the scheduler stopped, or the network failed); finished work is cached, "
+                "run again to resume"
+            ) from None
         yield from done
         if done or not pending or (worker_timeout is None and no_worker is None):
             idle_since = None
