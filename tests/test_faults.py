@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import io
 import json
 import math
 import os
@@ -20,6 +21,7 @@ from typing import Any
 
 import attrs
 import numpy as np
+import psutil
 import pytest
 import torch
 import xarray as xr
@@ -27,6 +29,7 @@ import xarray as xr
 import oodsim
 from oodsim.cli import main as cli_main
 from oodsim.engine import ClusterError, RunAborted
+from oodsim.engine import progress as progress_module
 from oodsim.models import register_architecture
 from oodsim.models.architectures import small_cnn
 from oodsim.models.classifier import Classifier
@@ -618,3 +621,40 @@ def test_a_lost_scheduler_stops_the_run_with_one_line(tmp_path: Path) -> None:
     assert last.startswith("oodsim: error: lost the connection to the Dask scheduler"), err
     assert "finished work is cached" in last and "Traceback" not in err
     assert Store(cache).verify() == []  # what finished is intact
+
+
+def _local_workers() -> list[psutil.Process]:
+    """The workers of this process's local cluster: the children of its fork server."""
+    servers = [p for p in psutil.Process().children() if "forkserver" in " ".join(p.cmdline())]
+    return [worker for server in servers for worker in server.children()]
+
+
+def test_stopped_workers_are_told_on_the_status_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The probe: one worker stopped (SIGSTOP) held the run's other work back, and the status
+    line stood still for the 8 minutes it lasted. After ``QUIET_NOTICE`` seconds (here 3)
+    without a heartbeat or a seed, the line says so; the run ends once they go on."""
+    monkeypatch.setattr(progress_module, "QUIET_NOTICE", 3.0)
+    stream = io.StringIO()
+    cache = tmp_path / "cache"
+    told: list[psutil.Process] = []
+
+    def stop_then_go_on() -> None:
+        wait_for(lambda: complete(cache, CHECKPOINT), 120, "a first checkpoint")
+        told.extend(_local_workers())
+        for worker in told:
+            worker.suspend()
+        try:
+            wait_for(lambda: "nothing heard from the work" in stream.getvalue(), 120, "a notice")
+        finally:
+            for worker in told:
+                worker.resume()
+
+    helper = threading.Thread(target=stop_then_go_on, daemon=True)
+    helper.start()
+    results = oodsim.run(small_digits(4), n_workers=2, cache=cache, progress=stream)
+    helper.join(timeout=10)
+    assert told, "no worker was stopped"
+    assert "nothing heard from the work for 0:0" in stream.getvalue(), stream.getvalue()
+    assert (results.failure.values == "").all()

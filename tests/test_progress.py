@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 import oodsim
+from oodsim.engine import progress as progress_module
 from oodsim.engine.inprocess import InProcess
 from oodsim.engine.plan import count_cached
 from oodsim.engine.progress import ROUNDS_BEFORE_ESTIMATE, Progress
@@ -101,3 +102,23 @@ def test_the_plan_counts_cached_seeds(tmp_path: Path) -> None:
     assert partial.describe("simulations") == (
         "3 simulations: 1 of the first 1 in the cache (the rest not checked yet)"
     )
+
+
+def test_a_quiet_run_says_so_with_what_it_last_heard(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Work pending and nothing heard for ``QUIET_NOTICE`` seconds: the line says so, with the
+    last heartbeat; a heartbeat or a seed that lands puts the line back."""
+    monkeypatch.setattr(progress_module, "QUIET_NOTICE", 0.0)
+    stream = io.StringIO()
+    progress = Progress(2, stream, interval=0.0)
+    progress.heard({"task": "simulation 0", "stage": "training, epoch", "step": 1, "total": 30})
+    progress.waiting()
+    assert re.search(
+        r"; nothing heard from the work for \d+:\d\d \(the last: simulation 0: training, "
+        r"epoch 1/30\); a long step sends no heartbeat, but a worker may also be stuck",
+        _lines(stream)[-1],
+    ), _lines(stream)
+    progress.heard({"task": "simulation 0", "stage": "training, epoch", "step": 2, "total": 30})
+    assert _lines(stream)[-1].endswith("; simulation 0: training, epoch 2/30")
+    monkeypatch.setattr(progress_module, "QUIET_NOTICE", 3600.0)
+    progress.waiting()  # heard from just now: nothing to say
+    assert _lines(stream)[-1].endswith("; simulation 0: training, epoch 2/30")

@@ -23,6 +23,7 @@ local cluster leave Ctrl-C, which a terminal sends to all of them too, to the dr
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
 import os
@@ -340,7 +341,7 @@ def _client(
     from distributed import Client
 
     if address:
-        with connect_client(address) as client:
+        with _without_cancelled_tracebacks(), connect_client(address) as client:
             yield client, False
         return
     if jobs is not None and jobs.is_jobs:
@@ -353,16 +354,39 @@ def _client(
         yield client, True
 
 
+class _CancelledTraceback(logging.Filter):
+    """Drops a log record that carries an ``asyncio.CancelledError``: distributed's client logs
+    its own close, cancelled, as an error with a traceback when it gives up reconnecting to a
+    lost scheduler (the run then says what happened in one line, :func:`as_landed`)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        error = record.exc_info[1] if record.exc_info else None
+        return not isinstance(error, asyncio.CancelledError)
+
+
+@contextlib.contextmanager
+def _without_cancelled_tracebacks() -> Iterator[None]:
+    """:class:`_CancelledTraceback` on distributed's client logger for the block."""
+    logger, dropped = logging.getLogger("distributed.client"), _CancelledTraceback()
+    logger.addFilter(dropped)
+    try:
+        yield
+    finally:
+        logger.removeFilter(dropped)
+
+
 def as_landed(
     futures: Sequence[Any],
     worker_timeout: float | None,
     poll: float = 2.0,
     no_worker: Callable[[float], None] | None = None,
+    waiting: Callable[[], None] | None = None,
 ) -> Iterator[Any]:
     """Futures as they finish; a cluster without any worker for ``worker_timeout`` seconds
     raises :class:`ClusterError` instead of waiting forever (finished work stays cached).
     While it has none, ``no_worker(seconds)`` is told how long that has been (a job cluster
-    whose jobs are queued, or fail before their worker starts, used to wait in silence)."""
+    whose jobs are queued, or fail before their worker starts, used to wait in silence);
+    ``waiting()`` is called after every poll in which nothing landed."""
     if is_deferred(futures):  # in-process tasks: computed here, one by one, in order
         for future in futures:
             future.compute()
@@ -387,6 +411,8 @@ def as_landed(
                 "run again to resume"
             ) from None
         yield from done
+        if not done and waiting is not None:
+            waiting()
         if done or not pending or (worker_timeout is None and no_worker is None):
             idle_since = None
             continue

@@ -21,6 +21,8 @@ from oodsim.heartbeat import describe
 ROUNDS_BEFORE_ESTIMATE = 2
 #: seconds without any worker before the status line says so
 NO_WORKER_NOTICE = 10.0
+#: seconds without a heartbeat or a landed seed, while work is pending, before it says so
+QUIET_NOTICE = 120.0
 
 
 class Progress:
@@ -47,7 +49,9 @@ class Progress:
         self.last = -math.inf  # when a line was last printed
         self.finished: list[float] = []  # when each computed (not cached) seed landed
         self.eta = ""
-        self.working = ""  # the latest heartbeat, in words
+        self.working = ""  # the latest heartbeat (or notice), in words
+        self.news = self.started  # when a heartbeat or a seed last arrived
+        self.latest = ""  # the latest heartbeat, in words
         self.ended = False
         self.width = 0  # length of the line on a terminal, to blank what a shorter one leaves
         self.tty = bool(stream is not None and getattr(stream, "isatty", lambda: False)())
@@ -65,7 +69,7 @@ class Progress:
             self.failed += failed
             if not cached:
                 self.finished.append(now)
-            self.working = ""
+            self.news, self.working = now, ""
             self.eta = self._time_left(slots) if self.stream is not None else ""
             self._show(now, final=self.done == self.total)
 
@@ -75,7 +79,24 @@ class Progress:
         with self._lock:
             if self.ended or self.done == self.total:
                 return
-            self.working = describe(message)
+            self.news = now
+            self.working = self.latest = describe(message)
+            self._show(now)
+
+    def waiting(self) -> None:
+        """The run waits for work that has not landed: after :data:`QUIET_NOTICE` seconds
+        without a heartbeat or a seed, say so. A stopped (SIGSTOP) worker held a run's other
+        work back, and its status line stood still for as long as it lasted (8 minutes)."""
+        now = time.perf_counter()
+        with self._lock:
+            quiet = now - self.news
+            if self.ended or quiet < QUIET_NOTICE:
+                return
+            last = f" (the last: {self.latest})" if self.latest else ""
+            self.working = (
+                f"nothing heard from the work for {clock(quiet)}{last}; a long step sends no "
+                "heartbeat, but a worker may also be stuck or stopped"
+            )
             self._show(now)
 
     def no_worker(self, seconds: float) -> None:

@@ -231,8 +231,14 @@ def _collect(
             results.append(_check(spec, submitter.score_here(seed)))
             tracker.update(results[-1].failed, cached=True)
     running = [futures.pop(seed) for seed in batch if futures.get(seed) is not None]
-    no_worker = tracker.no_worker if tracker.stream is not None else None
-    for future in as_landed(running, worker_timeout, no_worker=no_worker):
+    shown = tracker.stream is not None
+    landed = as_landed(
+        running,
+        worker_timeout,
+        no_worker=tracker.no_worker if shown else None,
+        waiting=tracker.waiting if shown else None,
+    )
+    for future in landed:
         results.append(_check(spec, submitter.heal(future.result())))
         tracker.update(results[-1].failed, cached=False)
     for seed in batch:
