@@ -86,7 +86,8 @@ class Progress:
     def waiting(self) -> None:
         """The run waits for work that has not landed: after :data:`QUIET_NOTICE` seconds
         without a heartbeat or a seed, say so. A stopped (SIGSTOP) worker held a run's other
-        work back, and its status line stood still for as long as it lasted (8 minutes)."""
+        work back, and its status line stood still for 8.5 minutes (until distributed's
+        ``worker-ttl``, 5 minutes, had the worker restarted and the run went on)."""
         now = time.perf_counter()
         with self._lock:
             quiet = now - self.news
