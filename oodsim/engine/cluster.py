@@ -14,16 +14,15 @@ process started.
 :func:`as_landed` yields futures as they finish and gives up with :class:`ClusterError` when the
 cluster has had no worker for ``worker_timeout`` seconds.
 
-A run stopped by Ctrl-C or SIGTERM closes its cluster in the middle of the work. What that
-breaks (heartbeats to a closed scheduler, comms closed under a task) is not news to the user,
-who has been told how to resume, so Dask logs nothing while it closes; and the workers of a
+A run stopped by Ctrl-C, SIGTERM or an error closes its cluster in the middle of the work. What
+that breaks (heartbeats to a closed scheduler, comms closed under a task) is not news to the
+user, who has been told how to resume, so Dask logs nothing while it closes; and the workers of a
 local cluster leave Ctrl-C, which a terminal sends to all of them too, to the driver
 (:func:`dask_setup`).
 """
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import logging
 import os
@@ -270,15 +269,16 @@ def cluster_client(
     (SLURM, PBS, local jobs), or a new private local cluster; a new cluster is closed on
     exit (its jobs cancelled). Every worker, those that join later too, sets itself up once
     (:mod:`oodsim.engine.worker_setup`: the ``shipped`` registrations of the driver). After
-    Ctrl-C or SIGTERM (a ``KeyboardInterrupt``), it closes without a log line (see the
-    module)."""
+    Ctrl-C or SIGTERM (a ``KeyboardInterrupt``), or an error that ends the run (a lost
+    scheduler, whose client logged its own cancelled close with a traceback), it closes
+    without a log line (see the module): the run says what happened in one line."""
     disabled = logging.root.manager.disable
     try:
         with _client(address, n_workers, jobs) as (client, local):
             try:  # Ctrl-C while the workers set up too (a broadcast cut short logged errors)
                 with _workers_set_up(client, shipped or Shipped(), shared=bool(address)):
                     yield client
-            except KeyboardInterrupt:
+            except BaseException:
                 _quiet(client, local)
                 raise
             else:  # the run is over: closing its own cluster has nothing to tell the user
@@ -341,7 +341,7 @@ def _client(
     from distributed import Client
 
     if address:
-        with _without_cancelled_tracebacks(), connect_client(address) as client:
+        with connect_client(address) as client:
             yield client, False
         return
     if jobs is not None and jobs.is_jobs:
@@ -352,27 +352,6 @@ def _client(
     check_main_guard()  # worker processes re-import the script: fail here, in one message
     with _local_cluster(n_workers) as cluster, Client(cluster) as client:
         yield client, True
-
-
-class _CancelledTraceback(logging.Filter):
-    """Drops a log record that carries an ``asyncio.CancelledError``: distributed's client logs
-    its own close, cancelled, as an error with a traceback when it gives up reconnecting to a
-    lost scheduler (the run then says what happened in one line, :func:`as_landed`)."""
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        error = record.exc_info[1] if record.exc_info else None
-        return not isinstance(error, asyncio.CancelledError)
-
-
-@contextlib.contextmanager
-def _without_cancelled_tracebacks() -> Iterator[None]:
-    """:class:`_CancelledTraceback` on distributed's client logger for the block."""
-    logger, dropped = logging.getLogger("distributed.client"), _CancelledTraceback()
-    logger.addFilter(dropped)
-    try:
-        yield
-    finally:
-        logger.removeFilter(dropped)
 
 
 def as_landed(
