@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import TypeVar
 
 import attrs
+import psutil
 import pytest
 
 from oodsim.cli import main as cli_main
@@ -99,6 +100,17 @@ def wait_for(probe: Callable[[], T | None], timeout: float, what: str) -> T:
             return found
         time.sleep(0.01)
     raise AssertionError(f"timed out after {timeout} s waiting for {what}")
+
+
+def children(pid: int, command: str) -> list[psutil.Process]:
+    """The child processes of ``pid`` whose command line contains ``command`` (those that
+    end meanwhile left out)."""
+    found = []
+    for child in psutil.Process(pid).children():
+        with contextlib.suppress(psutil.Error):
+            if command in " ".join(child.cmdline()):
+                found.append(child)
+    return found
 
 
 def signalled(

@@ -15,7 +15,7 @@ import pytest
 
 from oodsim.cli import main as cli_main
 from oodsim.cli.main import parser
-from tests.conftest import ROOT, digits_toml, signalled, wait_for
+from tests.conftest import ROOT, children, digits_toml, signalled, wait_for
 
 #: what a stopped run prints once, with the number of seeds found complete in the store
 RESUME = "have everything in the store; run the same spec again to resume."
@@ -142,12 +142,7 @@ def test_a_signal_stops_a_run_with_one_resume_line_and_nothing_after(
 def _fork_server(driver: subprocess.Popen) -> bool:
     """Whether ``driver`` has started its workers' fork server (:mod:`oodsim.engine.forkserver`),
     which then imports torch for about two seconds."""
-    found = subprocess.run(
-        ["pgrep", "-P", str(driver.pid), "-f", "multiprocessing.forkserver"],
-        capture_output=True,
-        text=True,
-    )
-    return bool(found.stdout.strip())
+    return bool(children(driver.pid, "multiprocessing.forkserver"))
 
 
 @pytest.mark.parametrize("presses", [1, 2])

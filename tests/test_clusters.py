@@ -36,7 +36,7 @@ from oodsim.engine.cluster import check_jobs
 from oodsim.errors import SpecError
 from oodsim.protocols import get_protocol
 from oodsim.specs.cluster import ClusterSpec, resolve_cluster
-from tests.conftest import ROOT, digits_toml, signalled, wait_for
+from tests.conftest import ROOT, children, digits_toml, signalled, wait_for
 
 # not imported here: importing dask_jobqueue changes the process's Ctrl-C handler (see
 # test_ctrl_c_stays_a_keyboard_interrupt_with_dask_jobqueue)
@@ -193,16 +193,7 @@ def test_a_refused_slurm_job_is_one_line(
 
 def _jobs_of(pid: int) -> set[int]:
     """The job processes (dask workers) that the oodsim process ``pid`` runs as local jobs."""
-    found = set()
-    for entry in Path("/proc").iterdir():
-        try:
-            parent = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
-            command = (entry / "cmdline").read_bytes()
-        except (OSError, ValueError, IndexError):
-            continue
-        if parent == pid and b"distributed.cli.dask_worker" in command:
-            found.add(int(entry.name))
-    return found
+    return {job.pid for job in children(pid, "distributed.cli.dask_worker")}
 
 
 def test_a_preempted_job_is_replaced_and_the_results_are_the_same(

@@ -39,7 +39,14 @@ from oodsim.specs import ExperimentSpec, load_spec
 from oodsim.store import CorruptEntryWarning, Store
 from oodsim.store.arrays import ARRAYS_ZIP
 from oodsim.store.locks import _start_time
-from tests.conftest import cli_run_on, dask_cli_cluster, digits_toml, small_digits, wait_for
+from tests.conftest import (
+    children,
+    cli_run_on,
+    dask_cli_cluster,
+    digits_toml,
+    small_digits,
+    wait_for,
+)
 
 # --------------------------------------------------------------------------- helpers
 
@@ -625,7 +632,7 @@ def test_a_lost_scheduler_stops_the_run_with_one_line(tmp_path: Path) -> None:
 
 def _local_workers() -> list[psutil.Process]:
     """The workers of this process's local cluster: the children of its fork server."""
-    servers = [p for p in psutil.Process().children() if "forkserver" in " ".join(p.cmdline())]
+    servers = children(os.getpid(), "multiprocessing.forkserver")
     return [worker for server in servers for worker in server.children()]
 
 
