@@ -7,7 +7,7 @@ from __future__ import annotations
 from functools import partial
 
 from oodsim.artifacts.kappa import Prepared
-from oodsim.artifacts.keys import CHECKPOINT, HELD_OUT, KAPPA, entries, needs_model
+from oodsim.artifacts.keys import CHECKPOINT, HELD_OUT, KAPPA, needs_model, simulation_keys
 from oodsim.artifacts.simulation import simulation
 from oodsim.artifacts.tasks import Task, checked_kappa
 from oodsim.keys import digest
@@ -16,10 +16,11 @@ from oodsim.store import Store
 
 
 def compute_seed(spec: ExperimentSpec, seed: int, store: Store) -> None:
-    """The task of one simulation: train (or load) its model and store every missing output
-    and model-based κ of :func:`entries` (run on a Dask worker by the engine)."""
+    """The task of one simulation (run on a Dask worker by the engine): train (or load) its
+    model and store every missing output and model-based κ of its
+    :class:`~oodsim.artifacts.keys.SimulationKeys`."""
     sim = simulation(spec, seed, store)
-    missing = [entry for entry in entries(spec, seed) if not store.has(*entry)]
+    missing = [entry for entry in sim.keys.entries if not store.has(*entry)]
     if any(kind != KAPPA for kind, _ in missing):
         if not store.has(CHECKPOINT, sim.checkpoint):
             sim.model()
@@ -29,7 +30,7 @@ def compute_seed(spec: ExperimentSpec, seed: int, store: Store) -> None:
                 sim.ensure_ood_outputs(ood)
     model_based = [d for d in spec.detectors if needs_model(d)]
     if any(kind == KAPPA for kind, _ in missing) and model_based:
-        prepared = Prepared.load(spec, sim)
+        prepared = Prepared.load(sim)
         for detector in model_based:
             checked_kappa(detector.label, sim.seed, partial(prepared.kappa, sim, detector))
 
@@ -37,7 +38,7 @@ def compute_seed(spec: ExperimentSpec, seed: int, store: Store) -> None:
 def simulation_task(spec: ExperimentSpec, seed: int) -> Task:
     """The one task that fills every entry of simulation ``seed`` of ``spec`` (the checkpoint
     is verified before the task counts as done: scoring never reads it)."""
-    needed = entries(spec, seed)
+    needed = simulation_keys(spec, seed).entries
     return Task(
         key=digest("simulation", "1", {"spec": spec.key, "seed": seed}),
         entries=tuple(needed),

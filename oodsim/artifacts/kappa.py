@@ -12,20 +12,13 @@ from typing import Any
 import attrs
 import numpy as np
 
-from oodsim.artifacts.keys import (
-    KAPPA,
-    OUTPUTS,
-    EvalSet,
-    eval_sets,
-    kappa_key,
-    outputs_key,
-)
+from oodsim.artifacts.keys import KAPPA, OUTPUTS, EvalSet, kappa_key
 from oodsim.artifacts.simulation import Simulation, SimulationFailed, subset_outputs
 from oodsim.artifacts.tasks import stored
 from oodsim.artifacts.tuning import choose
 from oodsim.detectors import confidence, get_detector
 from oodsim.outputs import Outputs
-from oodsim.specs import DetectorSpec, ExperimentSpec
+from oodsim.specs import DetectorSpec
 from oodsim.specs.params import is_grid
 from oodsim.store import Store
 
@@ -104,8 +97,7 @@ def _model_params(
     if not is_grid(params):
         return params
     sets = [
-        EvalSet(prefix, (OUTPUTS, outputs_key(sim.checkpoint)), prefix)
-        for prefix in ("in_val", "out_val")
+        EvalSet(prefix, (OUTPUTS, sim.keys.outputs), prefix) for prefix in ("in_val", "out_val")
     ]
 
     def kappa_of(candidate: dict[str, Any]) -> np.ndarray:
@@ -159,13 +151,14 @@ class Prepared:
     split_arrays: dict[str, np.ndarray]
 
     @classmethod
-    def load(cls, spec: ExperimentSpec, sim: Simulation) -> Prepared:
-        sets = eval_sets(spec, sim.streams, sim.checkpoint)
+    def load(cls, sim: Simulation) -> Prepared:
+        """The evaluated sets of ``sim`` read from the store (each outputs entry once)."""
+        sets = list(sim.keys.sets)
         found = {
             entry: stored(sim.store, *entry, f"outputs of seed {sim.seed}").arrays
             for entry in sorted({s.entry for s in sets})
         }
-        split_arrays = found[(OUTPUTS, outputs_key(sim.checkpoint))]
+        split_arrays = found[(OUTPUTS, sim.keys.outputs)]
         outputs = [subset_outputs(found[s.entry], s.prefix) for s in sets]
         fits = {
             "train": subset_outputs(split_arrays, "in_train"),

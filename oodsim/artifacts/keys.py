@@ -1,5 +1,5 @@
 """What one simulation stores, and the content keys of its entries: the checkpoint, the outputs
-of every subset and extra OOD set, and κ of each model-based detector (:func:`entries`)."""
+of every subset and extra OOD set, and κ of each model-based detector (:class:`SimulationKeys`)."""
 
 from __future__ import annotations
 
@@ -77,28 +77,49 @@ class EvalSet:
     prefix: str  # array name prefix inside that entry
 
 
-def eval_sets(spec: ExperimentSpec, streams: SeedStreams, checkpoint: str) -> list[EvalSet]:
-    """The in-distribution test set first, then each OOD test set of the spec."""
+@attrs.frozen
+class SimulationKeys:
+    """The content keys of one simulation, hashed once (:func:`simulation_keys`): its
+    checkpoint, the outputs of its split, and every set it is evaluated on."""
+
+    streams: SeedStreams
+    checkpoint: str
+    outputs: str  # of every subset of the split
+    sets: tuple[EvalSet, ...]  # the in-distribution test set first, then each OOD test set
+    kappa: tuple[tuple[str, str], ...]  # (kind, key) of κ of each model-based detector
+
+    @property
+    def entries(self) -> list[tuple[str, str]]:
+        """Every (kind, key) a finished simulation has in the store (checkpoint first)."""
+        outputs = sorted({s.entry for s in self.sets})
+        return [(CHECKPOINT, self.checkpoint), *outputs, *self.kappa]
+
+    def outputs_of(self, label: str) -> str:
+        """The key of the outputs entry that holds evaluated set ``label``."""
+        return next(s.entry[1] for s in self.sets if s.label == label)
+
+
+def simulation_keys(spec: ExperimentSpec, seed: int) -> SimulationKeys:
+    """The keys of simulation ``seed`` of ``spec``."""
+    streams = spec.seeds.streams(seed)
+    checkpoint = checkpoint_key(spec, streams)
     split_entry = (OUTPUTS, outputs_key(checkpoint))
     sets = [EvalSet("in_test", split_entry, "in_test")]
     for ood in spec.ood:
         if ood.kind == HELD_OUT:
             sets.append(EvalSet(ood.label, split_entry, "out_test"))
         else:
-            sets.append(
-                EvalSet(ood.label, (OOD_OUTPUTS, ood_outputs_key(checkpoint, ood, streams)), "ood")
-            )
-    return sets
+            key = ood_outputs_key(checkpoint, ood, streams)
+            sets.append(EvalSet(ood.label, (OOD_OUTPUTS, key), "ood"))
+    kappa = [
+        (KAPPA, kappa_key(s.entry[1], s.prefix, detector, streams))
+        for detector in spec.detectors
+        if needs_model(detector)
+        for s in sets
+    ]
+    return SimulationKeys(streams, checkpoint, split_entry[1], tuple(sets), tuple(kappa))
 
 
 def entries(spec: ExperimentSpec, seed: int) -> list[tuple[str, str]]:
     """Every (kind, key) a finished simulation of ``seed`` has in the store (checkpoint first)."""
-    streams = spec.seeds.streams(seed)
-    checkpoint = checkpoint_key(spec, streams)
-    needed = [(CHECKPOINT, checkpoint)]
-    sets = eval_sets(spec, streams, checkpoint)
-    needed += sorted({s.entry for s in sets})
-    for detector in spec.detectors:
-        if needs_model(detector):
-            needed += [(KAPPA, kappa_key(s.entry[1], s.prefix, detector, streams)) for s in sets]
-    return needed
+    return simulation_keys(spec, seed).entries

@@ -14,13 +14,12 @@ from oodsim.artifacts.keys import (
     OOD_OUTPUTS,
     OUTPUTS,
     EvalSet,
-    checkpoint_key,
-    ood_outputs_key,
-    outputs_key,
+    SimulationKeys,
+    simulation_keys,
 )
 from oodsim.artifacts.outputs import put_outputs
 from oodsim.artifacts.tasks import SeedFailed
-from oodsim.data.registry import ImageData, dataset_info, load_dataset
+from oodsim.data.registry import ImageData, dataset_info
 from oodsim.errors import SpecError
 from oodsim.models.registry import BUILTINS
 from oodsim.outputs import Outputs
@@ -49,18 +48,24 @@ class Simulation:
     spec: ExperimentSpec
     seed: int
     store: Store
-    streams: SeedStreams
-    checkpoint: str
+    keys: SimulationKeys
     _data: ImageData | None = None
     _split: OpenSetSplit | None = None
     _model: Any = None
     _norm: tuple[np.ndarray, np.ndarray] | None = None
 
     @property
+    def streams(self) -> SeedStreams:
+        return self.keys.streams
+
+    @property
+    def checkpoint(self) -> str:
+        return self.keys.checkpoint
+
+    @property
     def data(self) -> ImageData:
         if self._data is None:
-            ds = self.spec.dataset
-            self._data = load_dataset(ds.name, ds.root, ds.download, ds.image_size)
+            self._data = self.spec.dataset.load()
         return self._data
 
     @property
@@ -93,8 +98,7 @@ class Simulation:
             )
         for ood in spec.ood:
             if ood.dataset is not None:
-                d = ood.dataset
-                load_dataset(d.name, d.root, d.download, d.image_size)
+                ood.dataset.load()
         subsets = ["in_train", "in_val", "in_test"]
         subsets += ["out_test"] if any(o.kind == HELD_OUT for o in spec.ood) else []
         empty = [subset for subset in subsets if len(self.split.indices[subset]) == 0]
@@ -216,10 +220,10 @@ class Simulation:
         return logits, features
 
     def ensure_outputs(self) -> None:
-        self.store.ensure(OUTPUTS, outputs_key(self.checkpoint), self._compute_outputs)
+        self.store.ensure(OUTPUTS, self.keys.outputs, self._compute_outputs)
 
     def _compute_outputs(self) -> None:
-        key = outputs_key(self.checkpoint)
+        key = self.keys.outputs
         labels = self.split.known_labels(self.data.labels)
         arrays = {}
         for subset in SUBSETS:
@@ -241,7 +245,7 @@ class Simulation:
         )
 
     def ensure_ood_outputs(self, ood: OODSetSpec) -> None:
-        key = ood_outputs_key(self.checkpoint, ood, self.streams)
+        key = self.keys.outputs_of(ood.label)
         self.store.ensure(OOD_OUTPUTS, key, lambda: self._compute_ood_outputs(ood, key))
 
     def _compute_ood_outputs(self, ood: OODSetSpec, key: str) -> None:
@@ -281,8 +285,7 @@ def subset_outputs(arrays: dict[str, np.ndarray], prefix: str) -> Outputs:
 
 
 def simulation(spec: ExperimentSpec, seed: int, store: Store) -> Simulation:
-    streams = spec.seeds.streams(seed)
-    return Simulation(spec, seed, store, streams, checkpoint_key(spec, streams))
+    return Simulation(spec, seed, store, simulation_keys(spec, seed))
 
 
 def trained_model(

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import numpy as np
 
-from oodsim.data.registry import ImageData, load_dataset
 from oodsim.seeds import SeedStreams
 from oodsim.specs import OODSetSpec
 
@@ -74,9 +73,7 @@ def ood_images(spec: OODSetSpec, shape: tuple[int, int, int], streams: SeedStrea
         return noise_images(spec.kind, spec.size, shape, rng)
     if spec.kind == "dataset":
         assert spec.dataset is not None
-        data: ImageData = load_dataset(
-            spec.dataset.name, spec.dataset.root, spec.dataset.download, spec.dataset.image_size
-        )
+        data = spec.dataset.load()
         index = np.arange(len(data.images))
         if spec.size is not None and spec.size < len(index):
             index = np.sort(rng.choice(index, size=spec.size, replace=False))

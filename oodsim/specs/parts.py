@@ -4,7 +4,7 @@ and OOD test sets; each validated at construction and keyed by content."""
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import attrs
 
@@ -26,6 +26,9 @@ from oodsim.specs.types import (
     spec_error,
     unit_interval,
 )
+
+if TYPE_CHECKING:
+    from oodsim.data.registry import ImageData
 
 
 def _dataset_names() -> list[str]:
@@ -67,6 +70,13 @@ class DatasetSpec(KeyedSpec):
         extra = {} if version == "1" else {"loader_version": version}
         data = data_fingerprint(self.name, self.root)
         return extra if data is None else extra | {"data": data}
+
+    def load(self) -> ImageData:
+        """The images and labels this spec names, from the dataset registry."""
+        # specs sit below the registries they validate against
+        from oodsim.data.registry import load_dataset
+
+        return load_dataset(self.name, self.root, self.download, self.image_size)
 
 
 @spec_class

@@ -39,7 +39,7 @@ from oodsim.artifacts.keys import (
     outputs_key,
 )
 from oodsim.artifacts.simulation import SimulationFailed, simulation, trained_model
-from oodsim.data.registry import dataset_info, load_dataset
+from oodsim.data.registry import dataset_info
 from oodsim.protocols.base import Protocol, Task
 from oodsim.protocols.open_set.scoring import score
 from oodsim.results import DEGENERATE, NO_SEVERITY, Layout, SeedResult, design_coord
@@ -74,8 +74,7 @@ def class_split_label(spec: ExperimentSpec, seed: int) -> str:
     info = dataset_info(spec.dataset.name)
     n_classes = info.n_classes
     if n_classes is None:  # a folder of classes: as many as the data has
-        ds = spec.dataset
-        n_classes = load_dataset(ds.name, ds.root, ds.download, ds.image_size).n_classes
+        n_classes = spec.dataset.load().n_classes
     streams = spec.seeds.streams(seed)
     return split_classes(n_classes, spec.split, streams).label
 
@@ -106,7 +105,7 @@ class OpenSetProtocol(Protocol):
     def score(self, seed: int, store: Store) -> SeedResult:
         spec = self.spec
         sim = simulation(spec, seed, store)
-        scored = score(spec, sim)
+        scored = score(sim)
         scores = scored.score[:, :, None, :]  # severity axis
         variables = {
             "score": scores if spec.varies_ood else scores[..., 0],

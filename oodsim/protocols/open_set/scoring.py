@@ -14,7 +14,6 @@ from oodsim.artifacts.simulation import Simulation, SimulationFailed
 from oodsim.metrics import NonFiniteScoreError, evaluate
 from oodsim.protocols.base import checked_kappa
 from oodsim.protocols.degenerate import degenerate_reason
-from oodsim.specs import ExperimentSpec
 
 
 @attrs.frozen(eq=False)
@@ -27,14 +26,15 @@ class _Scored:
     params: list[str]  # JSON per method
 
 
-def score(spec: ExperimentSpec, sim: Simulation) -> _Scored:
+def score(sim: Simulation) -> _Scored:
     """Metric values of shape (method, metric, ood) from cached outputs, and per-seed facts.
 
     Every κ metric of a test set is computed in one :func:`oodsim.metrics.evaluate` call on
     the ID test samples followed by that set's OOD samples (``correct``: whether the classifier
     got each ID sample right, for OSCR and AURC); the degenerate verdict is taken on the
     validation split, never on the test samples the metrics use."""
-    prepared = Prepared.load(spec, sim)
+    spec = sim.spec
+    prepared = Prepared.load(sim)
     scored = [
         checked_kappa(d.label, sim.seed, partial(prepared.kappa, sim, d)) for d in spec.detectors
     ]

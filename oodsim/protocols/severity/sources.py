@@ -267,8 +267,7 @@ def ood_class_names(source: SourceSpec) -> tuple[str, ...]:
 
 def trained_data(ref: ModelRef) -> ImageData:
     """The dataset that a ``trained`` model's open set experiment names (from the registry)."""
-    ds = ref.experiment.dataset
-    return load_dataset(ds.name, ds.root, ds.download, ds.image_size)
+    return ref.experiment.dataset.load()
 
 
 def _split_items(source: SourceSpec, loaded: Any, ref: ModelRef | None) -> SourceItems:
