@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import signal
+import sys
 from pathlib import Path
 
 import matplotlib.image as mpimg
@@ -16,6 +18,7 @@ from oodsim.report import (
     REPORT_MARKER,
     ReportFolderError,
     format_summary_table,
+    is_complete,
     plot_distributions,
     plot_paired_differences,
     plot_required_simulations,
@@ -29,7 +32,7 @@ from oodsim.report.folder import write_file
 from oodsim.report.summary import NO_FIGURES
 from oodsim.results import save_results
 from oodsim.stats import StopDecision, estimate
-from tests.conftest import digits_toml
+from tests.conftest import digits_toml, signalled
 from tests.factories import METRICS, synthetic_results
 
 
@@ -326,6 +329,49 @@ def test_a_report_of_the_same_results_is_refreshed(tmp_path: Path) -> None:
     marker = json.loads((tmp_path / REPORT_MARKER).read_text())
     assert marker["results_key"] == results.attrs["spec_key"]
     assert "win_probability.png" not in marker["files"] and "summary.md" in marker["files"]
+
+
+def _marker(folder: Path) -> dict:
+    try:
+        return json.loads((folder / REPORT_MARKER).read_text())
+    except (OSError, ValueError):
+        return {}
+
+
+def test_an_interrupted_report_says_so_and_leaves_nothing_of_other_results(
+    tmp_path: Path,
+) -> None:
+    """Ctrl-C while ``oodsim report --overwrite`` replaced the report of other results used
+    to exit without a word, leaving the old report's summary and figures under a marker that
+    named the new results. Now the old report's files go first, every file written is
+    recorded at once, the marker says the report is incomplete, and one line says so."""
+    first = _saved(tmp_path, "first", n_seeds=6, failed=())
+    second = _saved(tmp_path, "second", n_seeds=6, failed=(), methods=("msp", "energy"))
+    folder = tmp_path / "first.report"
+    assert cli_main(["report", str(first)]) == 0
+    old = _marker(folder)
+    assert is_complete(folder) and "summary.md" in old["files"] and len(old["files"]) > 2
+    new_key = xr.open_zarr(second).attrs["spec_key"]
+
+    command = [sys.executable, "-m", "oodsim.cli", "report", str(second), "--out", str(folder)]
+    process, output = signalled(
+        [*command, "--overwrite"],
+        lambda _: _marker(folder).get("results_key") == new_key and _marker(folder)["files"],
+        signum=signal.SIGINT,
+    )
+    assert process.returncode == 130, output
+    assert output.strip() == (
+        f"interrupted: the report in {folder} is incomplete; the same command writes it again"
+    )
+    marker = _marker(folder)
+    assert marker["results_key"] == new_key and not is_complete(folder)
+    on_disk = sorted(p.name for p in folder.iterdir() if p.name != REPORT_MARKER)
+    assert on_disk == marker["files"] and "summary.md" not in on_disk  # only new figures
+
+    # the same command, Markdown alone: the interrupted report's figures go, recorded or not
+    assert cli_main(["report", str(second), "--out", str(folder), "--no-figures"]) == 0
+    assert sorted(p.name for p in folder.iterdir()) == [REPORT_MARKER, "summary.md"]
+    assert is_complete(folder) and "energy" in (folder / "summary.md").read_text()
 
 
 def test_severity_report_lists_its_files_and_thins_the_levels_of_its_figures(

@@ -19,6 +19,7 @@ from types import FrameType
 from oodsim.cli.cache import add_cache_command
 from oodsim.cli.imagenet_o import add_command as add_imagenet_o
 from oodsim.cli.options import add_trust
+from oodsim.cli.reporting import write_report_telling
 from oodsim.cli.run import add_run_options, cmd_run
 from oodsim.errors import DEBUG_ENV, OodsimError
 
@@ -28,12 +29,12 @@ EXIT_SIGINT, EXIT_SIGTERM = 128 + signal.SIGINT, 128 + signal.SIGTERM
 
 def _cmd_report(args: argparse.Namespace) -> int:
     # loaded by the command that needs it, so `oodsim --help` stays fast
-    from oodsim.report import report_folder, write_report
+    from oodsim.report import report_folder
     from oodsim.results import open_results
 
     results = open_results(args.results, trust=args.trust)
     out = Path(args.out) if args.out else report_folder(args.results)
-    path = write_report(
+    path = write_report_telling(
         results, out, overwrite=args.overwrite, source=args.results, figures=args.figures
     )
     print(f"report written to {path}")

@@ -6,6 +6,7 @@ import argparse
 import time
 from pathlib import Path
 
+from oodsim.cli.reporting import write_report_telling
 from oodsim.cli.summary import (
     print_failures,
     print_variance_sources,
@@ -98,7 +99,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     )
     seconds = time.perf_counter() - started
     # after the run: tables and the report
-    from oodsim.report import report_hooks, write_report
+    from oodsim.report import report_hooks
 
     hooks = report_hooks(results)  # the protocol's table, and whether seeds compare methods
     print(hooks.table(results, metric))
@@ -107,7 +108,9 @@ def cmd_run(args: argparse.Namespace) -> int:
         print_win_probabilities(results, metric)
         print_variance_sources(results, metric)
     if args.report:
-        report = write_report(results, Path(args.report), overwrite=args.overwrite, source=out)
+        report = write_report_telling(
+            results, Path(args.report), overwrite=args.overwrite, source=out
+        )
         print(f"report written to {report}")
     n_failed = int(results.attrs.get("n_failed", 0))
     failed = f" ({n_failed} excluded)" if n_failed else ""

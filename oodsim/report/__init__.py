@@ -20,6 +20,7 @@ from oodsim.report.folder import (
     REPORT_MARKER,
     ReportFolderError,
     check_report_folder,
+    is_complete,
     report_folder,
 )
 from oodsim.report.hooks import ReportHooks, register_report, report_hooks
@@ -33,6 +34,7 @@ __all__ = [
     "ReportFolderError",
     "ReportHooks",
     "check_report_folder",
+    "is_complete",
     "format_summary_table",
     "method_family",
     "method_styles",

@@ -2,15 +2,18 @@
 marked by :data:`REPORT_MARKER`, which names the results reported and the files written.
 
 :func:`claim` takes a folder before anything is written: a report of the same results is
-refreshed, any other folder refused (:class:`ReportFolderError`) unless ``overwrite``;
-:func:`finish` removes what an earlier report wrote and this one did not, and records the files.
+refreshed, any other folder refused (:class:`ReportFolderError`) unless ``overwrite``, and the
+files of a report of other results are removed first, so that an interrupted report never
+leaves them under a marker that names these results. The marker says ``"complete": false``
+until :func:`finish` removes what an earlier report wrote and this one did not, and records
+the files (:func:`is_complete`).
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
@@ -85,9 +88,12 @@ def write_file(path: Path, write: Callable[[Path], object]) -> Path:
     onto ``path``: a link at ``path`` is replaced, never written through (a report used to
     overwrite the file a ``summary.md`` link pointed to). Inside a report folder (one holding
     :data:`REPORT_MARKER` above ``path``), a link on the way down to ``path`` is refused with
-    :class:`ReportFolderError`: what is written stays in the folder the report owns."""
+    :class:`ReportFolderError`: what is written stays in the folder the report owns, and is
+    recorded in its marker at once (a report interrupted later leaves nothing unrecorded)."""
+    folder = None
     for parent in path.parents:
         if (parent / REPORT_MARKER).is_file():
+            folder = parent
             break
         if parent.is_symlink():
             if any((p / REPORT_MARKER).is_file() for p in parent.parents):
@@ -97,7 +103,18 @@ def write_file(path: Path, write: Callable[[Path], object]) -> Path:
                 )
             break  # a path the caller chose outside any report folder
     path.parent.mkdir(parents=True, exist_ok=True)
-    return write_replacing(path, write)
+    written = write_replacing(path, write)
+    if folder is not None and path != folder / REPORT_MARKER:
+        _record(folder, path.relative_to(folder).as_posix())
+    return written
+
+
+def _record(folder: Path, name: str) -> None:
+    """Add ``name`` to the files the marker of ``folder`` lists."""
+    marker = _read_marker(folder)
+    files = marker.get("files") if marker else None
+    if isinstance(files, list) and name not in files:
+        _write_marker(folder, {**marker, "files": sorted([*files, name])})
 
 
 def _describe(marker: dict[str, Any]) -> str:
@@ -165,21 +182,37 @@ def claim(folder: Path, marker: dict[str, Any], overwrite: bool) -> list[str]:
     old = _check(folder, marker, overwrite)
     folder.mkdir(parents=True, exist_ok=True)
     previous = [f for f in old.get("files", ()) if isinstance(f, str)]
-    _write_marker(folder, {**marker, "files": previous})
+    if old and old.get("results_key") != marker["results_key"]:  # overwrite: another report
+        _write_marker(folder, {**old, "complete": False})
+        _remove(folder, previous)
+        previous = []
+    _write_marker(folder, {**marker, "files": previous, "complete": False})
     return previous
 
 
 def finish(folder: Path, marker: dict[str, Any], written: list[Path], previous: list[str]):
     """Remove files an earlier report wrote and this one did not (only those), then record
-    what this report wrote in the marker."""
+    what this report wrote in the marker, complete."""
     names = sorted(p.relative_to(folder).as_posix() for p in written)
-    for name in set(previous) - set(names):
+    _remove(folder, set(previous) - set(names))
+    _write_marker(folder, {**marker, "files": names, "complete": True})
+
+
+def is_complete(folder: str | Path) -> bool:
+    """Whether ``folder`` holds a report that was written to the end (not interrupted)."""
+    marker = _read_marker(Path(folder))
+    return bool(marker) and marker.get("complete", True) is True
+
+
+def _remove(folder: Path, names: Iterable[str]) -> None:
+    """Remove the files ``names`` (relative to ``folder``) that a report wrote, and folders
+    they leave empty; a name leaving the folder, or a link, is never followed or removed."""
+    for name in names:
         path = owned(folder, name)
         if path is None or what_is(path) != "file":
-            continue  # a name leaving the folder, a link: never followed, never removed
+            continue
         path.unlink()
         parent = path.parent
         while parent != folder and not any(parent.iterdir()):
             parent.rmdir()
             parent = parent.parent
-    _write_marker(folder, {**marker, "files": names})

@@ -156,7 +156,8 @@ def write_report(
     holding a report of the same results (same spec key) is refreshed: files of the old report
     that the new one does not write are removed. Any other non-empty folder raises
     :class:`~oodsim.report.folder.ReportFolderError` unless ``overwrite``; then oodsim's files
-    are written over, and nothing else is deleted.
+    are written over, and nothing else is deleted. A report interrupted before its end leaves
+    a marker that says so (:func:`~oodsim.report.folder.is_complete`) and lists what it wrote.
     """
     if pairing != "both" and pairing not in PAIRINGS:
         raise ValueError(f"pairing must be 'both' or one of {', '.join(PAIRINGS)}, got {pairing!r}")
