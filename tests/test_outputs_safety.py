@@ -397,6 +397,23 @@ def test_a_report_is_never_written_into_results(tmp_path: Path, where: str) -> N
     assert not (out / "sub").exists()
 
 
+def test_a_report_beside_the_results_is_written_whatever_the_path_says(tmp_path: Path) -> None:
+    """``r.zarr/../r.report`` is beside the results; it used to be refused as "in the results
+    at r.zarr", with ``e.g. r.report``, the same folder, as the fix. A link into the results
+    is still refused."""
+    from oodsim.report import write_report
+    from oodsim.report.folder import ReportFolderError
+
+    results = synthetic_results(6)
+    out = save_results(results, tmp_path / "r.zarr")
+    summary = write_report(results, out / ".." / "r.report", n_draws=100, figures=False)
+    assert summary.resolve() == (tmp_path / "r.report" / "summary.md")
+    (tmp_path / "into").symlink_to(out / "score")
+    with pytest.raises(ReportFolderError, match=r"is in the results at .*r\.zarr"):
+        write_report(results, tmp_path / "into" / "report", n_draws=100, figures=False)
+    xr.testing.assert_identical(open_results(out), results)
+
+
 def test_out_and_report_on_one_path_are_refused_before_compute(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -124,9 +124,11 @@ def _describe(marker: dict[str, Any]) -> str:
 
 def _results_around(folder: Path, results: Path | None) -> Path | None:
     """The results store that ``folder`` is or lies in: one oodsim wrote (its manifest is on
-    the way up), or ``results``, the output of the run about to write it; None outside any."""
-    here = folder.absolute()
-    target = results.absolute() if results is not None else None
+    the way up), or ``results``, the output of the run about to write it; None outside any.
+    Paths are compared where the writes would land: links followed, ``..`` taken as the
+    system takes it (``r.zarr/../x.report`` is beside the results, not in them)."""
+    here = folder.resolve()
+    target = results.resolve() if results is not None else None
     for candidate in (here, *here.parents):
         if candidate == target or (candidate / MANIFEST).is_file():
             return candidate
