@@ -63,6 +63,17 @@ NO_HTTP_ROUTES = {"distributed.scheduler.http.routes": [], "distributed.worker.h
 LOCAL_LOST_WORKER_TIMEOUT = "300 s"
 
 
+# distributed restarts a worker that has sent no heartbeat (its event loop's, not oodsim's
+# progress heartbeats: a long training step sends those all along) for ``worker-ttl``, and
+# checks once per ttl: with the default 5 minutes, a stopped (SIGSTOP) or hung local worker
+# held its seeds, and through the bounded window the whole run, for 5 to 10 minutes (the
+# probe: 605 s for 8 seeds). A local worker is a process on this machine: 60 s of silence
+# means it is stuck, so oodsim's local cluster restarts it after 60 to 120 s. A ttl set in
+# the user's Dask configuration (anything but the default) is kept.
+LOCAL_WORKER_TTL = "60 s"
+_DASK_DEFAULT_TTL = 300.0
+
+
 # Dask's statistical profiler samples every worker thread's stack 100 times a second (for the
 # dashboard, which the local cluster does not serve): ~1 s of CPU per worker and digits run
 NO_PROFILER = {"distributed.worker.profile.enabled": False}
@@ -109,6 +120,7 @@ def _local_cluster(n_workers: int | None) -> Iterator[Any]:
     """A private local cluster (see the module docstring), closed on exit."""
     # distributed loads only when a cluster is needed (cached runs start none)
     import dask.config
+    from dask.utils import parse_timedelta
     from distributed import LocalCluster
 
     private = private_options()
@@ -119,6 +131,9 @@ def _local_cluster(n_workers: int | None) -> Iterator[Any]:
         **NO_PROFILER,
         "distributed.deploy.lost-worker-timeout": LOCAL_LOST_WORKER_TIMEOUT,
     }
+    ttl = dask.config.get("distributed.scheduler.worker-ttl", None)
+    if ttl is not None and parse_timedelta(ttl) == _DASK_DEFAULT_TTL:
+        config["distributed.scheduler.worker-ttl"] = LOCAL_WORKER_TTL
     with contextlib.ExitStack() as stack:
         stack.enter_context(dask.config.set(config))
         # a cluster interrupted while it starts cannot close its workers: Ctrl-C waits until
