@@ -75,3 +75,8 @@ class UnknownNameError(SpecError, KeyError):
 
 class ClusterError(OodsimError):
     """The Dask scheduler could not be reached or the cluster could not start."""
+
+
+class StoreError(OodsimError):
+    """The cache directory cannot be used (not writable, full, corrupt beyond repair, or not
+    an oodsim cache at all)."""

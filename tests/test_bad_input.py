@@ -32,6 +32,7 @@ from oodsim.errors import DataNotFoundError, SpecError
 from oodsim.metrics import accuracy, auroc
 from oodsim.outputs import Outputs
 from oodsim.specs import DatasetSpec, ExperimentSpec
+from oodsim.store import Store
 from tests.conftest import ROOT, small_digits
 
 BASE = (ROOT / "specs" / "digits.toml").read_text()
@@ -753,6 +754,55 @@ def test_cache_commands_refuse_a_path_that_is_not_a_cache(
     expected = "no cache at" if where == "missing" else "is a file, not a folder"
     assert expected in line and "--cache" in line, line
     assert (root.read_text() == "notes") if where == "file" else not root.exists()
+
+
+def _tree(root: Path) -> dict[str, bytes | None]:
+    """Every path under ``root`` with a file's bytes (None for a folder)."""
+    return {
+        str(p.relative_to(root)): (p.read_bytes() if p.is_file() else None)
+        for p in sorted(root.rglob("*"))
+    }
+
+
+@pytest.mark.parametrize("action", ["ls", "verify", "verify --repair", "gc", "migrate"])
+def test_cache_commands_change_nothing_in_a_folder_that_is_not_a_cache(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], action: str
+) -> None:
+    """The probe: ``oodsim cache verify --repair --cache .`` in a folder of one's own took
+    ``results/ab/ab_run/`` for a corrupt entry and deleted it; ``gc`` deleted an hour-old
+    ``.tmp-mine`` and the files of a ``locks/`` folder. Every action now refuses a folder
+    without oodsim's ``.gitignore`` in one line, and reads and changes nothing there."""
+    root = tmp_path / "project"
+    (root / "results" / "ab" / "ab_run").mkdir(parents=True)
+    (root / "results" / "ab" / "ab_run" / "model.pt").write_bytes(b"weights")
+    (root / "locks").mkdir()
+    (root / "locks" / "mine").write_text("not a lock")
+    (root / ".tmp-mine").write_text("an old file of mine")
+    (root / "notes.txt").write_text("notes")
+    for path in [root / ".tmp-mine", root / "locks" / "mine"]:
+        os.utime(path, (time.time() - 7200,) * 2)
+    before = _tree(root)
+    line = one_error_line(capsys, ["cache", *action.split(), "--cache", str(root)])
+    assert f"{root} is not an oodsim cache" in line and "nothing there was" in line, line
+    assert _tree(root) == before
+
+
+def test_only_a_new_or_empty_cache_folder_is_marked_as_oodsim_s(tmp_path: Path) -> None:
+    """A run's cache check (``Store.ensure_writable``) wrote ``.gitignore`` (``*``) into any
+    folder given as ``--cache``: ``--cache ~`` hid every file of a home under git. Now a
+    new or empty folder is marked, and a folder of other things is used unmarked."""
+    from oodsim.store.layout import is_cache
+
+    for new in (tmp_path / "new", tmp_path / "empty"):
+        if new.name == "empty":
+            new.mkdir()
+        Store(new).ensure_writable()
+        assert is_cache(new)
+    home = tmp_path / "home"
+    home.mkdir()
+    (home / "notes.txt").write_text("notes")
+    Store(home).ensure_writable()
+    assert sorted(p.name for p in home.iterdir()) == ["notes.txt"] and not is_cache(home)
 
 
 @pytest.mark.parametrize("older_than", ["-1", "nan", "inf"])

@@ -144,6 +144,7 @@ def _old_entry(store: Store, kind: str, key: str, arrays: dict[str, np.ndarray])
 
 def test_entries_of_the_older_folder_layout_are_read_and_verified(tmp_path: Path) -> None:
     store = Store(tmp_path)
+    store.ensure_writable()  # as a run does first: the cache is oodsim's
     arrays = {"logits": np.arange(6, dtype=np.float32).reshape(2, 3), "labels": np.arange(2)}
     folder = _old_entry(store, "outputs", KEY, arrays)
     assert store.verify_entry("outputs", KEY) and store.verify() == []

@@ -12,10 +12,11 @@ def cmd_cache(args: argparse.Namespace) -> int:
     # loaded by the command that needs it, so `oodsim --help` stays fast
     from oodsim.store import Store, default_root
 
-    store = Store(args.cache or default_root())
-    store.ensure_present()
     if args.action == "gc" and not (math.isfinite(args.older_than) and args.older_than >= 0):
         raise SpecError("--older-than", args.older_than, "a finite number of seconds >= 0")
+    store = Store(args.cache or default_root())
+    store.ensure_present()
+    store.ensure_ours()  # a mistyped --cache is read and changed by no action
     if args.action == "ls":
         total = 0
         for info in store.entries():

@@ -7,7 +7,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from oodsim.store.layout import GITIGNORE
+from oodsim.store.layout import is_cache
 
 #: Environment variables that move the default store and the default results folder.
 PROJECT_DEFAULTS_ENV = ("OODSIM_CACHE", "OODSIM_RESULTS")
@@ -19,18 +19,9 @@ def project_folder(start: str | Path | None = None) -> Path | None:
     None outside any project."""
     here = Path(start if start is not None else Path.cwd()).resolve()
     for folder in (here, *here.parents):
-        if (folder / "pyproject.toml").is_file() or _made_by_oodsim(folder / "cache"):
+        if (folder / "pyproject.toml").is_file() or is_cache(folder / "cache"):
             return folder
     return None
-
-
-def _made_by_oodsim(folder: Path) -> bool:
-    """Whether ``folder`` is a store oodsim created (it writes its own ``.gitignore``)."""
-    ignore = folder / ".gitignore"
-    try:
-        return ignore.is_file() and not ignore.is_symlink() and ignore.read_text() == GITIGNORE
-    except OSError:
-        return False
 
 
 def user_cache() -> Path:

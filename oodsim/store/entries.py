@@ -29,7 +29,7 @@ from typing import Any
 import attrs
 import numpy as np
 
-from oodsim.errors import OodsimError
+from oodsim.errors import StoreError
 from oodsim.heartbeat import beat
 from oodsim.store.arrays import ARRAYS_ZIP, read_arrays, write_zip
 from oodsim.store.digests import (
@@ -42,12 +42,12 @@ from oodsim.store.digests import (
 )
 from oodsim.store.fs import described, objects, read_json, remove, what_is
 from oodsim.store.layout import (
-    GITIGNORE,
     LOCKS,
     META,
     META_LIMIT,
     QUARANTINE_PREFIX,
     TMP_PREFIX,
+    mark_cache,
 )
 from oodsim.store.locks import (
     LOCK_LIMIT,
@@ -63,10 +63,6 @@ from oodsim.store.migrate import Migration
 
 #: seconds between two notices of a run that waits for another's lock
 LOCK_NOTICE_SECONDS = 30.0
-
-
-class StoreError(OodsimError):
-    """The cache directory cannot be used (not writable, full, corrupt beyond repair)."""
 
 
 class CorruptEntryWarning(UserWarning):
@@ -91,6 +87,7 @@ class Store(Maintenance, Migration):
     root: Path = attrs.field(converter=lambda p: Path(p).expanduser())
     verify_on_read: bool = True
     events: list[tuple[str, str, str]] = attrs.field(factory=list)
+    _marked: bool = attrs.field(default=False, init=False, repr=False)
 
     # ----------------------------------------------------------------- paths
     def path(self, kind: str, key: str) -> Path:
@@ -207,10 +204,7 @@ class Store(Maintenance, Migration):
                 "choose another cache path (--cache)"
             )
         try:
-            self.root.mkdir(parents=True, exist_ok=True)
-            ignore = self.root / ".gitignore"
-            if not ignore.exists() and not ignore.is_symlink():
-                ignore.write_text(GITIGNORE)
+            self._mark()
             probe = self.root / f"{TMP_PREFIX}probe-{uuid.uuid4().hex}"
             probe.write_bytes(b"ok")
             probe.unlink()
@@ -264,8 +258,15 @@ class Store(Maintenance, Migration):
             compute()
             return True
 
+    def _mark(self) -> None:
+        """Before this store's first write: mark a new or empty root as a cache."""
+        if not self._marked:
+            mark_cache(self.root)
+            self._marked = True
+
     def _locks(self) -> Path:
         """The locks folder, created if needed; anything else in its place is moved aside."""
+        self._mark()
         folder = self.root / LOCKS
         found = what_is(folder)
         if found not in ("folder", "missing"):
@@ -365,6 +366,7 @@ class Store(Maintenance, Migration):
         tmp = final.parent / f"{TMP_PREFIX}{key}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
         started = time.time()
         try:
+            self._mark()
             self._locate(kind, key)  # moves aside whatever would block the folders below
             final.parent.mkdir(parents=True, exist_ok=True)
             tmp.mkdir()

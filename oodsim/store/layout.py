@@ -41,3 +41,26 @@ def belongs(name: str, parent: str, depth: int) -> bool:
     if depth == 1:
         return bool(PREFIX_PATTERN.match(name))
     return name[:2] == parent
+
+
+def is_cache(root: Path) -> bool:
+    """Whether ``root`` is a store oodsim created: it holds oodsim's own ``.gitignore``."""
+    ignore = root / ".gitignore"
+    if ignore.is_symlink() or not ignore.is_file():
+        return False
+    try:
+        with ignore.open("rb") as handle:
+            return handle.read(len(GITIGNORE) + 1) == GITIGNORE.encode()
+    except OSError:
+        return False
+
+
+def mark_cache(root: Path) -> None:
+    """Create ``root`` if missing, and mark a new (or empty) one as a cache with oodsim's
+    ``.gitignore``: the cache stays out of git, and ``oodsim cache`` knows it for one. A
+    folder that already holds other things is never marked (a ``--cache ~`` used to get a
+    ``~/.gitignore`` that hid every file from git)."""
+    root.mkdir(parents=True, exist_ok=True)
+    ignore = root / ".gitignore"
+    if not ignore.is_symlink() and not ignore.exists() and not any(root.iterdir()):
+        ignore.write_text(GITIGNORE)

@@ -18,9 +18,9 @@ from pathlib import Path
 
 import attrs
 
+from oodsim.errors import StoreError
 from oodsim.store.fs import described, listing, objects, read_json, remove, what_is
 from oodsim.store.layout import (
-    GITIGNORE,
     LOCKS,
     META,
     META_LIMIT,
@@ -28,6 +28,7 @@ from oodsim.store.layout import (
     TMP_PREFIX,
     EntryInfo,
     belongs,
+    is_cache,
 )
 from oodsim.store.locks import (
     STALE_LOCK_SECONDS,
@@ -44,17 +45,18 @@ class Maintenance:
 
     root: Path
 
-    def _ours(self) -> bool:
-        """Whether the root is recognisably a cache oodsim made (its own ``.gitignore``): only
-        then may maintenance remove a misplaced object at the root's top level."""
-        ignore = self.root / ".gitignore"
-        if what_is(ignore) != "file":
-            return False
-        try:
-            with ignore.open("rb") as handle:
-                return handle.read(len(GITIGNORE) + 1) == GITIGNORE.encode()
-        except OSError:
-            return False
+    def ensure_ours(self) -> None:
+        """Raise :class:`~oodsim.errors.StoreError` unless the root is a cache oodsim made.
+        Maintenance reads and removes by the store's layout; in another folder (a mistyped
+        ``--cache .``) it took a ``results/ab/ab_run/`` folder for a corrupt entry, and
+        ``verify --repair`` deleted it, with an hour-old ``.tmp-*`` file and a ``locks/``
+        folder's files for ``gc``."""
+        if not is_cache(self.root):
+            raise StoreError(
+                f"{self.root} is not an oodsim cache: it has no .gitignore of oodsim's, which "
+                "oodsim writes into every cache it creates; nothing there was read or changed. "
+                "Pass the cache's path with --cache (or set $OODSIM_CACHE)"
+            )
 
     def _walk(self) -> Iterator[tuple[Path, str, str]]:
         """Every object of the store's layout as (path, what it is, role), never entering a
@@ -64,7 +66,7 @@ class Maintenance:
         none of these (a ``README`` in a kind folder) are left alone."""
         if not self.root.is_dir():
             return
-        ours = self._ours()
+        ours = is_cache(self.root)
         queue = [(self.root, 0)]  # folders to list, with their depth: root 0, kind 1, prefix 2
         while queue:
             folder, depth = queue.pop(0)
@@ -117,6 +119,7 @@ class Maintenance:
         and every lock file. Returns the problems: corrupt entries, misplaced objects (a file
         or link where a folder belongs) and malformed locks. With ``repair``, removes them (a
         link, never its target), and also quarantine leftovers and locks of dead holders."""
+        self.ensure_ours()
         problems: list[tuple[EntryInfo, str]] = []
         for path, found, role in self._walk():
             if role == "misplaced":
@@ -189,6 +192,7 @@ class Maintenance:
         removed: list[Path] = []
         if not self.root.is_dir():
             return removed
+        self.ensure_ours()
         now = time.time()
         locks = self.root / LOCKS
         if what_is(locks) not in ("folder", "missing") and _removed(locks):

@@ -37,7 +37,7 @@ class Moved:
 
 class Migration:
     """``store.move_kind(old, new)``, for a class with ``root``, ``path``, ``has``, ``lock``,
-    ``_inspect`` and ``_walk``."""
+    ``_inspect``, ``_walk`` and ``ensure_ours``."""
 
     root: Path
     path: Callable[[str, str], Path]
@@ -52,7 +52,9 @@ class Migration:
         return any(listing(prefix) for prefix in listing(self.root / kind))
 
     def move_kind(self, old: str, new: str) -> Moved:
-        """Move every intact entry of kind ``old`` to kind ``new`` (same key, same files)."""
+        """Move every intact entry of kind ``old`` to kind ``new`` (same key, same files), in a
+        cache oodsim made (:meth:`~oodsim.store.maintenance.Maintenance.ensure_ours`)."""
+        self.ensure_ours()
         moved = duplicates = 0
         left: list[tuple[str, str]] = []
         for path, _, role in list(self._walk()):
