@@ -23,6 +23,8 @@ from __future__ import annotations
 
 import contextlib
 import multiprocessing
+import multiprocessing.forkserver
+import multiprocessing.resource_tracker
 import os
 from collections.abc import Collection, Iterator, Mapping
 from typing import Any
@@ -69,9 +71,9 @@ def forking() -> Iterator[dict[str, Any]]:
 
 def start() -> None:
     """Start this process's fork server, unless it runs already: it imports
-    :data:`WORKER_MODULES` in the environment of a spawned Dask worker, ignoring Ctrl-C (which
-    Python's server does only once its imports are done), like the workers it forks. Call it
-    under Dask's ``forkserver`` setting (see :func:`forking`)."""
+    :data:`WORKER_MODULES` in the environment of a spawned Dask worker, shielded from Ctrl-C
+    (which Python's server ignores only once its imports are done), like the workers it
+    forks. Call it under Dask's ``forkserver`` setting (see :func:`forking`)."""
     # distributed loads only when a cluster is needed (cached runs start none)
     import dask.config
     from distributed.utils import get_mp_context
@@ -85,8 +87,12 @@ def start() -> None:
     }
     spawned.pop(nanny.TRIM_VARIABLE, None)  # glibc reads it as the server starts
     left = [nanny.TRIM_VARIABLE] if nanny.dasks_trim_in_environ() else []
-    with _environment(spawned, without=left), signals.ignored():
-        multiprocessing.forkserver.ensure_running()
+    with _environment(spawned, without=left):
+        # the fork server starts the resource tracker, whose start unblocks Ctrl-C in this
+        # thread (its own shield, bpo-33613): started first, it leaves ours alone
+        multiprocessing.resource_tracker.ensure_running()
+        with signals.shielded():
+            multiprocessing.forkserver.ensure_running()
 
 
 def worker_environment() -> dict[str, str]:

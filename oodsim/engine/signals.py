@@ -7,7 +7,7 @@ close the workers it had begun to start (they printed tracebacks once the driver
 distributed's exit hook failed on them). A second Ctrl-C while a stopped run closed its cluster
 cut the close short: the run took 12 s to exit instead of 2.
 
-- :func:`ignored` starts a process that ignores Ctrl-C from its first instruction;
+- :func:`shielded` starts a process that Ctrl-C never reaches, from its first instruction;
 - :func:`held` handles a signal that arrives while a cluster starts once it has started,
   where it can be closed;
 - :func:`holding` lets a run that stops close its cluster before another signal acts.
@@ -37,18 +37,22 @@ def _main_thread() -> bool:
 
 
 @contextlib.contextmanager
-def ignored() -> Iterator[None]:
-    """Ctrl-C ignored here for the block, so that a process started in it ignores it too (an
-    ignored signal stays ignored across ``exec``, and in the processes it forks). A Ctrl-C in
-    the block itself is lost: keep it to the milliseconds of starting a process."""
-    if not _main_thread():
+def shielded() -> Iterator[None]:
+    """Ctrl-C never reaches a process started in the block, and is not lost here: SIGINT is
+    blocked in this thread for the block, and a process inherits the blocked signal across
+    ``exec`` (and the processes it forks), so one sent to it waits, undelivered, until the
+    process ignores it (Python's fork server does once its imports are done). Here a Ctrl-C
+    that arrives meanwhile is handled as usual (by another thread's signal delivery, or at
+    the block's end). It used to be ignored here for the block: a Ctrl-C in those
+    milliseconds was lost, and a run under load went on computing (a flaky test showed it)."""
+    if not _main_thread() or not hasattr(signal, "pthread_sigmask"):
         yield
         return
-    before = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    before = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
     try:
         yield
     finally:
-        signal.signal(signal.SIGINT, before if before is not None else signal.SIG_DFL)
+        signal.pthread_sigmask(signal.SIG_SETMASK, before)
 
 
 class Held:
