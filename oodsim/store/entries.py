@@ -204,7 +204,8 @@ class Store(Maintenance, Migration):
                 "choose another cache path (--cache)"
             )
         try:
-            self._mark()
+            mark_cache(self.root)
+            self._marked = True
             probe = self.root / f"{TMP_PREFIX}probe-{uuid.uuid4().hex}"
             probe.write_bytes(b"ok")
             probe.unlink()
@@ -259,9 +260,11 @@ class Store(Maintenance, Migration):
             return True
 
     def _mark(self) -> None:
-        """Before this store's first write: mark a new or empty root as a cache."""
+        """Before this store's first write: mark a new or empty root as a cache (a root that
+        cannot be written is reported by the write that needs it, as before)."""
         if not self._marked:
-            mark_cache(self.root)
+            with contextlib.suppress(OSError):
+                mark_cache(self.root)
             self._marked = True
 
     def _locks(self) -> Path:
