@@ -1,10 +1,10 @@
 """Maintenance of a store: list its entries, verify them, and collect what can block a run.
 
 :class:`Maintenance` is a mixin of :class:`oodsim.store.Store` (``store.entries()``,
-``store.verify(repair=)``, ``store.gc(older_than=)``, ``store.stale_locks()``). It walks the
-layout without ever entering a link, and removes only what it can name: objects where a
-folder belongs (only in a root that holds oodsim's ``.gitignore``), malformed and stale locks,
-quarantine and temporary leftovers.
+``store.verify(repair=)``, ``store.gc(older_than=)``, ``store.stale_locks()``). ``verify``
+and ``gc`` work only in a root that holds oodsim's ``.gitignore`` (:meth:`ensure_ours`). They
+walk the layout without ever entering a link, and remove only what they can name: objects
+where a folder belongs, malformed and stale locks, quarantine and temporary leftovers.
 """
 
 from __future__ import annotations
