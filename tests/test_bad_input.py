@@ -33,7 +33,7 @@ from oodsim.metrics import accuracy, auroc
 from oodsim.outputs import Outputs
 from oodsim.specs import DatasetSpec, ExperimentSpec
 from oodsim.store import Store
-from tests.conftest import ROOT, small_digits
+from tests.conftest import ROOT, digits_toml, small_digits
 
 BASE = (ROOT / "specs" / "digits.toml").read_text()
 
@@ -803,6 +803,21 @@ def test_only_a_new_or_empty_cache_folder_is_marked_as_oodsim_s(tmp_path: Path) 
     (home / "notes.txt").write_text("notes")
     Store(home).ensure_writable()
     assert sorted(p.name for p in home.iterdir()) == ["notes.txt"] and not is_cache(home)
+
+
+def test_a_run_says_when_its_cache_is_a_folder_of_other_files(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Such a folder is used, not marked, and ``oodsim cache`` then refuses it: the run's
+    opening line says so, so that the refusal is no surprise."""
+    home = tmp_path / "home"
+    home.mkdir()
+    (home / "notes.txt").write_text("notes")
+    spec = digits_toml(tmp_path / "spec.toml", 1)
+    args = ["run", str(spec), "--cache", str(home), "--out", str(tmp_path / "r.zarr")]
+    assert cli_main([*args, "--workers", "1"]) == 0
+    assert "a folder of other files, used but not marked" in capsys.readouterr().out
+    assert (home / "notes.txt").read_text() == "notes" and not (home / ".gitignore").exists()
 
 
 @pytest.mark.parametrize("older_than", ["-1", "nan", "inf"])

@@ -147,12 +147,14 @@ def _opening_line(spec, cache: Path, out: Path) -> str:
     from oodsim.engine.plan import count_cached
     from oodsim.protocols import bind
     from oodsim.store import Store
-    from oodsim.store.layout import TMP_PREFIX
+    from oodsim.store.layout import TMP_PREFIX, is_cache
 
     job = bind(spec)
     store = Store(cache)
     entries = sum(not p.parent.name.startswith(TMP_PREFIX) for p in cache.glob("*/*/*/meta.json"))
     held = f"{entries} entries" if entries else "empty: everything is computed"
+    if cache.is_dir() and not is_cache(cache) and any(cache.iterdir()):
+        held += "; a folder of other files, used but not marked: `oodsim cache` refuses it"
     plan = count_cached(job, store, spec.seeds.all()[: spec.max_seeds]).describe(job.unit)
     rule = "" if spec.stopping.rule == "fixed" else f", stopping rule {spec.stopping.rule}"
     return (

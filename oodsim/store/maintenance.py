@@ -55,7 +55,9 @@ class Maintenance:
             raise StoreError(
                 f"{self.root} is not an oodsim cache: it has no .gitignore of oodsim's, which "
                 "oodsim writes into every cache it creates; nothing there was read or changed. "
-                "Pass the cache's path with --cache (or set $OODSIM_CACHE)"
+                "Pass the cache's path with --cache (or set $OODSIM_CACHE); a folder that held "
+                "other files when runs began to use it is never marked: give runs a new folder "
+                f"of their own (e.g. {self.root / 'oodsim-cache'})"
             )
 
     def _walk(self) -> Iterator[tuple[Path, str, str]]:
