@@ -63,12 +63,11 @@ class Maintenance:
     def _walk(self) -> Iterator[tuple[Path, str, str]]:
         """Every object of the store's layout as (path, what it is, role), never entering a
         link. Roles: "entry" (an entry folder), "misplaced" (anything but a folder where a
-        kind, key-prefix or entry folder belongs; only in a root that is oodsim's, so that a
-        mistyped ``--cache ~`` loses nothing), "tmp" (a ``.tmp-*`` leftover). Objects that are
-        none of these (a ``README`` in a kind folder) are left alone."""
+        kind, key-prefix or entry folder belongs), "tmp" (a ``.tmp-*`` leftover). Objects that
+        are none of these (a ``README`` in a kind folder) are left alone. What removes any of
+        them first checks that the root is a cache (:meth:`ensure_ours`)."""
         if not self.root.is_dir():
             return
-        ours = is_cache(self.root)
         queue = [(self.root, 0)]  # folders to list, with their depth: root 0, kind 1, prefix 2
         while queue:
             folder, depth = queue.pop(0)
@@ -79,8 +78,7 @@ class Maintenance:
                 elif not belongs(path.name, folder.name, depth):
                     continue
                 elif found != "folder":
-                    if ours:
-                        yield path, found, "misplaced"
+                    yield path, found, "misplaced"
                 elif depth == 2:
                     yield path, found, "entry"
                 else:
