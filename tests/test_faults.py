@@ -637,6 +637,39 @@ def _local_workers() -> list[psutil.Process]:
     return [worker for server in servers for worker in server.children()]
 
 
+@contextlib.contextmanager
+def _own_workers_stopped(
+    cache: Path, until: Callable[[], bool] | None = None
+) -> Iterator[list[psutil.Process]]:
+    """For a block that runs on ``cache``: once its first checkpoint is stored, the workers
+    its run started (not the session's shared cluster's) are stopped (SIGSTOP) and resumed
+    once ``until()`` holds, or (None) only as the block ends. Yields the stopped workers."""
+    others = {worker.pid for worker in _local_workers()}  # the session's shared cluster
+    stopped: list[psutil.Process] = []
+
+    def stop() -> None:
+        wait_for(lambda: complete(cache, CHECKPOINT), 120, "a first checkpoint")
+        stopped.extend(w for w in _local_workers() if w.pid not in others)
+        for worker in stopped:
+            worker.suspend()
+        if until is not None:
+            try:
+                wait_for(until, 120, "the moment to resume the workers")
+            finally:
+                for worker in stopped:
+                    worker.resume()
+
+    helper = threading.Thread(target=stop, daemon=True)
+    helper.start()
+    try:
+        yield stopped
+        helper.join(timeout=10)
+    finally:  # a nanny kills a stopped worker only after its own wait (tens of seconds)
+        for worker in stopped:
+            with contextlib.suppress(psutil.NoSuchProcess):
+                worker.resume()
+
+
 def test_stopped_workers_are_told_on_the_status_line(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -646,25 +679,13 @@ def test_stopped_workers_are_told_on_the_status_line(
     monkeypatch.setattr(progress_module, "QUIET_NOTICE", 3.0)
     stream = io.StringIO()
     cache = tmp_path / "cache"
-    told: list[psutil.Process] = []
-    others = {worker.pid for worker in _local_workers()}  # the session's shared cluster
 
-    def stop_then_go_on() -> None:
-        wait_for(lambda: complete(cache, CHECKPOINT), 120, "a first checkpoint")
-        told.extend(w for w in _local_workers() if w.pid not in others)
-        for worker in told:
-            worker.suspend()
-        try:
-            wait_for(lambda: "nothing heard from the work" in stream.getvalue(), 120, "a notice")
-        finally:
-            for worker in told:
-                worker.resume()
+    def told() -> bool:
+        return "nothing heard from the work" in stream.getvalue()
 
-    helper = threading.Thread(target=stop_then_go_on, daemon=True)
-    helper.start()
-    results = oodsim.run(small_digits(4), n_workers=2, cache=cache, progress=stream)
-    helper.join(timeout=10)
-    assert told, "no worker was stopped"
+    with _own_workers_stopped(cache, until=told) as stopped:
+        results = oodsim.run(small_digits(4), n_workers=2, cache=cache, progress=stream)
+    assert stopped, "no worker was stopped"
     assert "nothing heard from the work for 0:0" in stream.getvalue(), stream.getvalue()
     assert (results.failure.values == "").all()
 
@@ -679,27 +700,12 @@ def test_workers_stopped_for_good_are_restarted_and_the_run_ends(tmp_path: Path)
     import dask.config
 
     cache = tmp_path / "cache"
-    stopped: list[psutil.Process] = []
-
-    others = {worker.pid for worker in _local_workers()}  # the session's shared cluster
-
-    def stop_all() -> None:
-        wait_for(lambda: complete(cache, CHECKPOINT), 120, "a first checkpoint")
-        stopped.extend(w for w in _local_workers() if w.pid not in others)
-        for worker in stopped:
-            worker.suspend()
-
-    helper = threading.Thread(target=stop_all, daemon=True)
-    helper.start()
-    try:
-        with dask.config.set({"distributed.scheduler.worker-ttl": "2 s"}):
-            results = oodsim.run(small_digits(4), n_workers=2, cache=cache, progress=False)
-        helper.join(timeout=10)
-        assert len(stopped) == 2, "the workers were not stopped"
-    finally:  # a nanny kills a stopped worker only after its own wait (tens of seconds)
-        for worker in stopped:
-            with contextlib.suppress(psutil.NoSuchProcess):
-                worker.resume()
+    with (
+        dask.config.set({"distributed.scheduler.worker-ttl": "2 s"}),
+        _own_workers_stopped(cache) as stopped,
+    ):
+        results = oodsim.run(small_digits(4), n_workers=2, cache=cache, progress=False)
+    assert len(stopped) == 2, "the workers were not stopped"
     assert (results.failure.values == "").all()
     alone = oodsim.run(small_digits(4), n_workers=1, cache=tmp_path / "alone", progress=False)
     xr.testing.assert_identical(results.score, alone.score)
