@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import difflib
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 
 #: Set (by ``oodsim --debug``) to keep the tracebacks that oodsim otherwise leaves out, e.g.
 #: the local workers' own log of a failed task.
@@ -29,6 +30,25 @@ def check_registry_name(what: str, name: object) -> None:
             f"digits and underscores, not starting with a digit) of at most {MAX_NAME_LENGTH} "
             "characters"
         )
+
+
+def tell_interrupt(error: BaseException, line: str) -> None:
+    """Attach ``line`` (what an interrupt left, and how to go on) to ``error`` as a note,
+    unless a note of the code it interrupted already says so: the innermost teller knows
+    most. ``oodsim``'s command prints the notes of an interrupt; a traceback shows them."""
+    if not getattr(error, "__notes__", None):
+        error.add_note(line)
+
+
+@contextlib.contextmanager
+def telling_interrupt(line: str) -> Iterator[None]:
+    """The block's Ctrl-C (or SIGTERM, which ``oodsim`` raises the same way) goes on with
+    ``line`` as its note (:func:`tell_interrupt`)."""
+    try:
+        yield
+    except KeyboardInterrupt as error:
+        tell_interrupt(error, line)
+        raise
 
 
 class OodsimError(Exception):

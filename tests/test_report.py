@@ -361,7 +361,8 @@ def test_an_interrupted_report_says_so_and_leaves_nothing_of_other_results(
     )
     assert process.returncode == 130, output
     assert output.strip() == (
-        f"interrupted: the report in {folder} is incomplete; the same command writes it again"
+        f"oodsim: interrupted: the report in {folder} is incomplete; the same command writes it "
+        "again"
     )
     marker = _marker(folder)
     assert marker["results_key"] == new_key and not is_complete(folder)

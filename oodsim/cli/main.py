@@ -161,10 +161,11 @@ def main(argv: list[str] | None = None) -> int:
     try:
         with _sigterm_as_interrupt(), _debug_env(args.debug):
             return args.func(args)
-    except Terminated:
-        return EXIT_SIGTERM
-    except KeyboardInterrupt:
-        return EXIT_SIGINT
+    except KeyboardInterrupt as error:
+        # what the interrupt left, said by the code it stopped (oodsim.errors.tell_interrupt)
+        for note in getattr(error, "__notes__", ()):
+            print(note, file=sys.stderr)
+        return EXIT_SIGTERM if isinstance(error, Terminated) else EXIT_SIGINT
     except BrokenPipeError:  # `oodsim cache ls | head`: the reader left, nothing to report
         sys.stderr.close()
         return 0

@@ -14,7 +14,7 @@ from oodsim.cli.summary import (
     seed_unit,
     table_metric,
 )
-from oodsim.errors import OodsimError
+from oodsim.errors import OodsimError, telling_interrupt
 
 
 def add_run_options(command: argparse.ArgumentParser) -> None:
@@ -66,27 +66,29 @@ def add_run_options(command: argparse.ArgumentParser) -> None:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    # loaded by the command that needs it, so `oodsim --help` stays fast
-    from oodsim.engine import load, run
-    from oodsim.store import default_results, default_root
+    """Run a spec; an interrupt, whenever it comes, says in one line what it left."""
+    with telling_interrupt("oodsim: interrupted before the run started; nothing was computed"):
+        # loaded by the command that needs it, so `oodsim --help` stays fast
+        from oodsim.engine import load, run
+        from oodsim.store import default_results, default_root
 
-    address, cluster = _cluster_options(args.address, args.cluster)
-    spec = load(args.spec)
-    metric = table_metric(spec, args.metric)
-    near = Path(args.spec).parent  # one cache and results folder per project, from any folder
-    cache = Path(args.cache) if args.cache else default_root(near)
-    new_cache = " (a new cache: it was empty)" if not cache.exists() else ""
-    out = Path(args.out) if args.out else default_results(spec.name, near)
-    if args.report:  # refused before any compute, not after it
-        # the report package (0.3 s of imports) loads here or after the run: a cached
-        # rerun starts scoring without it
-        from oodsim.report import check_report_folder
+        address, cluster = _cluster_options(args.address, args.cluster)
+        spec = load(args.spec)
+        metric = table_metric(spec, args.metric)
+        near = Path(args.spec).parent  # one cache and results folder per project, from any folder
+        cache = Path(args.cache) if args.cache else default_root(near)
+        new_cache = " (a new cache: it was empty)" if not cache.exists() else ""
+        out = Path(args.out) if args.out else default_results(spec.name, near)
+        if args.report:  # refused before any compute, not after it
+            # the report package (0.3 s of imports) loads here or after the run: a cached
+            # rerun starts scoring without it
+            from oodsim.report import check_report_folder
 
-        check_report_folder(args.report, spec, overwrite=args.overwrite, results=out)
-    if not args.quiet:
-        print(_opening_line(spec, cache, out), flush=True)  # stderr: errors and progress
+            check_report_folder(args.report, spec, overwrite=args.overwrite, results=out)
+        if not args.quiet:
+            print(_opening_line(spec, cache, out), flush=True)  # stderr: errors and progress
     started = time.perf_counter()
-    results = run(
+    results = run(  # tells its own interrupt: on its status line, else as a note
         spec,
         address=address,
         cluster=cluster,
@@ -98,20 +100,21 @@ def cmd_run(args: argparse.Namespace) -> int:
         overwrite=args.overwrite,
     )
     seconds = time.perf_counter() - started
-    # after the run: tables and the report
-    from oodsim.report import report_hooks
+    with telling_interrupt(f"oodsim: interrupted after the run; its results are in {out}"):
+        # after the run: tables and the report
+        from oodsim.report import report_hooks
 
-    hooks = report_hooks(results)  # the protocol's table, and whether seeds compare methods
-    print(hooks.table(results, metric))
-    print_failures(results, metric)
-    if hooks.compares_methods:  # not over bootstrap replicates of one test set (ImageNet-O)
-        print_win_probabilities(results, metric)
-        print_variance_sources(results, metric)
-    if args.report:
-        report = write_report_telling(
-            results, Path(args.report), overwrite=args.overwrite, source=out
-        )
-        print(f"report written to {report}")
+        hooks = report_hooks(results)  # the protocol's table, and whether seeds compare methods
+        print(hooks.table(results, metric))
+        print_failures(results, metric)
+        if hooks.compares_methods:  # not over bootstrap replicates of one test set (ImageNet-O)
+            print_win_probabilities(results, metric)
+            print_variance_sources(results, metric)
+        if args.report:
+            report = write_report_telling(
+                results, Path(args.report), overwrite=args.overwrite, source=out
+            )
+            print(f"report written to {report}")
     n_failed = int(results.attrs.get("n_failed", 0))
     failed = f" ({n_failed} excluded)" if n_failed else ""
     print(

@@ -8,13 +8,15 @@ pace after the first round (which also pays for start-up), with a range.
 
 from __future__ import annotations
 
+import contextlib
 import math
 import statistics
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any, TextIO
 
+from oodsim.errors import tell_interrupt
 from oodsim.heartbeat import describe
 
 #: completed rounds (seeds per worker) before a time left is shown
@@ -124,9 +126,22 @@ class Progress:
                 start = "\n" if self.tty and self.width else ""
                 print(f"{start}oodsim: {reason}", file=self.stream, flush=True)
 
-    def interrupted(self, stored: int, reached: int) -> None:
-        """End the status line after Ctrl-C (:func:`interrupted_message`)."""
-        self.stopped(interrupted_message(stored, reached, self.total, self.unit))
+    def interrupted(self, error: BaseException, reason: str) -> None:
+        """Say once what an interrupt (``error``) left: on the status line, else (a silent
+        run) as the interrupt's note, which ``oodsim run --quiet`` prints and a traceback
+        shows (:func:`~oodsim.errors.tell_interrupt`)."""
+        if self.stream is None:
+            tell_interrupt(error, f"oodsim: {reason}")
+        self.stopped(reason)
+
+    @contextlib.contextmanager
+    def telling(self, reason: str) -> Iterator[None]:
+        """The block's interrupt is told with ``reason`` (:meth:`interrupted`)."""
+        try:
+            yield
+        except KeyboardInterrupt as error:
+            self.interrupted(error, reason)
+            raise
 
     def _show(self, now: float, final: bool = False) -> None:
         if self.stream is None or self.ended:

@@ -26,7 +26,7 @@ import xarray as xr
 from oodsim.engine import signals, window
 from oodsim.engine.cluster import LOCAL_WORKER_TIMEOUT, as_landed, check_jobs
 from oodsim.engine.guard import check_main_guard
-from oodsim.engine.progress import Progress
+from oodsim.engine.progress import Progress, interrupted_message
 from oodsim.engine.stopping import check_stopping
 from oodsim.engine.submitter import Submitter
 from oodsim.errors import OodsimError, SpecError
@@ -116,14 +116,15 @@ def run(
         check_jobs(jobs)  # dask-jobqueue and the submit command, before any compute
     elif address is None and not in_process:  # a local cluster's workers re-import the script
         check_main_guard()
-    if out is not None:
-        check_out(out, spec, overwrite, cache if cache is not None else default_root())
-    store = Store(cache if cache is not None else default_root())
-    job.preflight(store)
-    layout = job.layout()
     stream = (sys.stderr if progress is True else progress) or None
-    sequential = spec.stopping.rule != "fixed"
     tracker = Progress(len(seeds), stream, unit=job.unit)
+    with tracker.telling(f"interrupted before any of its {job.unit} started; nothing was computed"):
+        if out is not None:
+            check_out(out, spec, overwrite, cache if cache is not None else default_root())
+        store = Store(cache if cache is not None else default_root())
+        job.preflight(store)  # it only reads: a seed's checks as a worker would run them
+        layout = job.layout()
+    sequential = spec.stopping.rule != "fixed"
     if worker_timeout is None and address is None and (jobs is None or jobs.kind == "local-jobs"):
         # local processes (a local cluster, or local jobs: no batch queue to wait in) start
         # within seconds; a batch system's jobs may queue for hours, so they get no default
@@ -174,13 +175,13 @@ def run(
                     if decision.stop:
                         break
                 batch = following
-        except KeyboardInterrupt:
+        except KeyboardInterrupt as error:
             stopping.hold()  # another Ctrl-C waits until the cluster has closed
             # what landed, and the seeds in flight (planned again: two batches at most)
             landed = {r.seed for r in results if not r.failed}
             unsure = {*(s for b in flight for s in b), *(r.seed for r in results)} - landed
             stored = len(landed) + sum(map(submitter.complete, unsure))
-            tracker.interrupted(stored, reached)
+            tracker.interrupted(error, interrupted_message(stored, reached, len(seeds), job.unit))
             raise
         events = submitter.task_events()
         if decision is not None and decision.stop and len(results) < len(seeds):
@@ -191,9 +192,14 @@ def run(
     if decision is not None:
         extra["stopping"] = json.dumps(decision.as_dict())
     extra |= job.result_attrs()
-    result = build(spec, job.name, layout, results, events, extra)
-    if out is not None:
-        save_results(result, out)
+    unchanged = f" ({out} is as it was)" if out is not None else ""
+    with tracker.telling(
+        f"interrupted while its results were assembled{unchanged}; everything computed is in "
+        "the store: run the same spec again to have them without computing anything"
+    ):
+        result = build(spec, job.name, layout, results, events, extra)
+        if out is not None:
+            save_results(result, out)
     return result
 
 
