@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import argparse
 import math
+from typing import Any
 
-from oodsim.errors import SpecError
+from oodsim.errors import SpecError, telling_interrupt
 
 
 def cmd_cache(args: argparse.Namespace) -> int:
@@ -17,6 +18,23 @@ def cmd_cache(args: argparse.Namespace) -> int:
     store = Store(args.cache or default_root())
     store.ensure_present()
     store.ensure_ours()  # a mistyped --cache is read and changed by no action
+    with telling_interrupt(f"oodsim: interrupted; {_left(args)}"):
+        return _act(args, store)
+
+
+def _left(args: argparse.Namespace) -> str:
+    """What an interrupted action left (each change to the store is one rename or unlink)."""
+    if args.action == "verify" and args.repair:
+        return "corrupt entries found so far were removed; the same command checks them all again"
+    return {
+        "gc": "leftovers found so far were removed; the same command removes the rest",
+        "migrate": "entries moved so far are in outputs (a .tmp-* folder that `oodsim cache gc` "
+        "removes may remain); the same command moves the rest",
+    }.get(args.action, "the store is unchanged")
+
+
+def _act(args: argparse.Namespace, store: Any) -> int:
+    """Run ``oodsim cache ACTION`` on ``store``; its exit code."""
     if args.action == "ls":
         total = 0
         for info in store.entries():

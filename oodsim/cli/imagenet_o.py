@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from oodsim.cli.options import add_trust
-from oodsim.errors import SpecError
+from oodsim.errors import SpecError, telling_interrupt
 
 #: printed names of the metrics of :func:`oodsim.protocols.imagenet_o.evaluate_logits`
 _NAMES = {"aupr": "AUPR", "ap": "AP", "auroc": "AUROC", "fpr95": "FPR@95TPR"}
@@ -47,23 +47,33 @@ def format_line(result: dict[str, Any]) -> str:
 
 
 def _cmd_imagenet_o(args: argparse.Namespace) -> int:
-    # imported here: the protocol pulls in torch and timm, which other commands never need
-    from oodsim.protocols import imagenet_o
-
     if args.results:
         from oodsim.report.tables import bootstrap_table  # (fast --help)
         from oodsim.results import open_results
 
         print(bootstrap_table(open_results(args.results, trust=args.trust)))
         return 0
+    with telling_interrupt("oodsim: interrupted; no ImageNet-O numbers were computed"):
+        result = _numbers(args)
+    print(format_line(result))
+    if args.json:
+        Path(args.json).write_text(json.dumps(result, indent=2) + "\n")
+    return 0
+
+
+def _numbers(args: argparse.Namespace) -> dict[str, Any]:
+    """The ImageNet-O numbers of one model's image folders, or of saved logits."""
+    # imported here: the protocol pulls in torch and timm, which other commands never need
+    from oodsim.protocols import imagenet_o
+
     if args.id_logits or args.ood_logits:
         if not (args.id_logits and args.ood_logits):
             raise SpecError("--id-logits/--ood-logits", "one of them", "both .npy files")
-        result = imagenet_o.evaluate_logit_files(
+        return imagenet_o.evaluate_logit_files(
             args.id_logits, args.ood_logits, n_bootstrap=args.bootstrap, seed=args.seed
         )
-    elif args.model and args.id_root and args.ood_root:
-        result = imagenet_o.evaluate_folders(
+    if args.model and args.id_root and args.ood_root:
+        return imagenet_o.evaluate_folders(
             args.id_root,
             args.ood_root,
             args.model,
@@ -75,17 +85,12 @@ def _cmd_imagenet_o(args: argparse.Namespace) -> int:
             n_bootstrap=args.bootstrap,
             seed=args.seed,
         )
-    else:
-        raise SpecError(
-            "imagenet-o",
-            "missing inputs",
-            "--model with --id-root and --ood-root, --id-logits with --ood-logits, or "
-            "--results of a run (several models: `oodsim run specs/imagenet_o.toml`)",
-        )
-    print(format_line(result))
-    if args.json:
-        Path(args.json).write_text(json.dumps(result, indent=2) + "\n")
-    return 0
+    raise SpecError(
+        "imagenet-o",
+        "missing inputs",
+        "--model with --id-root and --ood-root, --id-logits with --ood-logits, or "
+        "--results of a run (several models: `oodsim run specs/imagenet_o.toml`)",
+    )
 
 
 def add_command(commands: Any) -> None:

@@ -21,7 +21,7 @@ from oodsim.cli.imagenet_o import add_command as add_imagenet_o
 from oodsim.cli.options import add_trust
 from oodsim.cli.reporting import write_report_telling
 from oodsim.cli.run import add_run_options, cmd_run
-from oodsim.errors import DEBUG_ENV, OodsimError
+from oodsim.errors import DEBUG_ENV, OodsimError, telling_interrupt
 
 #: exit codes of a command stopped by Ctrl-C (SIGINT) or SIGTERM: 128 + the signal's number
 EXIT_SIGINT, EXIT_SIGTERM = 128 + signal.SIGINT, 128 + signal.SIGTERM
@@ -49,8 +49,9 @@ def _cmd_imagenet21k(args: argparse.Namespace) -> int:
     if Path(args.out).is_dir():
         raise OutputError(f"cannot write the class table to {args.out}: it is a folder")
     check_writable(args.out, "the class table")
-    result = filter_ood_classes(None, None, wordnet_root=args.wordnet_root)
-    write_class_table(result, args.out)
+    with telling_interrupt(f"oodsim: interrupted; the class table was not written to {args.out}"):
+        result = filter_ood_classes(None, None, wordnet_root=args.wordnet_root)
+        write_class_table(result, args.out)
     for reason, count in sorted(result.counts().items()):
         print(f"{reason:24s} {count:6d}")
     print(f"class table written to {args.out}")

@@ -127,13 +127,18 @@ def write_class_table(result: FilterResult, path: str | os.PathLike[str]) -> Pat
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(path.name + ".tmp")
-    with tmp.open("w", newline="", encoding="utf-8") as handle:
-        writer = csv.writer(handle)
-        writer.writerow(["wnid", "lemma", "kept", "reason"])
-        for wnid in result.candidates:
-            reason = result.excluded.get(wnid, "")
-            writer.writerow([wnid, result.lemmas.get(wnid, ""), str(not reason).lower(), reason])
-    tmp.replace(path)
+    try:
+        with tmp.open("w", newline="", encoding="utf-8") as handle:
+            writer = csv.writer(handle)
+            writer.writerow(["wnid", "lemma", "kept", "reason"])
+            for wnid in result.candidates:
+                reason = result.excluded.get(wnid, "")
+                lemma = result.lemmas.get(wnid, "")
+                writer.writerow([wnid, lemma, str(not reason).lower(), reason])
+        tmp.replace(path)
+    except BaseException:  # an interrupted or failed write leaves no half table beside it
+        tmp.unlink(missing_ok=True)
+        raise
     return path
 
 
