@@ -670,6 +670,14 @@ def _own_workers_stopped(
                 worker.resume()
 
 
+def _alive(process: psutil.Process) -> bool:
+    """Whether ``process`` still exists and is not a zombie waiting to be reaped."""
+    try:
+        return process.status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
 def test_stopped_workers_are_told_on_the_status_line(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -705,7 +713,9 @@ def test_workers_stopped_for_good_are_restarted_and_the_run_ends(tmp_path: Path)
         _own_workers_stopped(cache) as stopped,
     ):
         results = oodsim.run(small_digits(4), n_workers=2, cache=cache, progress=False)
+        left = [w.pid for w in stopped if _alive(w)]  # before the block resumes them
     assert len(stopped) == 2, "the workers were not stopped"
+    assert not left, f"stopped workers outlived the run: {left}"
     assert (results.failure.values == "").all()
     alone = oodsim.run(small_digits(4), n_workers=1, cache=tmp_path / "alone", progress=False)
     xr.testing.assert_identical(results.score, alone.score)
