@@ -41,9 +41,15 @@ class Submitter:
         in_process: bool = False,
         listener: Listener | None = None,
     ) -> None:
-        self.job, self.store, self.stack = job, store, stack
-        self.address, self.n_workers, self.worker_timeout = address, n_workers, worker_timeout
-        self.jobs, self.in_process, self.listener = jobs, in_process, listener
+        self.job = job
+        self.store = store
+        self.stack = stack
+        self.address = address
+        self.n_workers = n_workers
+        self.worker_timeout = worker_timeout
+        self.jobs = jobs
+        self.in_process = in_process
+        self.listener = listener
         self.root = str(store.root.resolve())
         self.shipped = Shipped.of(job.spec)
         self.client: Any = None
