@@ -549,6 +549,57 @@ def test_diverging_seeds_are_recorded_as_failed_not_averaged(
     assert store_counts(results)["computed"][CHECKPOINT] == (~failed).sum()  # nothing stored
 
 
+def _in_a_dask_worker() -> bool:
+    from distributed import get_worker
+
+    try:
+        get_worker()
+    except ValueError:
+        return False
+    return True
+
+
+@register_architecture("test_crashing_cnn", replace=True)
+def crashing_cnn(
+    *, in_channels: int, n_classes: int, image_size: int, dropout: float, width: int
+) -> Classifier:
+    """``small_cnn`` that kills its worker process, as a crash in native code or the
+    out-of-memory killer would, for about half of the seeds (a draw from the seed's ``init``
+    stream). The driver's checks build it unharmed."""
+    if _in_a_dask_worker() and torch.rand(()) < 0.5:
+        os._exit(3)
+    return small_cnn(in_channels, n_classes, image_size, dropout, width)
+
+
+def test_work_that_kills_its_worker_fails_its_seed_not_the_run(
+    tmp_path: Path, capfd: pytest.CaptureFixture[str]
+) -> None:
+    """The probe: a seed whose work killed each worker that ran it (distributed tries four)
+    ended the whole run with distributed's ``KilledWorker``, after its scheduler's log line
+    and workers' tracebacks; the other seeds' results were lost with it. Now that seed fails,
+    saying why, and the others are scored."""
+    spec = small_digits(6)
+    spec = attrs.evolve(spec, model=attrs.evolve(spec.model, arch="test_crashing_cnn"))
+    results = oodsim.run(spec, n_workers=2, cache=tmp_path / "c", progress=False)
+    failed = results.failure.values != ""
+    assert 0 < failed.sum() < 6, "test_crashing_cnn no longer crashes for some seeds only"
+    for failure in results.failure.values[failed]:
+        assert failure.startswith(
+            "its worker process died each of the 4 times it ran the "
+            "seed's task: killed by the system"
+        ), failure
+    assert np.isfinite(results.score.values[~failed]).all()
+    # the checkpoints of the others are stored (their store events may be lost with a worker
+    # that died holding them, and their tasks found done when distributed ran them again)
+    assert len(complete(tmp_path / "c", CHECKPOINT)) == (~failed).sum()
+    logged = capfd.readouterr().err
+    assert "KilledWorker" not in logged and "marked as failed" not in logged, logged
+
+    abort = attrs.evolve(spec, on_failure="abort")
+    with pytest.raises(RunAborted, match=r"seed \d failed: its worker process died each of"):
+        oodsim.run(abort, n_workers=2, cache=tmp_path / "c", progress=False)
+
+
 def test_run_summary_shows_failed_seeds_and_why(
     cluster_address: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -719,6 +770,24 @@ def test_workers_stopped_for_good_are_restarted_and_the_run_ends(tmp_path: Path)
     assert (results.failure.values == "").all()
     alone = oodsim.run(small_digits(4), n_workers=1, cache=tmp_path / "alone", progress=False)
     xr.testing.assert_identical(results.score, alone.score)
+
+
+@pytest.mark.parametrize(("configured", "saturation"), [(None, 1.0), (2.0, 2.0)])
+def test_the_local_cluster_gives_a_worker_one_task_a_thread(
+    configured: float | None, saturation: float
+) -> None:
+    """distributed's default queue of up to 1.1 tasks a thread becomes one on oodsim's local
+    cluster, so that a worker's death is counted against the task that ran (see
+    ``test_work_that_kills_its_worker_fails_its_seed_not_the_run``); a value the user
+    configured is kept."""
+    import dask.config
+
+    from oodsim.engine.cluster import cluster_client
+
+    setting = {} if configured is None else {"distributed.scheduler.worker-saturation": configured}
+    with dask.config.set(setting), cluster_client(None, 1) as client:
+        found = client.run_on_scheduler(lambda dask_scheduler: dask_scheduler.WORKER_SATURATION)
+    assert found == saturation
 
 
 @pytest.mark.parametrize(("configured", "ttl"), [(None, 60.0), ("7 minutes", 420.0)])

@@ -236,16 +236,18 @@ def _collect(
         if futures.get(seed) is None:
             results.append(_check(spec, submitter.score_here(seed)))
             tracker.update(results[-1].failed, cached=True)
-    running = [futures.pop(seed) for seed in batch if futures.get(seed) is not None]
+    running = {seed: futures.pop(seed) for seed in batch if futures.get(seed) is not None}
+    seed_of = {id(future): seed for seed, future in running.items()}
     shown = tracker.stream is not None
     landed = as_landed(
-        running,
+        list(running.values()),
         worker_timeout,
         no_worker=tracker.no_worker if shown else None,
         waiting=tracker.waiting if shown else None,
     )
     for future in landed:
-        results.append(_check(spec, submitter.heal(future.result())))
+        result = submitter.landed(future, seed_of[id(future)])
+        results.append(_check(spec, submitter.heal(result)))
         tracker.update(results[-1].failed, cached=False)
     for seed in batch:
         futures.pop(seed, None)

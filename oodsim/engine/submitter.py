@@ -15,7 +15,7 @@ from typing import Any
 
 from oodsim.engine.cluster import as_landed, cluster_client
 from oodsim.engine.inprocess import InProcess
-from oodsim.engine.work import Shipped, run_task, score_seed
+from oodsim.engine.work import SCORE_KEY_PREFIX, TASK_KEY_PREFIX, Shipped, run_task, score_seed
 from oodsim.heartbeat import TOPIC, Listener
 from oodsim.protocols.base import Protocol, Task
 from oodsim.results import SeedResult, failure_kind
@@ -122,7 +122,7 @@ class Submitter:
                 task,
                 self.root,
                 *after,
-                key=f"oodsim-task-{task.key[:32]}{'-again' * (task.key in self.redone)}",
+                key=f"{TASK_KEY_PREFIX}task-{task.key[:32]}{'-again' * (task.key in self.redone)}",
                 pure=False,
             )
         return self.tasks[task.key]
@@ -145,7 +145,7 @@ class Submitter:
                 seed,
                 self.root,
                 *upstream,
-                key=f"oodsim-score-{self.run_id}-{seed}{'-again' * (seed in self.healed)}",
+                key=f"{SCORE_KEY_PREFIX}{self.run_id}-{seed}{'-again' * (seed in self.healed)}",
                 pure=False,
             )
         return futures
@@ -178,7 +178,20 @@ class Submitter:
         future = self.submit([seed])[seed]
         if future is None:  # complete again (another process computed it meanwhile)
             return self.score_here(seed)
-        return next(iter(as_landed([future], self.worker_timeout))).result()
+        return self.landed(next(iter(as_landed([future], self.worker_timeout))), seed)
+
+    def landed(self, future: Any, seed: int) -> SeedResult:
+        """The result of ``seed``'s scoring ``future``. Work that killed its worker on every
+        attempt (a crash in native code, the system's out-of-memory killer) fails that seed,
+        as any error of a seed does, instead of ending the run with distributed's
+        ``KilledWorker``: the other seeds go on."""
+        try:
+            return future.result()
+        except Exception as error:
+            died = worker_died(error)
+            if died is None:
+                raise
+            return SeedResult(seed, coords=self.job.seed_coords(seed, self.store), failure=died)
 
     def _failed(self, task_key: str) -> bool:
         """Whether a task of this run finished with a failure of its own (e.g. diverged
@@ -225,3 +238,19 @@ def _heartbeats(client: Any, listener: Listener) -> Iterator[None]:
     finally:
         with contextlib.suppress(Exception):  # the client may be closing already
             client.unsubscribe_topic(TOPIC)
+
+
+def worker_died(error: BaseException) -> str | None:
+    """A seed's failure when ``error`` is distributed's ``KilledWorker`` (the work killed
+    every worker that tried it), else None."""
+    # only a cluster's futures raise it: distributed is loaded
+    from distributed import KilledWorker
+
+    if not isinstance(error, KilledWorker):
+        return None
+    what = "scoring" if str(error.task).startswith(SCORE_KEY_PREFIX) else "task"
+    return (
+        f"its worker process died each of the {error.allowed_failures + 1} times it ran the "
+        f"seed's {what}: killed by the system (out of memory?) or a crash in native code (a "
+        "plug-in's?); oodsim.engine.work.run_seed runs it in one process, where the crash shows"
+    )

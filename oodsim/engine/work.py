@@ -66,24 +66,30 @@ class Shipped:
             adopt_architectures(self.architectures)
 
 
-#: Prefix of the keys of every task the engine submits (see :mod:`oodsim.engine.run`).
+#: Prefix of the keys of every task the engine submits (see :mod:`oodsim.engine.submitter`).
 TASK_KEY_PREFIX = "oodsim-"
+#: Prefix of the keys of the scoring calls, one per seed.
+SCORE_KEY_PREFIX = f"{TASK_KEY_PREFIX}score-"
 
 
 class _OwnTaskFailures(logging.Filter):
-    """Drops distributed's multi-line "Compute Failed" worker log of oodsim's own tasks: the
-    driver reports each failure in one line, and shows the task's traceback with ``--debug``
-    (the exception travels with it), so the worker's copy only repeats it above that line."""
+    """Drops distributed's log of oodsim's own failed tasks: a worker's multi-line "Compute
+    Failed", and the scheduler's "Task ... marked as failed because 4 workers died". The
+    driver reports each failed seed in one line, and ``--debug`` keeps these logs (a task's
+    traceback travels with its exception), which otherwise only repeat it above that line."""
 
     def filter(self, record: logging.LogRecord) -> bool:
         message = record.getMessage()
-        own = message.startswith("Compute Failed") and f"Key:       {TASK_KEY_PREFIX}" in message
+        own = (
+            message.startswith("Compute Failed") and f"Key:       {TASK_KEY_PREFIX}" in message
+        ) or (message.startswith(f"Task {TASK_KEY_PREFIX}") and "workers died" in message)
         return not own or bool(os.environ.get(DEBUG_ENV))
 
 
-def quiet_own_failures() -> None:
-    """Install :class:`_OwnTaskFailures` on this process's worker logger, once."""
-    logger = logging.getLogger("distributed.worker")
+def quiet_own_failures(logger_name: str = "distributed.worker") -> None:
+    """Install :class:`_OwnTaskFailures` on this process's worker (or scheduler) logger,
+    once."""
+    logger = logging.getLogger(logger_name)
     if not any(isinstance(f, _OwnTaskFailures) for f in logger.filters):
         logger.addFilter(_OwnTaskFailures())
 
