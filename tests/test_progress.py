@@ -17,7 +17,7 @@ from oodsim.engine.progress import ROUNDS_BEFORE_ESTIMATE, Progress
 from oodsim.heartbeat import TOPIC, beat, describe, working_on
 from oodsim.protocols import bind
 from oodsim.store import Store
-from tests.conftest import small_digits
+from tests.conftest import small_digits, wait_for
 
 
 def _lines(stream: io.StringIO) -> list[str]:
@@ -114,7 +114,7 @@ def test_a_quiet_run_says_so_with_what_it_last_heard(monkeypatch: pytest.MonkeyP
     progress.waiting()
     assert re.search(
         r"; nothing heard from the work for \d+:\d\d \(the last: simulation 0: training, "
-        r"epoch 1/30\); a long step sends no heartbeat, but a worker may also be stuck",
+        r"epoch 1/30\); a long step sends no heartbeat, but the work may also be stuck",
         _lines(stream)[-1],
     ), _lines(stream)
     progress.heard({"task": "simulation 0", "stage": "training, epoch", "step": 2, "total": 30})
@@ -122,3 +122,25 @@ def test_a_quiet_run_says_so_with_what_it_last_heard(monkeypatch: pytest.MonkeyP
     monkeypatch.setattr(progress_module, "QUIET_NOTICE", 3600.0)
     progress.waiting()  # heard from just now: nothing to say
     assert _lines(stream)[-1].endswith("; simulation 0: training, epoch 2/30")
+
+
+def test_a_silent_stretch_is_told_without_anyone_asking(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The probe: a cached seed scored in the driver by a slow detector (8 s) left the line
+    without a word, because the quiet notice was asked only while the run waited for a
+    cluster's futures. A thread now asks all along the run."""
+    monkeypatch.setattr(progress_module, "QUIET_NOTICE", 0.0)
+    stream = io.StringIO()
+    progress = Progress(2, stream, interval=0.0)
+    progress.heard({"task": "seed 0", "stage": "scoring here, from the cache"})
+    with progress.watching(every=0.01):
+        wait_for(lambda: "nothing heard from the work" in stream.getvalue(), 60, "the notice")
+    assert "(the last: seed 0: scoring here, from the cache)" in _lines(stream)[-1]
+
+
+def test_a_rerun_says_which_seed_it_scores_here(tmp_path: Path) -> None:
+    """Seeds whose work is all cached are scored in the driver; the line names each."""
+    spec = small_digits(2)
+    oodsim.run(spec, cache=tmp_path / "c", n_workers=1, progress=False)
+    stream = io.StringIO()
+    oodsim.run(spec, cache=tmp_path / "c", n_workers=1, progress=stream)
+    assert "; seed 0: scoring here, from the cache" in _lines(stream)[0], _lines(stream)

@@ -387,13 +387,11 @@ def as_landed(
     worker_timeout: float | None,
     poll: float = 2.0,
     no_worker: Callable[[float], None] | None = None,
-    waiting: Callable[[], None] | None = None,
 ) -> Iterator[Any]:
     """Futures as they finish; a cluster without any worker for ``worker_timeout`` seconds
     raises :class:`ClusterError` instead of waiting forever (finished work stays cached).
     While it has none, ``no_worker(seconds)`` is told how long that has been (a job cluster
-    whose jobs are queued, or fail before their worker starts, used to wait in silence);
-    ``waiting()`` is called after every poll in which nothing landed."""
+    whose jobs are queued, or fail before their worker starts, used to wait in silence)."""
     if is_deferred(futures):  # in-process tasks: computed here, one by one, in order
         for future in futures:
             future.compute()
@@ -418,8 +416,6 @@ def as_landed(
                 "run again to resume"
             ) from None
         yield from done
-        if not done and waiting is not None:
-            waiting()
         if done or not pending or (worker_timeout is None and no_worker is None):
             idle_since = None
             continue

@@ -86,8 +86,8 @@ class Progress:
             self._show(now)
 
     def waiting(self) -> None:
-        """The run waits for work that has not landed: after :data:`QUIET_NOTICE` seconds
-        without a heartbeat or a seed, say so. A stopped (SIGSTOP) worker held a run's other
+        """Asked every few seconds while the run goes on (:meth:`watching`): after
+        :data:`QUIET_NOTICE` seconds without a heartbeat or a seed, say so. A stopped (SIGSTOP) worker held a run's other
         work back, and its status line stood still for 8.5 minutes (until distributed's
         ``worker-ttl`` had the worker restarted and the run went on; oodsim's local cluster
         now has a silent worker restarted after 60 to 120 s: ``LOCAL_WORKER_TTL`` of
@@ -100,7 +100,8 @@ class Progress:
             last = f" (the last: {self.latest})" if self.latest else ""
             self.working = (
                 f"nothing heard from the work for {clock(quiet)}{last}; a long step sends no "
-                "heartbeat, but a worker may also be stuck or stopped"
+                "heartbeat, but the work may also be stuck (a stopped worker, a file system "
+                "that hangs)"
             )
             self._show(now)
 
@@ -133,6 +134,29 @@ class Progress:
         if self.stream is None:
             tell_interrupt(error, f"oodsim: {reason}")
         self.stopped(reason)
+
+    @contextlib.contextmanager
+    def watching(self, every: float = 2.0) -> Iterator[None]:
+        """For the block, a thread asks :meth:`waiting` every ``every`` seconds: a silent
+        stretch is told wherever it is (seeds scored here from the cache, work on a cluster,
+        an in-process task), not only while the run waits for a cluster's futures. Nothing
+        starts for a silent run."""
+        if self.stream is None:
+            yield
+            return
+        done = threading.Event()
+
+        def watch() -> None:
+            while not done.wait(every):
+                self.waiting()
+
+        watcher = threading.Thread(target=watch, name="oodsim-progress", daemon=True)
+        watcher.start()
+        try:
+            yield
+        finally:
+            done.set()
+            watcher.join()
 
     @contextlib.contextmanager
     def telling(self, reason: str) -> Iterator[None]:

@@ -132,7 +132,7 @@ def run(
     results: list[SeedResult] = []
     decision = None
     started = time.perf_counter()
-    with signals.holding() as stopping, contextlib.ExitStack() as stack:
+    with signals.holding() as stopping, contextlib.ExitStack() as stack, tracker.watching():
         submitter = Submitter(
             job,
             store,
@@ -234,16 +234,14 @@ def _collect(
     results = []
     for seed in batch:
         if futures.get(seed) is None:
+            tracker.heard({"task": f"seed {seed}", "stage": "scoring here, from the cache"})
             results.append(_check(spec, submitter.score_here(seed)))
             tracker.update(results[-1].failed, cached=True)
     running = {seed: futures.pop(seed) for seed in batch if futures.get(seed) is not None}
     seed_of = {id(future): seed for seed, future in running.items()}
     shown = tracker.stream is not None
     landed = as_landed(
-        list(running.values()),
-        worker_timeout,
-        no_worker=tracker.no_worker if shown else None,
-        waiting=tracker.waiting if shown else None,
+        list(running.values()), worker_timeout, no_worker=tracker.no_worker if shown else None
     )
     for future in landed:
         result = submitter.landed(future, seed_of[id(future)])
