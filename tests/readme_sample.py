@@ -51,7 +51,8 @@ def sample_block(stdout: str) -> str:
 
 
 #: a cell of the tables: a value and its interval
-CELL = re.compile(r"(\d+\.\d+) \[(\d+\.\d+), (\d+\.\d+)\]")
+#: (a P(best) estimate that is not zero but rounds to it reads ``<0.001``)
+CELL = re.compile(r"<?(\d+\.\d+) \[(\d+\.\d+), (\d+\.\d+)\]")
 #: a column's rule under a table header, as wide as the column's widest cell
 RULE = re.compile(r"-{2,}")
 
