@@ -87,11 +87,11 @@ class Progress:
 
     def waiting(self) -> None:
         """Asked every few seconds while the run goes on (:meth:`watching`): after
-        :data:`QUIET_NOTICE` seconds without a heartbeat or a seed, say so. A stopped (SIGSTOP) worker held a run's other
-        work back, and its status line stood still for 8.5 minutes (until distributed's
-        ``worker-ttl`` had the worker restarted and the run went on; oodsim's local cluster
-        now has a silent worker restarted after 60 to 120 s: ``LOCAL_WORKER_TTL`` of
-        :mod:`oodsim.engine.cluster`)."""
+        :data:`QUIET_NOTICE` seconds without a heartbeat or a seed, say so. A stopped
+        (SIGSTOP) worker held a run's other work back, and its status line stood still for
+        8.5 minutes (until distributed's ``worker-ttl`` had the worker restarted and the run
+        went on; oodsim's local cluster now has a silent worker restarted after 60 to 120 s:
+        ``LOCAL_WORKER_TTL`` of :mod:`oodsim.engine.cluster`)."""
         now = time.perf_counter()
         with self._lock:
             quiet = now - self.news

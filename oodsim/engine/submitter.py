@@ -191,7 +191,8 @@ class Submitter:
             died = worker_died(error)
             if died is None:
                 raise
-            return SeedResult(seed, coords=self.job.seed_coords(seed, self.store), failure=died)
+            # scored as a seed whose task failed: its coordinates, with that failure
+            return score_seed(self.job, seed, self.root, (died, ()), torch_threads=None)
 
     def _failed(self, task_key: str) -> bool:
         """Whether a task of this run finished with a failure of its own (e.g. diverged
