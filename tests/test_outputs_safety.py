@@ -19,6 +19,7 @@ import sysconfig
 import threading
 from pathlib import Path
 
+import attrs
 import numpy as np
 import pytest
 import xarray as xr
@@ -37,10 +38,12 @@ from oodsim.results import (
     check_output,
     open_results,
     save_results,
+    store_counts,
 )
+from oodsim.specs import load_spec
 from oodsim.store import META_DIGEST, Store
 from oodsim.store.digests import meta_digest
-from tests.conftest import ROOT, digits_toml, small_digits
+from tests.conftest import ROOT, digits_toml, small_digits, wait_for
 from tests.factories import synthetic_results
 
 
@@ -569,3 +572,40 @@ def test_a_manifest_naming_files_outside_the_results_never_gets_them_deleted(
     assert open_results(out).sizes["seed"] == 2
     assert (outside / "secret.txt").read_text() == "user's"
     assert (tmp_path / "victim.txt").read_text() == "user's"
+
+
+def test_results_of_another_spec_written_while_a_run_computes_are_not_replaced(
+    tmp_path: Path,
+) -> None:
+    """The probe: two runs of one output path, started together, both passed the check
+    before compute; the one that ended last replaced the other's results without
+    ``--overwrite``. The check is made again before the write: the run ends in one line, the
+    other spec's results stay, and what it computed is in the cache."""
+    cache, out = tmp_path / "c", tmp_path / "r.zarr"
+    other = small_digits(1, seeds=attrs.evolve(small_digits().seeds, n=1, start=100))
+    oodsim.run(other, cache=cache, n_workers=1, progress=False)  # its rerun is quick
+    spec_path = digits_toml(tmp_path / "spec.toml", 8)
+    run = [sys.executable, "-m", "oodsim.cli", "run", str(spec_path), "--workers", "1"]
+    driver = subprocess.Popen(
+        [*run, "--cache", str(cache), "--out", str(out), "--quiet"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=ROOT,
+    )
+    try:
+        wait_for(lambda: len(list(cache.glob("checkpoint/*/*/meta.json"))) >= 2, 300, "compute")
+        oodsim.run(other, cache=cache, n_workers=1, out=out, progress=False)
+        _, stderr = driver.communicate(timeout=600)
+    finally:
+        if driver.poll() is None:
+            driver.kill()
+    assert driver.returncode == 2, stderr
+    (line,) = stderr.strip().splitlines()
+    assert "holds results of another spec" in line, line
+    assert "They were written there while this run computed; nothing there was replaced" in line
+    assert oodsim.open_results(out).attrs["spec_key"] == other.key
+    again = oodsim.run(
+        load_spec(spec_path), cache=cache, n_workers=1, out=tmp_path / "r2.zarr", progress=False
+    )
+    assert store_counts(again)["computed"] == {}

@@ -199,6 +199,7 @@ def run(
     ):
         result = build(spec, job.name, layout, results, events, extra)
         if out is not None:
+            _check_out_again(out, spec, overwrite, cache if cache is not None else default_root())
             save_results(result, out)
     return result
 
@@ -220,6 +221,19 @@ def check_out(out: str | Path, spec: Any, overwrite: bool, cache: str | Path) ->
         f"{path} holds results of another spec (key {key[:12]}); choose another output path, "
         "or pass overwrite=True (`oodsim run --overwrite`) to replace it"
     )
+
+
+def _check_out_again(out: str | Path, spec: Any, overwrite: bool, cache: str | Path) -> None:
+    """:func:`check_out` once more before the results are written: another run may have
+    written there while this one computed (two runs of one name started together)."""
+    try:
+        check_out(out, spec, overwrite, cache)
+    except OutputExists as error:
+        raise OutputExists(
+            f"{error}. They were written there while this run computed; nothing there was "
+            "replaced, and everything computed is in the cache: the same command with another "
+            "output path writes the results without computing anything"
+        ) from None
 
 
 def _collect(
