@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import multiprocessing
 import os
+import shutil
 import signal
 import socket
 import threading
@@ -19,6 +20,7 @@ import oodsim.store.entries as store_entries
 from oodsim import heartbeat
 from oodsim.store import CorruptEntryWarning, Store, StoreError
 from oodsim.store.arrays import ARRAYS_ZIP
+from oodsim.store.layout import is_cache
 from oodsim.store.locks import (
     HEARTBEAT_SECONDS,
     STALE_LOCK_SECONDS,
@@ -281,3 +283,15 @@ def test_move_kind_moves_intact_entries_drops_duplicates_and_leaves_corrupt_ones
     assert store.get("new_kind", "b" * 64).meta["describe"] == "already moved"
     assert store.holds_kind("old_kind")  # the corrupt one stays in place
     assert [info.key for info, _ in store.verify()] == ["c" * 64]  # only the corrupt one
+
+
+def test_a_cache_deleted_under_a_writer_is_made_again_as_a_cache(tmp_path: Path) -> None:
+    """The probe: the cache folder deleted while a run wrote; a worker's store, marked before,
+    made the folder again without oodsim's mark, and `oodsim cache` then refused it."""
+    store = Store(tmp_path / "c")
+    store.put("outputs", "a" * 64, {"x": np.arange(3)})
+    assert is_cache(store.root)
+    shutil.rmtree(store.root)
+    store.put("outputs", "b" * 64, {"x": np.arange(3)})
+    assert is_cache(store.root)
+    assert store.has("outputs", "b" * 64)

@@ -260,9 +260,10 @@ class Store(Maintenance, Migration):
             return True
 
     def _mark(self) -> None:
-        """Before this store's first write: mark a new or empty root as a cache (a root that
-        cannot be written is reported by the write that needs it, as before)."""
-        if not self._marked:
+        """Before this store's first write, and any write that finds the root gone (deleted
+        while a run wrote: made again unmarked, `oodsim cache` refused it): mark a new or
+        empty root as a cache (a root that cannot be written is reported by the write)."""
+        if not self._marked or not self.root.is_dir():
             with contextlib.suppress(OSError):
                 mark_cache(self.root)
             self._marked = True
