@@ -192,10 +192,10 @@ def run(
     if decision is not None:
         extra["stopping"] = json.dumps(decision.as_dict())
     extra |= job.result_attrs()
-    unchanged = f" ({out} is as it was)" if out is not None else ""
+    whole = f" (the results at {out} are whole: the earlier ones, or these)" if out else ""
     with tracker.telling(
-        f"interrupted while its results were assembled{unchanged}; everything computed is in "
-        "the store: run the same spec again to have them without computing anything"
+        f"interrupted while its results were assembled{whole}; everything computed is in the "
+        "store: run the same spec again to have them without computing anything"
     ):
         result = build(spec, job.name, layout, results, events, extra)
         if out is not None:
