@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import argparse
 import math
-from typing import Any
+from typing import TYPE_CHECKING
 
 from oodsim.errors import SpecError, telling_interrupt
+
+if TYPE_CHECKING:  # the store loads with the command that needs it (a fast --help)
+    from oodsim.store import Store
 
 
 def cmd_cache(args: argparse.Namespace) -> int:
@@ -33,7 +36,7 @@ def _left(args: argparse.Namespace) -> str:
     }.get(args.action, "the store is unchanged")
 
 
-def _act(args: argparse.Namespace, store: Any) -> int:
+def _act(args: argparse.Namespace, store: Store) -> int:
     """Run ``oodsim cache ACTION`` on ``store``; its exit code."""
     if args.action == "ls":
         total = 0
