@@ -195,9 +195,13 @@ class Submitter:
             return score_seed(self.job, seed, self.root, (died, ()), torch_threads=None)
 
     def _failed(self, task_key: str) -> bool:
-        """Whether a task of this run finished with a failure of its own (e.g. diverged
-        training); an entry that vanished under it (damaged while the task ran) is not one."""
+        """Whether a task of this run failed for a reason of its own: it finished with such a
+        failure (e.g. diverged training), or it erred (its worker died on every attempt: four
+        more deaths would not heal it); an entry that vanished under it (damaged while the
+        task ran) is not one."""
         future = self.tasks.get(task_key)
+        if future is not None and future.status == "error":
+            return True
         if future is None or future.status != "finished":
             return False
         kind = failure_kind(future.result()[0])
