@@ -144,3 +144,20 @@ def test_a_rerun_says_which_seed_it_scores_here(tmp_path: Path) -> None:
     stream = io.StringIO()
     oodsim.run(spec, cache=tmp_path / "c", n_workers=1, progress=stream)
     assert "; seed 0: scoring here, from the cache" in _lines(stream)[0], _lines(stream)
+
+
+def test_without_a_worker_the_line_says_so_not_that_the_work_is_quiet(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A job cluster whose jobs are queued has no worker and sends no heartbeat: the line
+    says there is no worker (where to look), and the quiet notice, asked all along, does not
+    take its place; once workers are back, a silent stretch is told again."""
+    monkeypatch.setattr(progress_module, "QUIET_NOTICE", 0.0)
+    stream = io.StringIO()
+    progress = Progress(2, stream, interval=0.0)
+    progress.no_worker(60.0)
+    progress.waiting()
+    assert "; no worker yet (1:00)" in _lines(stream)[-1], _lines(stream)
+    progress.no_worker(0.0)  # the workers have connected
+    progress.waiting()
+    assert "; nothing heard from the work for" in _lines(stream)[-1], _lines(stream)

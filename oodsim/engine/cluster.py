@@ -391,7 +391,8 @@ def as_landed(
     """Futures as they finish; a cluster without any worker for ``worker_timeout`` seconds
     raises :class:`ClusterError` instead of waiting forever (finished work stays cached).
     While it has none, ``no_worker(seconds)`` is told how long that has been (a job cluster
-    whose jobs are queued, or fail before their worker starts, used to wait in silence)."""
+    whose jobs are queued, or fail before their worker starts, used to wait in silence), and
+    ``no_worker(0.0)`` once it has workers again."""
     if is_deferred(futures):  # in-process tasks: computed here, one by one, in order
         for future in futures:
             future.compute()
@@ -421,6 +422,8 @@ def as_landed(
             continue
         client = next(iter(pending)).client
         if client.nthreads():
+            if idle_since is not None and no_worker is not None:
+                no_worker(0.0)  # the workers are back
             idle_since = None
         elif idle_since is None:
             idle_since = time.monotonic()

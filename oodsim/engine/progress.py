@@ -52,6 +52,7 @@ class Progress:
         self.finished: list[float] = []  # when each computed (not cached) seed landed
         self.eta = ""
         self.working = ""  # the latest heartbeat (or notice), in words
+        self.workerless = False  # the cluster has no worker (said by no_worker)
         self.news = self.started  # when a heartbeat or a seed last arrived
         self.latest = ""  # the latest heartbeat, in words
         self.ended = False
@@ -71,7 +72,7 @@ class Progress:
             self.failed += failed
             if not cached:
                 self.finished.append(now)
-            self.news, self.working = now, ""
+            self.news, self.working, self.workerless = now, "", False
             self.eta = self._time_left(slots) if self.stream is not None else ""
             self._show(now, final=self.done == self.total)
 
@@ -81,7 +82,7 @@ class Progress:
         with self._lock:
             if self.ended or self.done == self.total:
                 return
-            self.news = now
+            self.news, self.workerless = now, False
             self.working = self.latest = describe(message)
             self._show(now)
 
@@ -95,8 +96,8 @@ class Progress:
         now = time.perf_counter()
         with self._lock:
             quiet = now - self.news
-            if self.ended or quiet < QUIET_NOTICE:
-                return
+            if self.ended or self.workerless or quiet < QUIET_NOTICE:
+                return  # (without a worker, the line says so: no_worker)
             last = f" (the last: {self.latest})" if self.latest else ""
             self.working = (
                 f"nothing heard from the work for {clock(quiet)}{last}; a long step sends no "
@@ -106,11 +107,13 @@ class Progress:
             self._show(now)
 
     def no_worker(self, seconds: float) -> None:
-        """The cluster has had no worker for ``seconds``: say so on the status line, with
-        where to look (job workers may be queued, or fail before they connect)."""
+        """The cluster has had no worker for ``seconds`` (0: it has workers again): say so on
+        the status line, with where to look (job workers may be queued, or fail before they
+        connect)."""
         now = time.perf_counter()
         with self._lock:
-            if self.ended or seconds < NO_WORKER_NOTICE:
+            self.workerless = seconds >= NO_WORKER_NOTICE  # 0: the workers are there
+            if self.ended or not self.workerless:
                 return
             self.working = (
                 f"no worker yet ({clock(seconds)}): the cluster's workers have not connected; "
