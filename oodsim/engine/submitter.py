@@ -9,6 +9,7 @@ cluster starts on first need: a fully cached run never starts one.
 from __future__ import annotations
 
 import contextlib
+import sys
 import uuid
 from collections.abc import Iterator, Sequence
 from typing import Any
@@ -248,8 +249,9 @@ def _heartbeats(client: Any, listener: Listener) -> Iterator[None]:
 def worker_died(error: BaseException) -> str | None:
     """A seed's failure when ``error`` is distributed's ``KilledWorker`` (the work killed
     every worker that tried it), else None."""
-    # only a cluster's futures raise it: distributed is loaded
-    from distributed import KilledWorker
+    if "distributed" not in sys.modules:  # an in-process run's error: no cluster, no worker
+        return None
+    from distributed import KilledWorker  # loaded already (checked above): costs nothing
 
     if not isinstance(error, KilledWorker):
         return None
