@@ -256,7 +256,15 @@ def cluster_address() -> Iterator[str]:
     with (
         forking() as forked,
         LocalCluster(
-            n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None, **forked
+            n_workers=2,
+            threads_per_worker=1,
+            processes=True,
+            host="127.0.0.1",
+            dashboard_address=None,
+            # the scheduler's HTTP port: any free one on loopback (8787 was taken by the other
+            # test process's cluster: "UserWarning: Port 8787 is already in use")
+            scheduler_kwargs={"dashboard": False, "dashboard_address": "127.0.0.1:0"},
+            **forked,
         ) as cluster,
     ):
         yield cluster.scheduler_address
