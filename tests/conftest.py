@@ -17,6 +17,7 @@ import psutil
 import pytest
 
 from oodsim.cli import main as cli_main
+from oodsim.engine import signals
 from oodsim.specs import ExperimentSpec, load_spec
 from oodsim.store import PROJECT_DEFAULTS_ENV
 
@@ -243,6 +244,17 @@ def dask_cli_cluster(folder: Path, *worker_args: str) -> Iterator[tuple[str, sub
             if process.poll() is None:
                 process.kill()
             process.wait()
+
+
+@pytest.fixture
+def python_handlers() -> Iterator[None]:
+    """Python's own Ctrl-C handler, as in a terminal, for a test that sends this process real
+    signals; the handlers of SIGINT and SIGTERM are put back after it."""
+    before = {s: signal.getsignal(s) for s in signals.STOPPING}
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield
+    for signum, handler in before.items():
+        signal.signal(signum, handler)
 
 
 @pytest.fixture(scope="session")

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import io
 import signal
-from collections.abc import Iterator
 from pathlib import Path
 
 import attrs
@@ -22,13 +21,8 @@ from tests.conftest import digits_toml, small_digits
 BEFORE = "oodsim: interrupted before any of its simulations started; nothing was computed"
 
 
-@pytest.fixture(autouse=True)
-def python_handlers() -> Iterator[None]:
-    """Python's own SIGINT handler, as in a terminal, put back after each test."""
-    before = signal.getsignal(signal.SIGINT)
-    signal.signal(signal.SIGINT, signal.default_int_handler)
-    yield
-    signal.signal(signal.SIGINT, before)
+#: Python's own Ctrl-C handler for every test here (conftest's ``python_handlers``)
+pytestmark = pytest.mark.usefixtures("python_handlers")
 
 
 DATASET = "test_ctrl_c_while_loading"

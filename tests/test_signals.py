@@ -6,21 +6,13 @@ from __future__ import annotations
 import signal
 import subprocess
 import sys
-from collections.abc import Iterator
 
 import pytest
 
 from oodsim.engine import signals
 
-
-@pytest.fixture(autouse=True)
-def python_handlers() -> Iterator[None]:
-    """Python's own handlers, as in a terminal, put back after each test."""
-    before = {s: signal.getsignal(s) for s in signals.STOPPING}
-    signal.signal(signal.SIGINT, signal.default_int_handler)
-    yield
-    for signum, handler in before.items():
-        signal.signal(signum, handler)
+#: Python's own Ctrl-C handler for every test here (conftest's ``python_handlers``)
+pytestmark = pytest.mark.usefixtures("python_handlers")
 
 
 def test_a_ctrl_c_in_a_held_block_is_raised_when_the_block_ends() -> None:
