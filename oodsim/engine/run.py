@@ -118,10 +118,11 @@ def run(
         check_main_guard()
     stream = (sys.stderr if progress is True else progress) or None
     tracker = Progress(len(seeds), stream, unit=job.unit)
+    root = cache if cache is not None else default_root()  # looks for the project once
     with tracker.telling(f"interrupted before any of its {job.unit} started; nothing was computed"):
         if out is not None:
-            check_out(out, spec, overwrite, cache if cache is not None else default_root())
-        store = Store(cache if cache is not None else default_root())
+            check_out(out, spec, overwrite, root)
+        store = Store(root)
         job.preflight(store)  # it only reads: a seed's checks as a worker would run them
         layout = job.layout()
     sequential = spec.stopping.rule != "fixed"
@@ -199,7 +200,7 @@ def run(
     ):
         result = build(spec, job.name, layout, results, events, extra)
         if out is not None:
-            _check_out_again(out, spec, overwrite, cache if cache is not None else default_root())
+            _check_out_again(out, spec, overwrite, root)
             save_results(result, out)
     return result
 
