@@ -12,9 +12,7 @@ run loses nothing that finished: the same call resumes from the store.
 
 from __future__ import annotations
 
-import contextlib
 import json
-import math
 import sys
 import time
 from collections.abc import Mapping, Sequence
@@ -24,12 +22,11 @@ from typing import Any, TextIO
 import xarray as xr
 
 from oodsim.engine import signals, window
-from oodsim.engine.cluster import LOCAL_WORKER_TIMEOUT, as_landed, check_jobs
-from oodsim.engine.guard import check_main_guard
+from oodsim.engine.placement import place
 from oodsim.engine.progress import Progress, interrupted_message
 from oodsim.engine.stopping import check_stopping
 from oodsim.engine.submitter import Submitter
-from oodsim.errors import OodsimError, SpecError
+from oodsim.errors import OodsimError
 from oodsim.protocols import bind
 from oodsim.results import (
     ForeignOutput,
@@ -39,7 +36,7 @@ from oodsim.results import (
     failure_kind,
     save_results,
 )
-from oodsim.specs.cluster import ClusterSpec, resolve_cluster, runs_in_process
+from oodsim.specs.cluster import ClusterSpec
 from oodsim.store import Store, default_root
 from oodsim.store.plugin_sources import check_sources
 
@@ -91,31 +88,15 @@ def run(
     """
     job = bind(spec)
     spec = job.spec
-    if n_workers is not None and (isinstance(n_workers, bool) or n_workers < 1):
-        raise SpecError("workers", n_workers, "a number of worker processes >= 1")
-    if worker_timeout is not None and not (
-        isinstance(worker_timeout, int | float)
-        and not isinstance(worker_timeout, bool)
-        and math.isfinite(worker_timeout)
-        and worker_timeout > 0
-    ):
-        raise SpecError("worker_timeout", worker_timeout, "a finite number of seconds > 0")
     seeds = spec.seeds.all()[: spec.max_seeds]
-    table = getattr(spec, "cluster", None)
-    in_process = runs_in_process(table, cluster, address, n_workers, len(seeds))
-    if in_process and n_workers not in (None, 1):
-        raise SpecError("workers", n_workers, "no worker count with an in-process run")
-    jobs, address = resolve_cluster(table, cluster, address)
-    if jobs is not None:
-        if n_workers is not None:
-            raise SpecError(
-                "workers",
-                n_workers,
-                f"no worker count with a {jobs.kind} cluster: [cluster] n_jobs x processes",
-            )
-        check_jobs(jobs)  # dask-jobqueue and the submit command, before any compute
-    elif address is None and not in_process:  # a local cluster's workers re-import the script
-        check_main_guard()
+    where = place(
+        getattr(spec, "cluster", None),
+        len(seeds),
+        cluster=cluster,
+        address=address,
+        n_workers=n_workers,
+        worker_timeout=worker_timeout,
+    )
     stream = (sys.stderr if progress is True else progress) or None
     tracker = Progress(len(seeds), stream, unit=job.unit)
     root = cache if cache is not None else default_root()  # looks for the project once
@@ -126,51 +107,29 @@ def run(
         job.preflight(store)  # it only reads: a seed's checks as a worker would run them
         layout = job.layout()
     sequential = spec.stopping.rule != "fixed"
-    if worker_timeout is None and address is None and (jobs is None or jobs.kind == "local-jobs"):
-        # local processes (a local cluster, or local jobs: no batch queue to wait in) start
-        # within seconds; a batch system's jobs may queue for hours, so they get no default
-        worker_timeout = LOCAL_WORKER_TIMEOUT
     results: list[SeedResult] = []
     decision = None
     started = time.perf_counter()
-    with signals.holding() as stopping, contextlib.ExitStack() as stack, tracker.watching():
-        submitter = Submitter(
-            job,
-            store,
-            stack,
-            address,
-            n_workers,
-            worker_timeout,
-            jobs,
-            in_process,
-            listener=tracker.heard if stream is not None else None,
-        )
+    submitter = Submitter(job, store, where, tracker.heard if stream is not None else None)
+    with signals.holding() as stopping, submitter, tracker.watching():
         tracker.slots = submitter.slots
         check_sources(store.root, submitter.shipped.sources())
-        futures: dict[int, Any] = {}  # seed in flight → its scoring future (None: cached)
         upcoming = window.batches(
             seeds,
             (lambda: spec.stopping.batch_size)
             if sequential
             else (lambda: window.fixed_batch_size(submitter.slots())),
         )
-        flight: list[Sequence[int]] = []  # the batch being collected and the next one
-        reached = 0  # seeds handed out so far: those of the batches before and in flight
-
-        def hand_out(batch: Sequence[int] | None) -> Sequence[int] | None:
-            nonlocal reached
-            if batch is not None:
-                reached += len(batch)
-                flight.append(batch)
-                futures.update(submitter.submit(batch))  # a future or None for every seed
-            return batch
-
         try:
-            batch = hand_out(next(upcoming, None))
+            batch = next(upcoming, None)
+            if batch is not None:
+                submitter.submit(batch)
             while batch is not None:
-                following = hand_out(next(upcoming, None))  # runs while this batch lands
-                results += _collect(spec, submitter, batch, futures, tracker, worker_timeout)
-                submitter.release(flight.pop(0))
+                following = next(upcoming, None)
+                if following is not None:
+                    submitter.submit(following)  # runs while this batch lands
+                results += _collect(spec, submitter, batch, tracker)
+                submitter.release()
                 if sequential:
                     decision = check_stopping(spec, layout, results, final=following is None)
                     if decision.stop:
@@ -178,16 +137,13 @@ def run(
                 batch = following
         except KeyboardInterrupt as error:
             stopping.hold()  # another Ctrl-C waits until the cluster has closed
-            # what landed, and the seeds in flight (planned again: two batches at most)
-            landed = {r.seed for r in results if not r.failed}
-            unsure = {*(s for b in flight for s in b), *(r.seed for r in results)} - landed
-            stored = len(landed) + sum(map(submitter.complete, unsure))
+            stored = submitter.stored(results)
+            reached = submitter.reached
             tracker.interrupted(error, interrupted_message(stored, reached, len(seeds), job.unit))
             raise
         events = submitter.task_events()
         if decision is not None and decision.stop and len(results) < len(seeds):
-            submitter.cancel([f for f in futures.values() if f is not None])
-            submitter.cancel([f for f in submitter.tasks.values() if f.status != "finished"])
+            submitter.cancel()
             tracker.stopped(f"stopped after {len(results)} {job.unit}: {decision.reason}")
     extra: dict[str, Any] = {"wall_seconds": round(time.perf_counter() - started, 3)}
     if decision is not None:
@@ -238,32 +194,14 @@ def _check_out_again(out: str | Path, spec: Any, overwrite: bool, cache: str | P
 
 
 def _collect(
-    spec: Any,
-    submitter: Submitter,
-    batch: Sequence[int],
-    futures: dict[int, Any],
-    tracker: Progress,
-    worker_timeout: float | None,
+    spec: Any, submitter: Submitter, batch: Sequence[int], tracker: Progress
 ) -> list[SeedResult]:
-    """Results of one batch: cached seeds scored here, the others gathered as they land."""
+    """The results of one batch, in seed order, each checked and counted as it comes."""
     results = []
-    for seed in batch:
-        if futures.get(seed) is None:
-            tracker.heard({"task": f"seed {seed}", "stage": "scoring here, from the cache"})
-            results.append(_check(spec, submitter.score_here(seed)))
-            tracker.update(results[-1].failed, cached=True)
-    running = {seed: futures.pop(seed) for seed in batch if futures.get(seed) is not None}
-    seed_of = {id(future): seed for seed, future in running.items()}
-    shown = tracker.stream is not None
-    landed = as_landed(
-        list(running.values()), worker_timeout, no_worker=tracker.no_worker if shown else None
-    )
-    for future in landed:
-        result = submitter.landed(future, seed_of[id(future)])
-        results.append(_check(spec, submitter.heal(result)))
-        tracker.update(results[-1].failed, cached=False)
-    for seed in batch:
-        futures.pop(seed, None)
+    no_worker = tracker.no_worker if tracker.stream is not None else None
+    for result, cached in submitter.collect(batch, no_worker):
+        results.append(_check(spec, result))
+        tracker.update(result.failed, cached=cached)
     order = {seed: i for i, seed in enumerate(batch)}
     return sorted(results, key=lambda r: order[r.seed])
 

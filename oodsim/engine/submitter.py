@@ -1,9 +1,11 @@
 """The run's side of the cluster: which tasks of a batch to submit, one scoring call per seed,
-healing a seed whose entries were lost, and forgetting what a landed batch no longer needs.
+collecting the seeds' results, healing a seed whose entries were lost, and forgetting what a
+collected batch no longer needs.
 
-:class:`Submitter` holds the run's futures, planned once per seed in flight (two batches at
-most, see :mod:`oodsim.engine.window`); a task shared by several seeds is submitted once. The
-cluster starts on first need: a fully cached run never starts one.
+:class:`Submitter` holds every future of the run, planned once per seed in flight (two batches
+at most, see :mod:`oodsim.engine.window`); a task shared by several seeds is submitted once.
+The cluster starts on first need (a fully cached run never starts one) and closes with the
+submitter.
 """
 
 from __future__ import annotations
@@ -11,16 +13,17 @@ from __future__ import annotations
 import contextlib
 import sys
 import uuid
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from types import TracebackType
 from typing import Any
 
 from oodsim.engine.cluster import as_landed, cluster_client
 from oodsim.engine.inprocess import InProcess
+from oodsim.engine.placement import Placement
 from oodsim.engine.work import SCORE_KEY_PREFIX, TASK_KEY_PREFIX, Shipped, run_task, score_seed
 from oodsim.heartbeat import TOPIC, Listener
 from oodsim.protocols.base import Protocol, Task
 from oodsim.results import SeedResult, failure_kind
-from oodsim.specs.cluster import ClusterSpec
 from oodsim.store import Store
 
 #: task keys remembered as complete in the store before the set is emptied (memory bound)
@@ -28,32 +31,27 @@ _MAX_CACHED = 100_000
 
 
 class Submitter:
-    """Submits the missing tasks of a batch and one scoring call per seed (cluster on demand)."""
+    """Submits the missing tasks of a batch and one scoring call per seed (cluster on demand),
+    and collects the seeds' results; a context manager that closes the cluster it started."""
 
     def __init__(
         self,
         job: Protocol,
         store: Store,
-        stack: contextlib.ExitStack,
-        address: str | None,
-        n_workers: int | None,
-        worker_timeout: float | None = None,
-        jobs: ClusterSpec | None = None,
-        in_process: bool = False,
+        where: Placement,
         listener: Listener | None = None,
     ) -> None:
         self.job = job
         self.store = store
-        self.stack = stack
-        self.address = address
-        self.n_workers = n_workers
-        self.worker_timeout = worker_timeout
-        self.jobs = jobs
-        self.in_process = in_process
+        self.where = where
         self.listener = listener
         self.root = str(store.root.resolve())
         self.shipped = Shipped.of(job.spec)
+        self.stack = contextlib.ExitStack()  # the client, and its heartbeats
         self.client: Any = None
+        self.scoring: dict[int, Any] = {}  # seed in flight → its scoring future (None: cached)
+        self.flight: list[Sequence[int]] = []  # the batches submitted and not yet released
+        self.reached = 0  # seeds submitted so far: those of the batches before and in flight
         self.tasks: dict[str, Any] = {}  # task key → future, of the batches in flight
         self.seed_tasks: dict[int, list[str]] = {}  # seed in flight → its submitted tasks
         self.planned: dict[int, dict[str, Task]] = {}  # seed in flight → its tasks, by key
@@ -65,13 +63,27 @@ class Submitter:
         # scoring reads data roots, which specs do not key: one run's keys are its own
         self.run_id = uuid.uuid4().hex[:16]
 
+    def __enter__(self) -> Submitter:
+        return self
+
+    def __exit__(
+        self,
+        kind: type[BaseException] | None,
+        error: BaseException | None,
+        trace: TracebackType | None,
+    ) -> bool:
+        # the error travels into the client's exit, which closes quietly after one
+        return self.stack.__exit__(kind, error, trace)
+
     def _client(self) -> Any:
         """A Dask client (the cluster starts on first need), or the in-process executor."""
         if self.client is None:
             self.client = self.stack.enter_context(
                 InProcess()
-                if self.in_process
-                else cluster_client(self.address, self.n_workers, self.jobs, self.shipped)
+                if self.where.in_process
+                else cluster_client(
+                    self.where.address, self.where.n_workers, self.where.jobs, self.shipped
+                )
             )
             if self.listener is not None:  # the work's heartbeats, for the status line
                 self.stack.enter_context(_heartbeats(self.client, self.listener))
@@ -80,7 +92,7 @@ class Submitter:
     def slots(self) -> int:
         """How many tasks run at once: the cluster's threads (1 in process or before the
         cluster started)."""
-        if self.client is None or self.in_process:
+        if self.client is None or self.where.in_process:
             return 1
         try:
             return max(1, sum(self.client.nthreads().values()))
@@ -128,10 +140,17 @@ class Submitter:
             )
         return self.tasks[task.key]
 
-    def submit(self, batch: Sequence[int]) -> dict[int, Any]:
+    def submit(self, batch: Sequence[int]) -> None:
+        """Plan ``batch`` and submit its seeds' missing tasks, with a scoring call for each
+        seed that has any; the others will be scored here, from the cache (:meth:`collect`)."""
+        self.flight.append(batch)
+        self.reached += len(batch)
+        self.scoring.update(self._submit(batch))
+
+    def _submit(self, seeds: Sequence[int]) -> dict[int, Any]:
         """A scoring future per seed with missing tasks; None for seeds scored from the cache."""
         futures: dict[int, Any] = {}
-        for seed in batch:
+        for seed in seeds:
             planned = self._plan(seed)
             missing = [t for t in planned.values() if not self._done(t)]
             if not missing:
@@ -151,12 +170,40 @@ class Submitter:
             )
         return futures
 
+    def collect(
+        self, batch: Sequence[int], no_worker: Callable[[float], None] | None = None
+    ) -> Iterator[tuple[SeedResult, bool]]:
+        """The results of a submitted ``batch`` as they come, each with whether it was scored
+        here, from the cache: those seeds first, then the others as their scoring lands
+        (``no_worker``: see :func:`~oodsim.engine.cluster.as_landed`). A seed that lost an
+        entry meanwhile is healed (:meth:`heal`)."""
+        for seed in batch:
+            if self.scoring.get(seed) is None:
+                if self.listener is not None:
+                    self.listener({"task": f"seed {seed}", "stage": "scoring here, from the cache"})
+                yield self.heal(self.score_here(seed)), True
+        running = [seed for seed in batch if self.scoring.get(seed) is not None]
+        seed_of = {id(self.scoring[seed]): seed for seed in running}
+        futures = [self.scoring[seed] for seed in running]
+        for future in as_landed(futures, self.where.worker_timeout, no_worker=no_worker):
+            yield self.heal(self.landed(future, seed_of[id(future)])), False
+
+    def stored(self, results: Sequence[SeedResult]) -> int:
+        """How many of the seeds reached have every entry in the store, given the ``results``
+        collected: those that landed, and those in flight or failed whose tasks are all done
+        (planned again: two batches at most), without planning the seeds never reached."""
+        landed = {r.seed for r in results if not r.failed}
+        unsure = {*(s for b in self.flight for s in b), *(r.seed for r in results)} - landed
+        return len(landed) + sum(map(self.complete, unsure))
+
     def complete(self, seed: int) -> bool:
         """Whether every task of ``seed`` is done in the store (its scoring needs no compute)."""
         return all(task.done(self.store) for task in self._plan(seed).values())
 
-    def score_here(self, seed: int) -> SeedResult:
-        return self.heal(score_seed(self.job, seed, self.root, torch_threads=None))
+    def score_here(self, seed: int, *upstream: Any) -> SeedResult:
+        """Score ``seed`` in this process, from the cache (``upstream``: as for
+        :func:`~oodsim.engine.work.score_seed`)."""
+        return score_seed(self.job, seed, self.root, *upstream, torch_threads=None)
 
     def heal(self, result: SeedResult) -> SeedResult:
         """A seed that failed because an entry it read had vanished or was corrupt (moved
@@ -176,10 +223,10 @@ class Submitter:
             if key in self.tasks:  # its entries are gone: run it again, under a new Dask key
                 self.replaced.append(self.tasks.pop(key))
                 self.redone.add(key)
-        future = self.submit([seed])[seed]
+        future = self._submit([seed])[seed]
         if future is None:  # complete again (another process computed it meanwhile)
             return self.score_here(seed)
-        return self.landed(next(iter(as_landed([future], self.worker_timeout))), seed)
+        return self.landed(next(iter(as_landed([future], self.where.worker_timeout))), seed)
 
     def landed(self, future: Any, seed: int) -> SeedResult:
         """The result of ``seed``'s scoring ``future``. Work that killed its worker on every
@@ -193,7 +240,7 @@ class Submitter:
             if died is None:
                 raise
             # scored as a seed whose task failed: its coordinates, with that failure
-            return score_seed(self.job, seed, self.root, (died, ()), torch_threads=None)
+            return self.score_here(seed, (died, ()))
 
     def _failed(self, task_key: str) -> bool:
         """Whether a task of this run failed for a reason of its own: it finished with such a
@@ -208,12 +255,13 @@ class Submitter:
         kind = failure_kind(future.result()[0])
         return kind is not None and not kind.heals
 
-    def release(self, batch: Sequence[int]) -> None:
-        """Forget the finished tasks of a collected batch (keeping their store events), so
-        that the futures held here and the scheduler's state do not grow with the run. A task
-        another seed still needs stays with that seed's scoring in the scheduler; once
-        finished, it is found in the store."""
-        for seed in batch:
+    def release(self) -> None:
+        """Forget the oldest batch in flight, once collected, and its finished tasks (keeping
+        their store events), so that the futures held here and the scheduler's state do not
+        grow with the run. A task another seed still needs stays with that seed's scoring in
+        the scheduler; once finished, it is found in the store."""
+        for seed in self.flight.pop(0):
+            self.scoring.pop(seed, None)
             self.planned.pop(seed, None)
             for key in self.seed_tasks.pop(seed, ()):
                 future = self.tasks.get(key)
@@ -229,9 +277,12 @@ class Submitter:
                 events += future.result()[1]
         return events
 
-    def cancel(self, futures: Sequence[Any]) -> None:
-        if self.client is not None and futures:
-            self.client.cancel(list(futures))
+    def cancel(self) -> None:
+        """Cancel the work in flight (a stopping rule has decided)."""
+        pending = [f for f in self.scoring.values() if f is not None]
+        pending += [f for f in self.tasks.values() if f.status != "finished"]
+        if self.client is not None and pending:
+            self.client.cancel(pending)
 
 
 @contextlib.contextmanager
