@@ -32,7 +32,7 @@ from oodsim.errors import DataNotFoundError, SpecError
 from oodsim.metrics import accuracy, auroc
 from oodsim.outputs import Outputs
 from oodsim.specs import DatasetSpec, ExperimentSpec
-from oodsim.store import Store
+from oodsim.store import CorruptEntryWarning, Store, StoreError
 from tests.conftest import ROOT, digits_toml, small_digits
 
 BASE = (ROOT / "specs" / "digits.toml").read_text()
@@ -818,6 +818,71 @@ def test_a_run_says_when_its_cache_is_a_folder_of_other_files(
     assert cli_main([*args, "--workers", "1"]) == 0
     assert "a folder of other files, used but not marked" in capsys.readouterr().out
     assert (home / "notes.txt").read_text() == "notes" and not (home / ".gitignore").exists()
+
+
+def _a_folder_of_other_files(home: Path, name: str) -> dict[str, bytes]:
+    """``home`` holding a user's notes and a file, a link or a FIFO named ``name``, where the
+    store keeps a kind folder or its locks; what each file held."""
+    home.mkdir()
+    (home / "notes.txt").write_text("notes")
+    if name == "outputs":  # a link to a folder of one's own (a disk elsewhere, say)
+        (home.parent / "elsewhere").mkdir()
+        (home / name).symlink_to(home.parent / "elsewhere")
+    else:  # TensorFlow writes a file named `checkpoint` beside its weights
+        (home / name).write_text('model_checkpoint_path: "model.ckpt-1"\n')
+    return {p.name: p.read_bytes() for p in home.iterdir() if p.is_file() and not p.is_symlink()}
+
+
+@pytest.mark.parametrize("name", ["checkpoint", "locks", "outputs"])
+def test_a_run_moves_nothing_of_a_folder_of_other_files(tmp_path: Path, name: str) -> None:
+    """A run given such a folder as its cache moved aside (and so deleted) a file of the
+    user's named like a kind folder or ``locks``, as if it were a damaged cache. Now it stops
+    before any compute and names the file; everything there stays as it was."""
+    home = tmp_path / "home"
+    held = _a_folder_of_other_files(home, name)
+    with pytest.raises(StoreError, match=rf"{name} \(.*\) is where the cache needs its folder "):
+        oodsim.run(small_digits(1), cache=home, progress=False)
+    assert sorted(p.name for p in home.iterdir()) == sorted({"notes.txt", name})
+    assert {p.name: p.read_bytes() for p in home.iterdir() if p.is_file()} == held
+    if name == "outputs":  # the link stays, and nothing was written where it points
+        assert (home / name).is_symlink() and not list((tmp_path / "elsewhere").iterdir())
+
+
+def test_the_command_line_says_so_in_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    home = tmp_path / "home"
+    held = _a_folder_of_other_files(home, "checkpoint")
+    spec = digits_toml(tmp_path / "spec.toml", 2)
+    line = one_error_line(capsys, ["run", str(spec), "--cache", str(home), "--workers", "1"])
+    assert "it may be yours" in line and f"--cache {home / 'oodsim-cache'}" in line, line
+    assert {p.name: p.read_bytes() for p in home.iterdir()} == held
+
+
+def test_the_store_moves_only_its_own_entries_in_a_folder_of_other_files(tmp_path: Path) -> None:
+    """In a root oodsim did not make, a key-prefix folder's name may be a file of the user's
+    too (seen by no plan before compute): a read stops there; an entry folder is the store's
+    own, and a damaged one is still moved aside. In oodsim's own cache, both are moved."""
+    key = "ab" * 32
+    home = tmp_path / "home"
+    (home / "checkpoint").mkdir(parents=True)
+    (home / "checkpoint" / "ab").write_text("mine")
+    with pytest.raises(StoreError, match=r"it may be yours"):
+        Store(home).has("checkpoint", key)
+    assert (home / "checkpoint" / "ab").read_text() == "mine"
+    (home / "checkpoint" / "ab").unlink()
+    (home / "checkpoint" / "ab").mkdir()
+    (home / "checkpoint" / "ab" / key).write_text("a damaged entry")
+    with pytest.warns(CorruptEntryWarning):
+        assert not Store(home).has("checkpoint", key)
+    assert not (home / "checkpoint" / "ab" / key).exists()
+    cache = tmp_path / "cache"
+    Store(cache).ensure_writable()  # a new folder: marked as oodsim's
+    (cache / "checkpoint").mkdir()
+    (cache / "checkpoint" / "ab").write_text("in the way")
+    with pytest.warns(CorruptEntryWarning):
+        assert not Store(cache).has("checkpoint", key)
+    assert not (cache / "checkpoint" / "ab").exists()
 
 
 @pytest.mark.parametrize("older_than", ["-1", "nan", "inf"])

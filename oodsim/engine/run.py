@@ -39,6 +39,7 @@ from oodsim.results import (
 from oodsim.specs.cluster import ClusterSpec
 from oodsim.store import Store, default_root
 from oodsim.store.plugin_sources import check_sources
+from oodsim.store.room import check_room
 
 
 class RunAborted(OodsimError):
@@ -105,6 +106,7 @@ def run(
             check_out(out, spec, overwrite, root)
         store = Store(root)
         job.preflight(store)  # it only reads: a seed's checks as a worker would run them
+        check_room(store.root, (kind for t in job.plan(seeds[0]) for kind, _ in t.entries))
         layout = job.layout()
     sequential = spec.stopping.rule != "fixed"
     results: list[SeedResult] = []

@@ -12,12 +12,18 @@ from oodsim.store.defaults import (
 )
 from oodsim.store.entries import (
     CorruptEntryWarning,
-    Entry,
     Store,
     StoreError,
     summarize_events,
 )
-from oodsim.store.layout import LOCKS, META, META_DIGEST, QUARANTINE_PREFIX, TMP_PREFIX
+from oodsim.store.layout import (
+    LOCKS,
+    META,
+    META_DIGEST,
+    QUARANTINE_PREFIX,
+    TMP_PREFIX,
+    Entry,
+)
 
 __all__ = [
     "LOCKS",

@@ -47,6 +47,7 @@ from oodsim.store.layout import (
     META_LIMIT,
     QUARANTINE_PREFIX,
     TMP_PREFIX,
+    Entry,
     mark_cache,
 )
 from oodsim.store.locks import (
@@ -60,6 +61,7 @@ from oodsim.store.locks import (
 )
 from oodsim.store.maintenance import Maintenance
 from oodsim.store.migrate import Migration
+from oodsim.store.room import refuse_to_move
 
 #: seconds between two notices of a run that waits for another's lock
 LOCK_NOTICE_SECONDS = 30.0
@@ -68,16 +70,6 @@ LOCK_NOTICE_SECONDS = 30.0
 class CorruptEntryWarning(UserWarning):
     """A store entry (or a folder on the way to it) was malformed; it was moved aside and will
     be recomputed."""
-
-
-@attrs.frozen
-class Entry:
-    """A loaded store entry."""
-
-    kind: str
-    key: str
-    arrays: dict[str, np.ndarray]
-    meta: dict[str, Any]
 
 
 @attrs.define
@@ -416,6 +408,7 @@ class Store(Maintenance, Migration):
         """Rename a malformed object to a ``.tmp-corrupt-*`` sibling, warn, and delete it (a
         leftover of a failed delete blocks nothing; ``gc`` removes it). One that is gone already
         was handled by another process; one that cannot be moved raises :class:`StoreError`."""
+        refuse_to_move(self.root, path, what)  # unless it may be the user's
         aside = path.parent / f"{QUARANTINE_PREFIX}{path.name}-{uuid.uuid4().hex[:8]}"
         try:
             os.rename(path, aside)

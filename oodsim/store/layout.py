@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
+from typing import Any
 
 import attrs
+import numpy as np
 
 META = "meta.json"
 META_DIGEST = "meta_sha256"
@@ -18,6 +20,16 @@ GITIGNORE = "*\n!.gitignore\n"
 META_LIMIT = 256 << 20
 KIND_PATTERN = re.compile(r"[a-z][a-z0-9_]*\Z")
 PREFIX_PATTERN = re.compile(r"[0-9a-f]{2}\Z")
+
+
+@attrs.frozen
+class Entry:
+    """A loaded store entry."""
+
+    kind: str
+    key: str
+    arrays: dict[str, np.ndarray]
+    meta: dict[str, Any]
 
 
 @attrs.frozen
