@@ -14,7 +14,6 @@ import contextlib
 import sys
 import uuid
 from collections.abc import Callable, Iterator, Sequence
-from types import TracebackType
 from typing import Any
 
 from oodsim.engine.cluster import as_landed, cluster_client
@@ -30,9 +29,11 @@ from oodsim.store import Store
 _MAX_CACHED = 100_000
 
 
-class Submitter:
+class Submitter(contextlib.ExitStack):
     """Submits the missing tasks of a batch and one scoring call per seed (cluster on demand),
-    and collects the seeds' results; a context manager that closes the cluster it started."""
+    and collects the seeds' results; a context manager (an ``ExitStack`` of the client and its
+    heartbeats) that closes the cluster it started, told of the error that ends the run, if
+    any, so that it closes without a log line."""
 
     def __init__(
         self,
@@ -41,13 +42,13 @@ class Submitter:
         where: Placement,
         listener: Listener | None = None,
     ) -> None:
+        super().__init__()
         self.job = job
         self.store = store
         self.where = where
         self.listener = listener
         self.root = str(store.root.resolve())
         self.shipped = Shipped.of(job.spec)
-        self.stack = contextlib.ExitStack()  # the client, and its heartbeats
         self.client: Any = None
         self.scoring: dict[int, Any] = {}  # seed in flight → its scoring future (None: cached)
         self.flight: list[Sequence[int]] = []  # the batches submitted and not yet released
@@ -63,22 +64,10 @@ class Submitter:
         # scoring reads data roots, which specs do not key: one run's keys are its own
         self.run_id = uuid.uuid4().hex[:16]
 
-    def __enter__(self) -> Submitter:
-        return self
-
-    def __exit__(
-        self,
-        kind: type[BaseException] | None,
-        error: BaseException | None,
-        trace: TracebackType | None,
-    ) -> bool:
-        # the error travels into the client's exit, which closes quietly after one
-        return self.stack.__exit__(kind, error, trace)
-
     def _client(self) -> Any:
         """A Dask client (the cluster starts on first need), or the in-process executor."""
         if self.client is None:
-            self.client = self.stack.enter_context(
+            self.client = self.enter_context(
                 InProcess()
                 if self.where.in_process
                 else cluster_client(
@@ -86,7 +75,7 @@ class Submitter:
                 )
             )
             if self.listener is not None:  # the work's heartbeats, for the status line
-                self.stack.enter_context(_heartbeats(self.client, self.listener))
+                self.enter_context(_heartbeats(self.client, self.listener))
         return self.client
 
     def slots(self) -> int:
