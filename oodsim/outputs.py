@@ -1,4 +1,12 @@
-"""The arrays a trained classifier produces for a set of samples."""
+"""The arrays a trained classifier produces for a set of samples.
+
+Their arrays are read-only views: every detector of a seed reads the same cached outputs, and
+one that changed them in place (``z -= z.max(1, keepdims=True)``, a common numpy habit)
+silently changed the scores of every detector after it (energy's AUROC fell from 0.91 to
+0.15). Now such a detector fails with numpy's ``ValueError: ... read-only``, which
+:func:`oodsim.detectors.confidence` explains. The arrays passed in stay writable for their
+owner.
+"""
 
 from __future__ import annotations
 
@@ -6,8 +14,18 @@ import attrs
 import numpy as np
 
 
+def read_only(value: object) -> np.ndarray:
+    """``value`` as an array that cannot be written through (a view: the owner's array, if
+    any, is not changed)."""
+    array = np.asarray(value)
+    if array.flags.writeable:
+        array = array.view()
+        array.flags.writeable = False
+    return array
+
+
 def _optional_array(value: object) -> np.ndarray | None:
-    return None if value is None else np.asarray(value)
+    return None if value is None else read_only(value)
 
 
 @attrs.frozen(kw_only=True)
@@ -17,7 +35,7 @@ class Outputs:
     Labels are known-class indices for in-distribution samples and -1 for OOD samples.
     """
 
-    logits: np.ndarray = attrs.field(converter=np.asarray)
+    logits: np.ndarray = attrs.field(converter=read_only)
     features: np.ndarray | None = attrs.field(default=None, converter=_optional_array)
     labels: np.ndarray | None = attrs.field(default=None, converter=_optional_array)
 

@@ -100,7 +100,7 @@ def s() -> Iterator[Setup]:
 
 
 def t(array: np.ndarray) -> torch.Tensor:
-    return torch.from_numpy(np.ascontiguousarray(array))
+    return torch.tensor(array)  # a copy: Outputs are read-only
 
 
 def scores(detector_scores: torch.Tensor) -> np.ndarray:

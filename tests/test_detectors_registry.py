@@ -4,13 +4,17 @@ from __future__ import annotations
 
 import sys
 import textwrap
+from pathlib import Path
 
+import attrs
 import numpy as np
 import pytest
 
+import oodsim
 from oodsim.detectors import (
     Detector,
     DetectorInputError,
+    DetectorWroteInputs,
     UnknownParameterError,
     at_least,
     available,
@@ -22,7 +26,9 @@ from oodsim.detectors import (
 from oodsim.detectors import _registry as registry
 from oodsim.errors import SpecError, UnknownNameError
 from oodsim.outputs import Outputs
+from oodsim.results import store_counts
 from oodsim.specs import DetectorSpec
+from tests.conftest import small_digits
 
 BUILTINS = {
     "msp",
@@ -227,6 +233,42 @@ def test_results_are_checked() -> None:
         confidence("test_nan", outputs())
     with pytest.raises(ValueError, match=r"detector 'test_shape' returned shape \(40, 4\)"):
         confidence("test_shape", outputs())
+
+
+def _normalized_in_place(out: Outputs, *, fit: Outputs | None = None) -> np.ndarray:
+    """A detector that shifts its logits in place first (a common numpy habit)."""
+    z = out.logits
+    z -= z.max(axis=1, keepdims=True)
+    return -np.log(np.exp(z).sum(axis=1))
+
+
+def test_a_detector_cannot_change_the_outputs_others_read() -> None:
+    """Every detector of a seed reads the same cached outputs. One that changed them in place
+    silently changed the scores of those after it (a probe: energy's AUROC 0.91 -> 0.15, msp's
+    0.862 -> 0.850). The arrays are read-only now, and the error names the detector."""
+    register("test_in_place", needs={"logits"}, replace=True)(_normalized_in_place)
+    owned = outputs().logits.copy()
+    shared = Outputs(logits=owned)
+    expected = confidence("energy", shared)
+    with pytest.raises(DetectorWroteInputs, match=r"detector 'test_in_place' changed its inputs"):
+        confidence("test_in_place", shared)
+    np.testing.assert_array_equal(confidence("energy", shared), expected)
+    assert owned.flags.writeable  # the caller's own array stays writable (a read-only view)
+    owned[0, 0] += 1.0
+    assert shared.logits[0, 0] == owned[0, 0]
+
+
+def test_a_run_stops_at_a_detector_that_changes_the_outputs(tmp_path: Path) -> None:
+    """The same in a run: it ends with that error instead of results whose later detectors
+    scored altered logits; what it computed stays cached."""
+    register("test_in_place", needs={"logits"}, replace=True)(_normalized_in_place)
+    spec = small_digits(1, detectors=("test_in_place", "msp", "energy"))
+    with pytest.raises(DetectorWroteInputs, match="work on a copy"):
+        oodsim.run(spec, cache=tmp_path, progress=False)
+    again = oodsim.run(
+        attrs.evolve(spec, detectors=("msp", "energy")), cache=tmp_path, progress=False
+    )
+    assert store_counts(again)["computed"] == {}
 
 
 def test_a_required_fit_is_checked_for_user_detectors() -> None:

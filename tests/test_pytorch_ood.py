@@ -52,7 +52,7 @@ HEAD = {"head_weight": W, "head_bias": B}
 
 
 def f32(array: np.ndarray) -> torch.Tensor:
-    return torch.from_numpy(np.asarray(array, dtype=np.float32))
+    return torch.tensor(array, dtype=torch.float32)  # a copy: Outputs are read-only
 
 
 def labels(outputs: Outputs) -> torch.Tensor:

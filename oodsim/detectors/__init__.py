@@ -23,7 +23,7 @@ from oodsim.detectors import (  # noqa: F401  (imported to register the built-in
     temperature,
     vim,
 )
-from oodsim.detectors._api import NonFiniteKappaError, confidence
+from oodsim.detectors._api import DetectorWroteInputs, NonFiniteKappaError, confidence
 from oodsim.detectors._checks import (
     DetectorInputError,
     Limit,
@@ -48,6 +48,7 @@ __all__ = [
     "EXECUTION_PARAMS",
     "Detector",
     "DetectorInputError",
+    "DetectorWroteInputs",
     "Limit",
     "NonFiniteKappaError",
     "UnknownParameterError",

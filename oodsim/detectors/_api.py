@@ -48,6 +48,10 @@ def _check_inputs(
     return len(outputs) if outputs is not None else len(inputs)
 
 
+class DetectorWroteInputs(DetectorInputError):
+    """A detector tried to change the :class:`~oodsim.outputs.Outputs` it scores (read-only)."""
+
+
 class NonFiniteKappaError(DetectorInputError):
     """A detector produced NaN or ±inf: no ranking is defined, so the caller must not score it."""
 
@@ -75,7 +79,16 @@ def confidence(
     call: dict[str, Any] = {"fit": fit, **params} if det.takes_fit else dict(params)
     if "model" in det.needs:
         call.update(model=model, inputs=inputs)
-    kappa = np.asarray(det.func(outputs, **call), dtype=np.float64)
+    try:
+        kappa = np.asarray(det.func(outputs, **call), dtype=np.float64)
+    except ValueError as error:  # numpy's words for a write into a read-only array
+        if "read-only" not in str(error) or isinstance(error, DetectorInputError):
+            raise
+        raise DetectorWroteInputs(
+            f"detector {name!r} changed its inputs in place ({error}): every detector of a "
+            "seed reads the same cached outputs, which are read-only so that one cannot change "
+            "the scores of the others; work on a copy (z = outputs.logits.copy())"
+        ) from error
     if kappa.shape != (n,):
         raise ValueError(f"detector {name!r} returned shape {kappa.shape}, expected ({n},)")
     bad = ~np.isfinite(kappa)

@@ -273,10 +273,19 @@ def _method(detector: object, names: tuple[str, ...]) -> Callable:
 
 
 def _float32(array: np.ndarray) -> torch.Tensor:
+    """A float32 tensor of its own (cached outputs are read-only, which torch cannot share)."""
     # torch loads only for the detectors that use it
     import torch
 
-    return torch.from_numpy(np.ascontiguousarray(array, dtype=np.float32))
+    return torch.tensor(array, dtype=torch.float32)
+
+
+def _labels(array: np.ndarray) -> torch.Tensor:
+    """The labels as a tensor of their own (see :func:`_float32`)."""
+    # torch loads only for the detectors that use it
+    import torch
+
+    return torch.tensor(array)
 
 
 def _linear_head(
@@ -348,9 +357,7 @@ def _on_outputs(
             if fits:
                 fit_x = train.logits if data == "logits" else train.features
                 with torch.enable_grad():
-                    _method(detector, FIT_METHODS[data])(
-                        _float32(fit_x), torch.from_numpy(train.labels)
-                    )
+                    _method(detector, FIT_METHODS[data])(_float32(fit_x), _labels(train.labels))
             with torch.no_grad():
                 score = _method(detector, PREDICT_METHODS[data])(_float32(scored))
     except (ValueError, AssertionError, RuntimeError, IndexError) as error:
@@ -390,7 +397,7 @@ def _on_model(
             if use.fits:
                 train = fit_arrays(name, fit, use.fit_on, features=True, labels=True)
                 detector.fit_features(
-                    _float32(train.features).to(device), torch.from_numpy(train.labels).to(device)
+                    _float32(train.features).to(device), _labels(train.labels).to(device)
                 )
             for block, rows in enumerate(row_batches(len(inputs), batch_size)):
                 x = inputs[rows].to(device).clone()
