@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import re
 import sys
 import textwrap
 from pathlib import Path
+from typing import Any
 
 import attrs
 import numpy as np
@@ -13,6 +15,7 @@ import pytest
 import oodsim
 from oodsim.detectors import (
     Detector,
+    DetectorChangedModel,
     DetectorInputError,
     DetectorWroteInputs,
     UnknownParameterError,
@@ -269,6 +272,82 @@ def test_a_run_stops_at_a_detector_that_changes_the_outputs(tmp_path: Path) -> N
         attrs.evolve(spec, detectors=("msp", "energy")), cache=tmp_path, progress=False
     )
     assert store_counts(again)["computed"] == {}
+
+
+def _small_model() -> Any:
+    """An untrained small_cnn of the project's own (BatchNorm and dropout) on 8x8 inputs."""
+    from oodsim.models.architectures import build_model
+
+    model = build_model(
+        "small_cnn", in_channels=1, n_classes=4, image_size=8, dropout=0.2, width=8, init_seed=0
+    )
+    return model.eval()
+
+
+def _naive_mc(out: Outputs | None, *, fit=None, model, inputs) -> np.ndarray:
+    """MC dropout as many write it: ``model.train()`` to switch dropout on, and no way back."""
+    import torch
+
+    model.train()
+    with torch.no_grad():
+        probs = torch.stack([model(inputs).softmax(1) for _ in range(3)]).mean(0)
+    return torch.log(probs.max(1).values).double().numpy()
+
+
+def _hooked(out: Outputs | None, *, fit=None, model, inputs) -> np.ndarray:
+    """Registers a hook (a clipping, say) and leaves it there."""
+    import torch
+
+    model.register_forward_hook(lambda module, args, result: result.clamp(max=1.0))
+    with torch.no_grad():
+        return model(inputs).max(1).values.double().numpy()
+
+
+def _scaled_weights(out: Outputs | None, *, fit=None, model, inputs) -> np.ndarray:
+    """Edits a weight in place, then scores."""
+    import torch
+
+    with torch.no_grad():
+        next(model.parameters()).mul_(2.0)
+        return model(inputs).max(1).values.double().numpy()
+
+
+@pytest.mark.parametrize(
+    ("detector", "changed"),
+    [
+        (_naive_mc, "the mode (train/eval) of its modules; its weights or buffers, in place"),
+        (_hooked, "its hooks"),
+        (_scaled_weights, "its weights or buffers, in place"),
+    ],
+)
+def test_a_model_based_detector_must_leave_the_model_as_it_found_it(detector, changed) -> None:
+    """Every model-based detector of a seed runs the same network. One that left it changed
+    silently changed the κ of the detectors after it, and those were cached: in a probe,
+    ODIN's AUROC went from 0.898 to 0.952 behind a naive MC dropout, and a later run of ODIN
+    alone read the altered κ from the cache."""
+    import torch
+
+    register("test_changes_model", needs={"model"}, replace=True)(detector)
+    model = _small_model()
+    inputs = torch.randn(12, 1, 8, 8, generator=torch.Generator().manual_seed(0))
+    with pytest.raises(DetectorChangedModel, match=re.escape(f"({changed})")):
+        confidence("test_changes_model", None, model=model, inputs=inputs)
+    # oodsim's own model-based detectors leave it as found (they switch dropout on and off)
+    fresh = _small_model()
+    for name in ("mc_dropout", "odin"):
+        confidence(name, None, model=fresh, inputs=inputs)
+
+
+def test_a_run_stops_at_a_detector_that_changes_the_model(tmp_path: Path) -> None:
+    """The same in a run: it stops with that error before the detectors after it run, so
+    nothing they would have scored on the changed network reaches the cache."""
+    register("test_changes_model", needs={"model"}, replace=True)(_naive_mc)
+    spec = small_digits(1, detectors=("test_changes_model", "odin"))
+    with pytest.raises(DetectorChangedModel, match="detector 'test_changes_model'"):
+        oodsim.run(spec, cache=tmp_path, progress=False)
+    again = oodsim.run(attrs.evolve(spec, detectors=("odin",)), cache=tmp_path, progress=False)
+    computed = store_counts(again)["computed"]
+    assert set(computed) == {"kappa"}  # ODIN's κ, never stored before; the model was cached
 
 
 def test_a_required_fit_is_checked_for_user_detectors() -> None:

@@ -32,6 +32,7 @@ from oodsim.detectors._checks import (
     greater_than,
     one_of,
 )
+from oodsim.detectors._model_guard import DetectorChangedModel
 from oodsim.detectors._registry import (
     ENTRY_POINT_GROUP,
     EXECUTION_PARAMS,
@@ -47,6 +48,7 @@ __all__ = [
     "ENTRY_POINT_GROUP",
     "EXECUTION_PARAMS",
     "Detector",
+    "DetectorChangedModel",
     "DetectorInputError",
     "DetectorWroteInputs",
     "Limit",

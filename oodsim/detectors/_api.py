@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
 from typing import Any
 
 import numpy as np
 
 from oodsim.detectors._checks import DetectorInputError, fit_hint
+from oodsim.detectors._model_guard import unchanged_model
 from oodsim.detectors._registry import Detector, get_detector
 from oodsim.outputs import Outputs
 
@@ -77,10 +79,13 @@ def confidence(
     det.check_limits(params)
     n = _check_inputs(det, outputs, fit, model, inputs)
     call: dict[str, Any] = {"fit": fit, **params} if det.takes_fit else dict(params)
+    guard: contextlib.AbstractContextManager = contextlib.nullcontext()
     if "model" in det.needs:
         call.update(model=model, inputs=inputs)
+        guard = unchanged_model(name, model)  # the next detector runs the same network
     try:
-        kappa = np.asarray(det.func(outputs, **call), dtype=np.float64)
+        with guard:
+            kappa = np.asarray(det.func(outputs, **call), dtype=np.float64)
     except ValueError as error:  # numpy's words for a write into a read-only array
         if "read-only" not in str(error) or isinstance(error, DetectorInputError):
             raise
