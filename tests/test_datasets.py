@@ -165,3 +165,15 @@ def test_names_cannot_be_taken_twice_and_built_ins_never_replaced() -> None:
     with pytest.raises(ValueError, match="already registered"):
         register_dataset("digits", n_classes=10, hflip=False, description="x", replace=True)(loader)
     assert attrs.has(type(load_dataset("test_once")))
+
+
+def test_loaded_data_is_shared_and_cannot_be_changed_in_place() -> None:
+    """A process loads a dataset once, and every later seed there (and every later run of a
+    script or notebook) reads the same arrays: an in-place change (``images[...] = 0`` to
+    look at something) would change what those seeds train and are scored on."""
+    data = DatasetSpec(name="digits").load()
+    assert DatasetSpec(name="digits").load() is data
+    with pytest.raises(ValueError, match="read-only"):
+        data.images[0] = 0
+    with pytest.raises(ValueError, match="read-only"):
+        data.labels += 1

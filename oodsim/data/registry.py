@@ -199,8 +199,9 @@ def dataset_info(name: str) -> DatasetInfo:
 def load_dataset(
     name: str, root: str | None = None, download: bool = False, image_size: int | None = None
 ) -> ImageData:
-    """Load a registered dataset (cached per process: workers read the files once). What the
-    loader returns is checked: an :class:`ImageData` whose labels fit the declared classes, or
+    """Load a registered dataset (cached per process: workers read the files once, and every
+    seed of a worker shares the arrays, which are therefore read-only). What the loader returns
+    is checked: an :class:`ImageData` whose labels fit the declared classes, or
     one :class:`DatasetError` naming the dataset and the fix."""
     info = dataset_info(name)
     try:
@@ -217,4 +218,6 @@ def load_dataset(
             f"dataset {name!r} is registered with n_classes={info.n_classes} but its loader "
             f"returned {data.n_classes} class names"
         )
+    for array in (data.images, data.labels):  # shared by every later call here (the cache)
+        array.flags.writeable = False
     return data
