@@ -41,7 +41,7 @@ def _model() -> torch.nn.Module:
 def test_sgd_trains_to_the_same_weights_as_torch(momentum: float, weight_decay: float) -> None:
     digits = load_dataset("digits")
     x = to_tensor(digits.images[:512], *channel_stats(digits.images))
-    y = torch.as_tensor(digits.labels[:512])
+    y = torch.tensor(digits.labels[:512])  # a copy: loaded data is read-only
     ours, theirs = _model(), _model()
     optimizer = SGD(ours.parameters(), 0.05, momentum, weight_decay)
     reference = torch.optim.SGD(

@@ -23,7 +23,10 @@ def to_tensor(
     images: np.ndarray, mean: np.ndarray, std: np.ndarray, device: torch.device | str = "cpu"
 ) -> torch.Tensor:
     """Normalized float32 tensor (N, C, H, W)."""
-    tensor = torch.from_numpy(np.ascontiguousarray(images)).to(device)
+    array = np.ascontiguousarray(images)
+    if not array.flags.writeable:  # a loaded dataset's rows are read-only: torch shares none
+        array = array.copy()
+    tensor = torch.from_numpy(array).to(device)
     tensor = tensor.permute(0, 3, 1, 2).float().div_(255.0)
     mean_t = torch.as_tensor(mean, device=device).view(1, -1, 1, 1)
     std_t = torch.as_tensor(std, device=device).view(1, -1, 1, 1)
