@@ -1,4 +1,5 @@
-"""The Dask side of the engine: one way to get a client, and to watch work land.
+"""The Dask side of the engine: one way to get a client (watching work land is
+:mod:`oodsim.engine.landing`).
 
 :func:`cluster_client` starts a ``distributed.LocalCluster`` of worker processes (one torch
 thread each), or a cluster of CUDA workers when CUDA and dask-cuda are present (one per GPU, or
@@ -11,8 +12,6 @@ that only this process and the workers it spawns hold, and serve no dashboard. A
 uses TLS with temporary credentials too. An ``address`` is reached with the credentials of
 Dask's configuration (``distributed.comm.tls.*``), or with those of a local cluster this
 process started.
-:func:`as_landed` yields futures as they finish and gives up with :class:`ClusterError` when the
-cluster has had no worker for ``worker_timeout`` seconds.
 
 A run stopped by Ctrl-C, SIGTERM or an error closes its cluster in the middle of the work. What
 that breaks (heartbeats to a closed scheduler, comms closed under a task) is not news to the
@@ -29,17 +28,14 @@ import os
 import shutil
 import signal
 import tempfile
-import time
 import uuid
-from collections.abc import Callable, Iterator, Sequence
-from concurrent.futures import CancelledError
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 from oodsim.engine import forkserver, gpu, jobqueue, nanny, signals
 from oodsim.engine.address import LOCAL_SECURITY, connect_client
 from oodsim.engine.guard import check_main_guard
-from oodsim.engine.inprocess import is_deferred
 from oodsim.engine.work import Shipped, quiet_own_failures
 from oodsim.errors import ClusterError, SpecError
 from oodsim.specs.cluster import ClusterSpec
@@ -95,6 +91,8 @@ WORKER_PRELOAD = __name__
 
 #: seconds an interrupted run waits for its local workers to stop logging before it closes them
 QUIET_TIMEOUT = 5.0
+#: seconds the close of the run's own local cluster may take (its workers end with the driver)
+CLOSE_TIMEOUT = 30.0
 
 
 def private_options() -> dict[str, Any]:
@@ -163,12 +161,24 @@ def _local_cluster(n_workers: int | None) -> Iterator[Any]:
                     **private,
                     **forked,
                 )
-            stack.enter_context(cluster)
+            stack.callback(_close_local, cluster)
         LOCAL_SECURITY[cluster.scheduler_address] = cluster.security
         try:
             yield cluster
         finally:
             LOCAL_SECURITY.pop(cluster.scheduler_address, None)
+
+
+def _close_local(cluster: Any) -> None:
+    """Close the run's own local cluster, within :data:`CLOSE_TIMEOUT`. A close distributed
+    cannot finish does not fail a run whose work is done: seen where crashing work had killed
+    workers until the end (a nanny that was starting a new worker asserted ``can only join a
+    started process``, and a run whose seeds were all scored ended with that traceback). The
+    worker processes, children of this one, end with it at the latest."""
+    try:
+        cluster.close(timeout=CLOSE_TIMEOUT)
+    except Exception as error:  # Ctrl-C is not one: it goes on
+        logging.getLogger(__name__).debug("the local cluster did not close: %r", error)
 
 
 def check_jobs(spec: ClusterSpec) -> None:
@@ -380,62 +390,3 @@ def _client(
     check_main_guard()  # worker processes re-import the script: fail here, in one message
     with _local_cluster(n_workers) as cluster, Client(cluster) as client:
         yield client, True
-
-
-def as_landed(
-    futures: Sequence[Any],
-    worker_timeout: float | None,
-    poll: float = 2.0,
-    no_worker: Callable[[float], None] | None = None,
-) -> Iterator[Any]:
-    """Futures as they finish; a cluster without any worker for ``worker_timeout`` seconds
-    raises :class:`ClusterError` instead of waiting forever (finished work stays cached).
-    While it has none, ``no_worker(seconds)`` is told how long that has been (a job cluster
-    whose jobs are queued, or fail before their worker starts, used to wait in silence), and
-    ``no_worker(0.0)`` once it has workers again."""
-    if is_deferred(futures):  # in-process tasks: computed here, one by one, in order
-        for future in futures:
-            future.compute()
-            yield future
-        return
-    # distributed loads only when a cluster is needed (cached runs start none)
-    from distributed import wait
-
-    pending = set(futures)
-    idle_since: float | None = None
-    while pending:
-        try:
-            done, pending = wait(pending, timeout=poll, return_when="FIRST_COMPLETED")
-        except TimeoutError:
-            done = set()
-        except CancelledError:  # distributed's words: "FuturesCancelledError: 6 Futures ..."
-            if next(iter(pending)).client.status == "running":
-                raise  # cancelled by someone, not lost with the scheduler
-            raise ClusterError(
-                "lost the connection to the Dask scheduler, and with it the work in flight "
-                "(the scheduler stopped, or the network failed); finished work is cached, "
-                "run again to resume"
-            ) from None
-        yield from done
-        if done or not pending or (worker_timeout is None and no_worker is None):
-            idle_since = None
-            continue
-        client = next(iter(pending)).client
-        if client.nthreads():
-            if idle_since is not None and no_worker is not None:
-                no_worker(0.0)  # the workers are back
-            idle_since = None
-        elif idle_since is None:
-            idle_since = time.monotonic()
-        elif no_worker is not None:
-            no_worker(time.monotonic() - idle_since)
-        if (
-            idle_since is not None
-            and worker_timeout is not None
-            and (time.monotonic() - idle_since > worker_timeout)
-        ):
-            raise ClusterError(
-                f"the Dask cluster has had no worker for {worker_timeout:.0f} s with "
-                f"{len(pending)} tasks pending; finished work is cached, run "
-                "again (or restart the workers) to resume"
-            )

@@ -22,7 +22,7 @@ from oodsim.heartbeat import TOPIC, Listener, listen_here, stop_listening_here
 
 class Deferred:
     """A task submitted in-process: computed by :meth:`compute` (which
-    :func:`oodsim.engine.cluster.as_landed` calls in submission order) or on first
+    :func:`oodsim.engine.landing.as_landed` calls in submission order) or on first
     :meth:`result`, with the results of the deferred tasks among its arguments."""
 
     def __init__(self, function: Callable[..., Any], args: tuple[Any, ...]) -> None:

@@ -16,8 +16,9 @@ import uuid
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
-from oodsim.engine.cluster import as_landed, cluster_client
+from oodsim.engine.cluster import cluster_client
 from oodsim.engine.inprocess import InProcess
+from oodsim.engine.landing import as_landed
 from oodsim.engine.placement import Placement
 from oodsim.engine.work import SCORE_KEY_PREFIX, TASK_KEY_PREFIX, Shipped, run_task, score_seed
 from oodsim.heartbeat import TOPIC, Listener
@@ -164,7 +165,7 @@ class Submitter(contextlib.ExitStack):
     ) -> Iterator[tuple[SeedResult, bool]]:
         """The results of a submitted ``batch`` as they come, each with whether it was scored
         here, from the cache: those seeds first, then the others as their scoring lands
-        (``no_worker``: see :func:`~oodsim.engine.cluster.as_landed`). A seed that lost an
+        (``no_worker``: see :func:`~oodsim.engine.landing.as_landed`). A seed that lost an
         entry meanwhile is healed (:meth:`heal`)."""
         for seed in batch:
             if self.scoring.get(seed) is None:
