@@ -177,3 +177,40 @@ def test_loaded_data_is_shared_and_cannot_be_changed_in_place() -> None:
         data.images[0] = 0
     with pytest.raises(ValueError, match="read-only"):
         data.labels += 1
+
+
+def test_a_loader_that_returns_other_arrays_fails_the_seeds_that_meet_them_again(
+    tmp_path: Path,
+) -> None:
+    """A loader that shuffles without a seed: a later run that adds ODIN ran the cached model
+    on other images than the cached outputs it is scored beside, with no error (a probe:
+    ODIN's AUROC computed on a reshuffled dataset, beside msp's from the first one). Now the
+    checkpoint records a digest of the arrays it was trained on, and a seed whose model meets
+    other arrays fails, saying why; a loader that keeps its arrays passes."""
+    from sklearn.datasets import load_digits
+
+    shuffled = {"seed": 0}
+
+    @register_dataset(
+        "test_reshuffled", n_classes=10, hflip=False, description="digits, shuffled", replace=True
+    )
+    def reshuffled(root=None, download=False, image_size=None) -> ImageData:
+        digits = load_digits()
+        order = np.random.default_rng(shuffled["seed"]).permutation(len(digits.target))
+        images = (digits.images[order] * 16).clip(0, 255).astype(np.uint8)[..., None]
+        return ImageData(images, digits.target[order], [str(c) for c in range(10)])
+
+    spec = small_digits(2, dataset=DatasetSpec(name="test_reshuffled"))
+    first = oodsim.run(spec, cache=tmp_path, progress=False)
+    assert not any(first.failure.values)
+    with_odin = attrs.evolve(spec, detectors=("msp", "odin"))
+    load_dataset.cache_clear()  # a new process loads again: the same arrays
+    again = oodsim.run(with_odin, cache=tmp_path, progress=False)
+    assert not any(again.failure.values)
+    shuffled["seed"] = 1  # ... or other ones
+    load_dataset.cache_clear()
+    spec_b = attrs.evolve(spec, detectors=("msp", "odin", "mc_dropout"))
+    later = oodsim.run(spec_b, cache=tmp_path, progress=False)
+    failures = [str(f) for f in later.failure.values]
+    assert all("returned other images or labels than when" in f for f in failures), failures
+    load_dataset.cache_clear()

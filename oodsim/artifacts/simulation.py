@@ -145,6 +145,7 @@ class Simulation:
             self.store.ensure(CHECKPOINT, self.checkpoint, self._train)
             entry = None if self._model is not None else self.store.get(CHECKPOINT, self.checkpoint)
             if entry is not None:  # trained earlier or by another process (None: corrupt)
+                self._check_data(entry.meta.get("data"))
                 # torch loads only when a model runs
                 import torch
 
@@ -159,6 +160,19 @@ class Simulation:
                 self._norm = (entry.arrays["norm_mean"], entry.arrays["norm_std"])
         assert self._norm is not None
         return self._model, *self._norm
+
+    def _check_data(self, recorded: str | None) -> None:
+        """The stored model is about to meet the data again (inference, a model-based κ): the
+        loader must have returned the arrays it was trained on. One that did not (a shuffle or
+        subsample without a seed) gave κ on other images than the cached outputs they are
+        scored beside, with no error. Checkpoints of older versions record nothing."""
+        if recorded is not None and recorded != self.data.digest():
+            raise SimulationFailed(
+                f"dataset {self.spec.dataset.name!r} returned other images or labels than when "
+                "this seed's model was trained: its loader must return the same arrays, in the "
+                "same order, every time (seed any random subsample or shuffle); bump its "
+                "version when its data change"
+            )
 
     def _train(self) -> None:
         # imports torch: only when a model is built, trained or run
@@ -205,6 +219,7 @@ class Simulation:
                 "class_split": attrs.asdict(split.classes),
                 "training": attrs.asdict(log),
                 "streams": self.streams.entropies(TRAINING_STREAMS),
+                "data": data.digest(),  # checked whenever the model meets the data again
             },
         )
         self._model, self._norm = model, (mean, std)
