@@ -338,6 +338,42 @@ def test_a_model_based_detector_must_leave_the_model_as_it_found_it(detector, ch
         confidence(name, None, model=fresh, inputs=inputs)
 
 
+def test_what_a_model_does_on_its_own_first_pass_is_not_blamed_on_the_detector() -> None:
+    """Some models cache a buffer on their first forward pass (an attention mask, say), and
+    a lazy module gets its weights there. When that pass is a detector's (a model loaded in a
+    new process), the model changed itself: not an error. A later in-place write to that
+    buffer is one."""
+    import torch
+
+    class MaskCaching(torch.nn.Module):
+        """A plug-in architecture's shape: ``small_cnn`` whose logits meet a cached mask."""
+
+        def __init__(self) -> None:
+            super().__init__()
+            self.net = _small_model()
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            if not hasattr(self, "mask"):
+                self.register_buffer("mask", torch.ones(4), persistent=False)
+            return self.net(x) * self.mask
+
+    model = MaskCaching().eval()
+    inputs = torch.randn(12, 1, 8, 8, generator=torch.Generator().manual_seed(0))
+    for name in ("odin", "mc_dropout"):
+        confidence(name, None, model=model, inputs=inputs)
+    lazy = torch.nn.Sequential(torch.nn.Flatten(), torch.nn.LazyLinear(4)).eval()
+    confidence("odin", None, model=lazy, inputs=inputs)
+
+    def _scaled_mask(out, *, fit=None, model, inputs) -> np.ndarray:
+        model.mask.mul_(2.0)
+        with torch.no_grad():
+            return model(inputs).max(1).values.double().numpy()
+
+    register("test_changes_model", needs={"model"}, replace=True)(_scaled_mask)
+    with pytest.raises(DetectorChangedModel, match=r"\(its weights or buffers, in place\)"):
+        confidence("test_changes_model", None, model=model, inputs=inputs)
+
+
 def test_a_run_stops_at_a_detector_that_changes_the_model(tmp_path: Path) -> None:
     """The same in a run: it stops with that error before the detectors after it run, so
     nothing they would have scored on the changed network reaches the cache."""

@@ -24,20 +24,39 @@ class DetectorChangedModel(DetectorInputError):
     """A model-based detector left the model it was given changed (mode, weights, hooks)."""
 
 
-def _state(model: Any) -> dict[str, tuple]:
-    """The parts of ``model`` a detector could change without a trace in its own result."""
-    modules = list(model.modules())
+def _state(model: Any) -> dict[str, dict[str, tuple]]:
+    """The parts of ``model`` a detector could change without a trace in its own result, by
+    module, parameter or buffer name."""
+    # a model is given: torch is loaded
+    from torch.nn.parameter import is_lazy
+
+    modules = {  # a lazy module drops its own hook as its first pass gives it its weights
+        n: m
+        for n, m in model.named_modules()
+        if not getattr(m, "has_uninitialized_params", lambda: False)()
+    }
     tensors = itertools.chain(model.named_parameters(), model.named_buffers())
     return {
-        "the mode (train/eval) of its modules": tuple(m.training for m in modules),
-        "its weights or buffers, in place": tuple(
-            (name, t.data_ptr(), t._version) for name, t in tensors
-        ),
-        "its hooks": tuple(
-            (len(m._forward_hooks), len(m._forward_pre_hooks), len(m._backward_hooks))
-            for m in modules
-        ),
+        "the mode (train/eval) of its modules": {n: (m.training,) for n, m in modules.items()},
+        "its weights or buffers, in place": {
+            n: (t.data_ptr(), t._version) for n, t in tensors if not is_lazy(t)
+        },
+        "its hooks": {
+            n: (len(m._forward_hooks), len(m._forward_pre_hooks), len(m._backward_hooks))
+            for n, m in modules.items()
+        },
     }
+
+
+def _changed(before: dict[str, dict[str, tuple]], after: dict[str, dict[str, tuple]]) -> list:
+    """What changed among the parts that were there before. A part that a forward pass adds
+    (a buffer some models cache on their first pass, a lazy module's weights) is the model's
+    own doing, not the detector's."""
+    return [
+        what
+        for what, parts in before.items()
+        if any(after[what].get(name) != state for name, state in parts.items())
+    ]
 
 
 @contextlib.contextmanager
@@ -46,8 +65,7 @@ def unchanged_model(name: str, model: Any) -> Iterator[None]:
     when it returns with the model changed (an error of the detector's own goes through)."""
     before = _state(model)
     yield
-    after = _state(model)
-    changed = [what for what in before if before[what] != after[what]]
+    changed = _changed(before, _state(model))
     if changed:
         raise DetectorChangedModel(
             f"detector {name!r} changed the model it was given ({'; '.join(changed)}): every "
