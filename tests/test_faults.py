@@ -668,7 +668,10 @@ def test_cluster_without_workers_stops_after_worker_timeout(tmp_path: Path) -> N
         error = box.get("error")
         assert isinstance(error, ClusterError), box
         assert "no worker for 5 s" in str(error) and "cached" in str(error)
-        assert Store(cache).verify() == []  # what finished is intact
+        # what finished is intact; the worker, killed at any moment, may leave a lock it had
+        # just created and not yet written (the next run takes it over, `gc` removes it)
+        problems = Store(cache).verify()
+        assert [(info, why) for info, why in problems if info.kind != "locks"] == []
 
 
 def test_a_lost_scheduler_stops_the_run_with_one_line(tmp_path: Path) -> None:
