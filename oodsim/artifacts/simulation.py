@@ -166,7 +166,7 @@ class Simulation:
         loader must have returned the arrays it was trained on. One that did not (a shuffle or
         subsample without a seed) gave κ on other images than the cached outputs they are
         scored beside, with no error. Checkpoints of older versions record nothing."""
-        if recorded is not None and recorded != self.data.digest():
+        if recorded is not None and recorded != self.data.digest:
             raise SimulationFailed(
                 f"dataset {self.spec.dataset.name!r} returned other images or labels than when "
                 "this seed's model was trained: its loader must return the same arrays, in the "
@@ -219,7 +219,7 @@ class Simulation:
                 "class_split": attrs.asdict(split.classes),
                 "training": attrs.asdict(log),
                 "streams": self.streams.entropies(TRAINING_STREAMS),
-                "data": data.digest(),  # checked whenever the model meets the data again
+                "data": data.digest,  # checked whenever the model meets the data again
             },
         )
         self._model, self._norm = model, (mean, std)

@@ -84,9 +84,11 @@ class ImageData:
         """(H, W, C) of one image."""
         return tuple(self.images.shape[1:])  # type: ignore[return-value]
 
+    @functools.cached_property
     def digest(self) -> str:
         """A digest of the images and labels, in order: what a checkpoint records of the data
-        it was trained on (a loader must return the same arrays every time)."""
+        it was trained on (a loader must return the same arrays every time). Computed once:
+        every seed of a process shares the loaded arrays, which are read-only."""
         found = hashlib.blake2b(digest_size=16)
         for array in (self.images, self.labels):
             found.update(np.ascontiguousarray(array).data)
