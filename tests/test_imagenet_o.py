@@ -512,7 +512,7 @@ def test_bootstrap_seeds_give_a_test_set_sampling_interval(engine_run, tmp_path,
     assert table.attrs["interval"] == "95% bootstrap interval (test-set sampling)"
     assert table.attrs["seed_meaning"] == "bootstrap replicate of the fixed test set"
     assert table.attrs == {
-        **PROTOCOL(boot).result_attrs(),
+        **PROTOCOL(boot).layout().attrs,
         "confidence": 0.95,
     }
     score = results["score"].sel(severity="all")

@@ -150,7 +150,6 @@ def run(
     extra: dict[str, Any] = {"wall_seconds": round(time.perf_counter() - started, 3)}
     if decision is not None:
         extra["stopping"] = json.dumps(decision.as_dict())
-    extra |= job.result_attrs()
     whole = f" (the results at {out} are whole: the earlier ones, or these)" if out else ""
     with tracker.telling(
         f"interrupted while its results were assembled{whole}; everything computed is in the "

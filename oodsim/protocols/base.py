@@ -96,8 +96,3 @@ class Protocol:
     def layout(self) -> Layout:
         """Dimensions and coordinates of this spec's result."""
         raise NotImplementedError
-
-    def result_attrs(self) -> Mapping[str, str]:
-        """Labels the results carry in ``attrs`` beyond the engine's provenance (e.g. what a
-        seed of ImageNet-O is, and which interval its seeds give)."""
-        return {}

@@ -111,13 +111,16 @@ class Layout:
     dims (without ``seed``) of each per-seed variable; ``score`` is required and starts with
     ``method, metric, severity``. ``seed_coords``: per-seed coordinates (strings; integers
     where every seed's value is one).
-    ``static``: seed-independent variables as ``(dims, values)``.
+    ``static``: seed-independent variables as ``(dims, values)``. ``attrs``: labels the
+    result carries in ``attrs`` beyond the engine's provenance (e.g. what a seed of ImageNet-O
+    is, and which interval its seeds give).
     """
 
     coords: Mapping[str, Sequence[Any]]
     variables: Mapping[str, tuple[str, ...]]
     seed_coords: tuple[str, ...] = ()
     static: Mapping[str, tuple[tuple[str, ...], Any]] = attrs.field(factory=dict)
+    attrs: Mapping[str, str] = attrs.field(factory=dict)
 
     def __attrs_post_init__(self) -> None:
         dims = self.variables.get("score", ())
@@ -191,6 +194,7 @@ def build(
         "n_seeds": len(results),
         "n_failed": sum(r.failed for r in results),
         "simulation_seconds": float(sum(r.seconds for r in results)),
+        **layout.attrs,
         **(extra_attrs or {}),
     }
     return xr.Dataset(variables, coords=coords, attrs=attrs_)

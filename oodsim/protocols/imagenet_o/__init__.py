@@ -168,14 +168,10 @@ class ImageNetOProtocol(Protocol):
             "chance": (),
             "n_id_classes": (),
         }
-        # what a seed is, in the results themselves (see result_attrs for the attrs)
+        # what a seed is, in the results themselves and in their attrs (result_labels: also
+        # what the point estimate is and which interval the seeds give)
         static = {"seed_meaning": ((), np.array(SEED_MEANING[spec.bootstrap]))}
-        return Layout(coords, variables, static=static)
-
-    def result_attrs(self) -> dict[str, str]:
-        """Labels for the results' ``attrs`` (:func:`result_labels`): what a seed is, what the
-        point estimate is and which interval the seeds give."""
-        return result_labels(self.spec.bootstrap)
+        return Layout(coords, variables, static=static, attrs=result_labels(spec.bootstrap))
 
 
 PROTOCOL = ImageNetOProtocol
