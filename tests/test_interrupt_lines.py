@@ -87,3 +87,20 @@ def test_an_interrupted_run_tells_its_caller_once(tmp_path: Path) -> None:
     assert stream.getvalue().strip() == BEFORE
     assert not getattr(shown.value, "__notes__", None)
     assert not list((tmp_path / "c").glob("*/*/*/meta.json"))
+
+
+class _InterruptedArgs(list):
+    """A command line whose reading is interrupted by a real SIGINT: Ctrl-C as the command
+    starts, before anything of the command runs."""
+
+    def __iter__(self):
+        signal.raise_signal(signal.SIGINT)
+        return super().__iter__()
+
+
+def test_ctrl_c_while_the_command_line_is_read_is_one_line(capsys) -> None:
+    # a traceback before: the parser was built (the version read) outside the handler
+    assert cli_main(_InterruptedArgs(["cache", "ls"])) == 130
+    captured = capsys.readouterr()
+    assert captured.err == "oodsim: interrupted as it started; nothing was done\n"
+    assert captured.out == ""

@@ -72,10 +72,24 @@ def version() -> str:
         return __version__
 
 
+class _Version(argparse.Action):
+    """``--version``: the version is looked up when asked for, not each time a command starts
+    (reading the installed metadata is the slowest part of building the parser)."""
+
+    def __init__(self, option_strings: list[str], dest: str, **kwargs: object) -> None:
+        super().__init__(
+            option_strings, argparse.SUPPRESS, nargs=0, help="show the version and exit"
+        )
+
+    def __call__(self, parser: argparse.ArgumentParser, *_: object) -> None:
+        print(f"oodsim {version()}")
+        parser.exit()
+
+
 def parser() -> argparse.ArgumentParser:
     """The ``oodsim`` command's parser; every help text is plain text (no reST markup)."""
     main = argparse.ArgumentParser(prog="oodsim", description=__doc__)
-    main.add_argument("--version", action="version", version=f"oodsim {version()}")
+    main.add_argument("--version", action=_Version)
     main.add_argument("--debug", action="store_true", help="show tracebacks of errors")
     commands = main.add_subparsers(
         dest="command",
@@ -158,7 +172,11 @@ def _sigterm_as_interrupt() -> Iterator[None]:
 def main(argv: list[str] | None = None) -> int:
     """Run one command; every error is one ``oodsim: error: ...`` line and exit code 2
     (``--debug`` shows the traceback instead). Ctrl-C exits with 130, SIGTERM with 143."""
-    args = parser().parse_args(argv)
+    try:
+        args = parser().parse_args(argv)
+    except KeyboardInterrupt:  # Ctrl-C as the command starts: one line, not a traceback
+        print("oodsim: interrupted as it started; nothing was done", file=sys.stderr)
+        return EXIT_SIGINT
     try:
         with _sigterm_as_interrupt(), _debug_env(args.debug):
             return args.func(args)
