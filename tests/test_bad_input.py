@@ -15,6 +15,7 @@ import socket
 import struct
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -612,6 +613,36 @@ def test_dask_address_that_does_not_answer_fails_after_a_bounded_wait(
         assert time.monotonic() - started < 15
     cache = tmp_path / "c"
     assert [p.name for p in cache.iterdir()] == [".gitignore"]  # no entry, no lock, no temp
+
+
+def _answer_like_a_web_server(server: socket.socket) -> None:
+    """Answer every connection's first bytes at once with an HTTP error, as web servers and
+    proxies do (a proxy of this machine answered Dask's handshake so)."""
+    while True:
+        try:
+            connection, _ = server.accept()
+        except OSError:  # the test closed the server
+            return
+        with connection:
+            connection.recv(1024)
+            connection.sendall(b"HTTP/1.1 400 Bad Request\r\ncontent-length: 0\r\n\r\n")
+
+
+def test_a_web_server_at_the_dask_address_is_named_as_such(tmp_path: Path) -> None:
+    """Its reply read as a Dask frame of 3.5e18 bytes: `error: MemoryError: out of memory
+    ... lower the sizes of the spec`, a wrong lead."""
+    with socket.socket() as server:
+        server.bind(("127.0.0.1", 0))
+        server.listen(8)
+        threading.Thread(target=_answer_like_a_web_server, args=(server,), daemon=True).start()
+        address = f"tcp://127.0.0.1:{server.getsockname()[1]}"
+        with pytest.raises(ClusterError) as caught:
+            oodsim.run(small_digits(1), address=address, cache=tmp_path / "c", progress=False)
+    assert str(caught.value).startswith(
+        f"what answers at '{address}' is not a Dask scheduler: its reply is not Dask's protocol"
+    )
+    assert "port 8786 by default" in str(caught.value)
+    assert [p.name for p in (tmp_path / "c").iterdir()] == [".gitignore"]
 
 
 def test_malformed_dask_address(tmp_path: Path) -> None:

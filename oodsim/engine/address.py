@@ -9,6 +9,11 @@ from typing import Any
 from oodsim.errors import ClusterError
 
 CONNECT_TIMEOUT = 10.0
+#: what to check when something other than a scheduler listens at an address
+_OTHER_SERVICE = (
+    "A scheduler's address is the one `dask scheduler` prints (port 8786 by default); its "
+    "dashboard (8787 by default) is a web server."
+)
 
 
 # scheduler address -> credentials, for the local clusters this process runs (a driver that
@@ -39,18 +44,19 @@ def _probe_scheduler(address: str, timeout: float, security: Any) -> None:
         pool.submit(asyncio.run, probe()).result()
 
 
-def _refused_at_once(address: str) -> None:
+def _refused_at_once(address: str) -> bool:
     """Raise ConnectionRefusedError at once where nothing listens at a ``tcp://`` or
-    ``tls://`` address (distributed would retry for ``CONNECT_TIMEOUT`` seconds first)."""
+    ``tls://`` address (distributed would retry for ``CONNECT_TIMEOUT`` seconds first); True
+    when something accepted the connection."""
     # loaded only when a cluster address is contacted (cached runs contact none)
     import socket
     from urllib.parse import urlsplit
 
     parts = urlsplit(address)
     if parts.scheme not in ("tcp", "tls") or parts.hostname is None or parts.port is None:
-        return  # other schemes, or not an address: distributed says what is wrong
+        return False  # other schemes, or not an address: distributed says what is wrong
     with socket.create_connection((parts.hostname, parts.port), timeout=CONNECT_TIMEOUT):
-        pass
+        return True
 
 
 def _security_for(address: str) -> Any:
@@ -85,13 +91,21 @@ def connect_client(address: str) -> Any:
     from distributed.comm.core import FatalCommClosedError  # distributed's TLS failures
 
     security = _security_for(address)
+    listening = False  # something accepted a TCP connection there
     try:
-        _refused_at_once(address)
+        listening = _refused_at_once(address)
         _probe_scheduler(address, CONNECT_TIMEOUT, security)
         return Client(address, timeout=CONNECT_TIMEOUT, security=security)
-    except ValueError as error:  # not an address at all
+    except (MemoryError, ValueError) as error:
+        if not listening:  # ValueError: not an address at all
+            raise ClusterError(
+                f"{address!r} is not a Dask scheduler address ({error}); expected e.g. "
+                "tcp://host:8786"
+            ) from None
+        # the answer read as a frame of absurd size, or as no message at all
         raise ClusterError(
-            f"{address!r} is not a Dask scheduler address ({error}); expected e.g. tcp://host:8786"
+            f"what answers at {address!r} is not a Dask scheduler: its reply is not Dask's "
+            f"protocol ({type(error).__name__}). {_OTHER_SERVICE}"
         ) from None
     except TypeError as error:  # distributed's words for a tls:// address without credentials
         if "ssl_context" not in str(error):
@@ -120,8 +134,14 @@ def connect_client(address: str) -> Any:
             "port"
         ) from None
     except (OSError, TimeoutError) as error:
+        found = (
+            " Something accepts connections there but did not answer as one: a stopped "
+            f"scheduler, or another service? {_OTHER_SERVICE}"
+            if listening
+            else ""
+        )
         raise ClusterError(
             f"no Dask scheduler answered at {address!r} within {CONNECT_TIMEOUT:.0f} s "
-            f"({str(error) or type(error).__name__}). Start one with `dask scheduler` and "
-            "`dask worker ADDRESS`; a scheduler that uses TLS needs a tls:// address."
+            f"({str(error) or type(error).__name__}).{found} Start one with `dask scheduler` "
+            "and `dask worker ADDRESS`; a scheduler that uses TLS needs a tls:// address."
         ) from None
