@@ -31,6 +31,7 @@ from oodsim.stats import (
     win_probabilities,
     win_probability,
 )
+from oodsim.report import write_report
 from tests.factories import synthetic_results
 
 
@@ -665,6 +666,31 @@ def test_variance_components_recovers_known_components() -> None:
     # No group effect: estimate truncated at 0, raw estimate kept.
     out = one_way_anova(rng.normal(0, 1, 60), np.arange(60) % 3)
     assert out["sigma2_between"] >= 0 and out["sigma2_between_lower"] >= 0
+
+
+def test_a_metric_saturated_within_every_class_split_has_scipys_infinite_f(
+    tmp_path,
+) -> None:
+    """Seeds that agree within every split (MSW = 0: AUROC 1.0 on an easy OOD set) raised
+    ZeroDivisionError, and with it every report of a run whose class splits repeat."""
+    y = np.r_[1.0, 1.0, 0.9, 0.9, 0.95, 0.95, 1.0, 1.0]
+    g = np.arange(8) // 2
+    out = one_way_anova(y, g)
+    ref = sps.f_oneway(*(y[g == i] for i in range(4)))
+    assert out["f"] == ref.statistic == np.inf and out["p_value"] == ref.pvalue == 0.0
+    assert out["sigma2_within"] == 0.0
+    assert out["icc"] == out["icc_lower"] == out["icc_upper"] == 1.0
+    # the bounds' limit as MSW -> 0 (not inf * 0)
+    assert 0 < out["sigma2_between_lower"] <= out["sigma2_between"]
+    assert out["sigma2_between"] <= out["sigma2_between_upper"] < np.inf
+    same = one_way_anova(np.ones(8), g)  # one value everywhere: nothing to apportion
+    assert np.isnan([same["f"], same["p_value"], same["icc"], same["icc_lower"]]).all()
+    results = make_results(n_seeds=12, failed=())
+    cell = {"method": "energy", "metric": "auroc", "severity": "all"}
+    results["score"].loc[cell] = 1.0  # on every seed (the probe's case)
+    assert variance_components_table(results).sel(cell)["icc"].isnull().item()
+    write_report(results, tmp_path / "report", figures=False)
+    assert (tmp_path / "report" / "summary.md").is_file()
 
 
 def test_variance_components_table_uses_class_split() -> None:

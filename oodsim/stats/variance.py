@@ -74,23 +74,29 @@ def one_way_anova(
     raw = (msb - msw) / n0
     between = max(raw, 0.0)
     q = (1.0 - confidence) / 2.0
+    f_upper, f_lower = sps.f.ppf(1 - q, df_b, df_w), sps.f.ppf(q, df_b, df_w)
     with np.errstate(divide="ignore", invalid="ignore"):
-        f = msb / msw
+        # numpy's division: F is inf where the seeds agree within every group (MSW = 0, a
+        # saturated metric) and differ between them, NaN where every value is one
+        f = np.float64(msb) / msw
         p = float(sps.f.sf(f, df_b, df_w)) if np.isfinite(f) else (0.0 if msb > 0 else np.nan)
         total = between + msw
         icc = between / total if total > 0 else np.nan
-        ratio_lo = max((f / sps.f.ppf(1 - q, df_b, df_w) - 1.0) / n0, 0.0)
-        ratio_hi = max((f / sps.f.ppf(q, df_b, df_w) - 1.0) / n0, 0.0)
+        ratio_lo = max((f / f_upper - 1.0) / n0, 0.0)  # NaN stays NaN
+        ratio_hi = max((f / f_lower - 1.0) / n0, 0.0)
+    # the ratio's bounds times MSW, written so that MSW = 0 gives their limit, not inf * 0
+    lower = np.nan if np.isnan(f) else max((msb / f_upper - msw) / n0, 0.0)
+    upper = np.nan if np.isnan(f) else max((msb / f_lower - msw) / n0, 0.0)
     out.update(
         sigma2_between=between,
-        sigma2_between_lower=ratio_lo * msw,
-        sigma2_between_upper=ratio_hi * msw,
+        sigma2_between_lower=lower,
+        sigma2_between_upper=upper,
         sigma2_within=msw,
         sigma2_within_lower=ssw / sps.chi2.ppf(1 - q, df_w),
         sigma2_within_upper=ssw / sps.chi2.ppf(q, df_w),
         icc=icc,
-        icc_lower=ratio_lo / (1.0 + ratio_lo) if np.isfinite(ratio_lo) else np.nan,
-        icc_upper=ratio_hi / (1.0 + ratio_hi) if np.isfinite(ratio_hi) else 1.0,
+        icc_lower=_icc_of_ratio(ratio_lo),
+        icc_upper=_icc_of_ratio(ratio_hi),
         sigma2_between_raw=raw,
         f=float(f),
         p_value=p,
@@ -99,6 +105,11 @@ def one_way_anova(
         n0=float(n0),
     )
     return {key: float(value) for key, value in out.items()}
+
+
+def _icc_of_ratio(ratio: float) -> float:
+    """The icc of a between/within variance ratio: 1 at an infinite ratio, NaN at NaN."""
+    return 1.0 if ratio == np.inf else ratio / (1.0 + ratio)
 
 
 def variance_components_table(
