@@ -12,6 +12,7 @@ import xarray as xr
 from scipy import stats as sps
 
 from oodsim.errors import UnknownNameError
+from oodsim.report import write_report
 from oodsim.stats import (
     StopDecision,
     confidence_sequence,
@@ -31,7 +32,6 @@ from oodsim.stats import (
     win_probabilities,
     win_probability,
 )
-from oodsim.report import write_report
 from tests.factories import synthetic_results
 
 
