@@ -14,6 +14,7 @@ from scipy import stats as sps
 from statsmodels.stats.multitest import multipletests
 from statsmodels.stats.power import TTestIndPower, TTestPower, ttest_power
 
+from oodsim.report import write_report
 from oodsim.stats.paired import adjust_p, compare
 from oodsim.stats.power import (
     MAX_N,
@@ -198,6 +199,32 @@ def test_compare_bad_input(results):
         compare(results, methods=["msp"])
     with pytest.raises(ValueError, match="at least one metric"):
         compare(results, metric=[])
+
+
+def test_results_of_one_selected_metric_keep_its_direction(results, tmp_path):
+    """``oodsim.select(results, metric="fpr95")`` (the documented way to pick a metric) drops
+    the dim and keeps the name as a scalar coordinate. The analyses took the direction from
+    their ``metric`` argument: the default "auroc" ranked fpr95 higher-is-better (the worse
+    method "won"), and power and variance components labelled fpr95 as auroc."""
+    import oodsim
+    from oodsim.stats import win_probabilities
+
+    one = oodsim.select(results, metric="fpr95")
+    assert "metric" not in one["score"].dims
+    full = compare(results, metric="fpr95")
+    xr.testing.assert_identical(compare(one, metric="fpr95"), full)
+    xr.testing.assert_equal(compare(one, metric=None), full)  # attrs: metric ["fpr95"]
+    # energy's fpr95 is the lowest on every seed (the factory's best method)
+    assert (full["prob_superiority"].sel({"method": "energy", "other": "msp"}) == 1).all()
+    wins = win_probabilities(results, "fpr95", k=5, pairing="paired", rng=0)
+    xr.testing.assert_identical(win_probabilities(one, "fpr95", k=5, pairing="paired", rng=0), wins)
+    xr.testing.assert_equal(win_probabilities(one, k=5, pairing="paired", rng=0), wins)
+    assert wins.sel({"method": "energy"}).item() > wins.sel({"method": "msp"}).item()
+    for analysis in (compare, power):  # their default "auroc" is not in these
+        with pytest.raises(KeyError, match="not in results; known metrics: fpr95"):
+            analysis(one)
+    write_report(one, tmp_path / "report", figures=False)  # refused before: "no metric dim"
+    assert "fpr95" in (tmp_path / "report" / "summary.md").read_text()
 
 
 # --- power helpers ------------------------------------------------------------------------

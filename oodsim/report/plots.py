@@ -39,6 +39,7 @@ from oodsim.report.figures import (
 )
 from oodsim.report.tables import interval_name
 from oodsim.results.access import (
+    at_metrics,
     default_metric,
     method_names,
     metrics_of,
@@ -102,7 +103,7 @@ def plot_forest(
     if not names:
         raise ValueError("results have no OOD metric to plot")
     require_ood(score, names, "a forest plot")
-    est = estimate(results, confidence=confidence).sel(metric=names)
+    est = at_metrics(estimate(results, confidence=confidence), names)
     styles = method_styles(method_names(score))
     fig, _ = panels(
         est["mean"],
@@ -191,7 +192,7 @@ def plot_distributions(
     require_ood(score, names, "a distribution plot")
     styles = method_styles(method_names(score))
     fig, _ = panels(
-        score.sel(metric=names),
+        at_metrics(score, names),
         ("seed", "method"),
         lambda ax, labels, cell: _draw_densities(ax, cell, styles),
         title=names[0],

@@ -16,7 +16,15 @@ import xarray as xr
 
 from oodsim.report.provenance import seed_exclusions
 from oodsim.results import NO_SEVERITY, excluded_seeds
-from oodsim.results.access import cell_label, iter_cells, method_names, metrics_of, ood_metrics
+from oodsim.results.access import (
+    at_metrics,
+    cell_label,
+    iter_cells,
+    method_names,
+    metrics_of,
+    ood_metrics,
+    select_metric,
+)
 from oodsim.stats import (
     as_score,
     estimate,
@@ -94,7 +102,7 @@ def estimate_table(est: xr.Dataset, metrics: Sequence[str], markdown: bool, digi
             where = {**labels, "method": method}
             row = [str(labels[d]) for d in outer] + [method]
             for name in metrics:
-                e = est.sel({**where, "metric": name})
+                e = select_metric(est.sel(where), name)
                 row.append(
                     f"{fmt(e['mean'].item(), digits)} "
                     f"[{fmt(e['lower'].item(), digits)}, {fmt(e['upper'].item(), digits)}]"
@@ -271,7 +279,7 @@ def win_table(
     wp = wins["win_probability"]
     pairings = [str(p) for p in wp["pairing"].values]
     outer = varying(wp, ("method", "metric", "pairing"))
-    metrics = metrics_of(wp, None)
+    metrics = metrics_of(wp, None) if "metric" in wp.dims else []  # one: named by the caption
     header = [*outer, "method"]
     header += [f"{name}{' ' if name else ''}{p}" for name in metrics or [""] for p in pairings]
     rows = []
@@ -311,10 +319,9 @@ def variance_table(results: xr.Dataset, confidence: float) -> str | None:
         return None
     if counts.max() < 2:
         return too_small("no class split has two seeds to compare within it")
-    ood = ood_metrics(as_score(results))
-    vc = variance_components_table(
-        results.sel(metric=ood) if ood else results, confidence=confidence
-    )
+    score = as_score(results)
+    ood = ood_metrics(score)
+    vc = variance_components_table(at_metrics(score, ood) if ood else score, confidence=confidence)
     outer = varying(vc["icc"], ("method", "metric"))
     header = [*outer, "method", "metric", "sd between", "sd within", "ICC [CI]", "p (F)"]
     rows = []

@@ -7,11 +7,14 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Iterator, Sequence
+from typing import TypeVar
 
 import numpy as np
 import xarray as xr
 
 from oodsim.metrics import is_ood_metric
+
+_Scores = TypeVar("_Scores", xr.Dataset, xr.DataArray)
 
 
 def as_score(results_or_score: xr.Dataset | xr.DataArray) -> xr.DataArray:
@@ -39,9 +42,23 @@ def as_score(results_or_score: xr.Dataset | xr.DataArray) -> xr.DataArray:
     return score
 
 
-def select_metric(score: xr.DataArray, metric: str) -> xr.DataArray:
-    """``score`` at one metric, with a clear error naming the known metrics."""
+def held_metric(score: xr.Dataset | xr.DataArray) -> str | None:
+    """The one metric of ``score`` when its ``metric`` dim was selected away
+    (``sel(metric="fpr95")`` and :func:`oodsim.select` keep it as a scalar coordinate), else
+    None. Analyses take a metric's direction from it, not from their ``metric`` argument: an
+    fpr95 score analysed under the default "auroc" was ranked higher-is-better."""
+    if "metric" in score.dims or "metric" not in score.coords or score["metric"].ndim:
+        return None
+    return str(score["metric"].item())
+
+
+def select_metric(score: _Scores, metric: str) -> _Scores:
+    """``score`` at one metric, with a clear error naming the known metrics (the one it holds,
+    when its metric dim was selected: :func:`held_metric`)."""
     if "metric" not in score.dims:
+        held = held_metric(score)
+        if held is not None and metric != held:
+            raise KeyError(f"metric {metric!r} not in results; known metrics: {held}")
         return score
     known = [str(m) for m in score["metric"].values]
     if metric not in known:
@@ -49,10 +66,26 @@ def select_metric(score: xr.DataArray, metric: str) -> xr.DataArray:
     return score.sel(metric=metric)
 
 
+def at_metrics(score: _Scores, names: Sequence[str]) -> _Scores:
+    """``score`` at the metrics ``names`` (a list of :func:`metrics_of`) along a ``metric``
+    dim, for tables and figures laid out by metric: a score of one selected metric gets its
+    dim back, of that one label."""
+    if "metric" in score.dims:
+        return score.sel(metric=list(names))
+    for name in names:
+        select_metric(score, name)  # KeyError for any other
+    dims = list(score.dims)  # where build() puts it: after method
+    return score.expand_dims("metric", axis=dims.index("method") + 1 if "method" in dims else 0)
+
+
 def metrics_of(score: xr.DataArray, metric: str | Sequence[str] | None) -> list[str]:
-    """The metric names to work on: all of them when ``metric`` is None."""
+    """The metric names to work on: all of them when ``metric`` is None (the one it holds,
+    for a score whose metric dim was selected)."""
     if metric is None:
-        return [str(m) for m in score["metric"].values] if "metric" in score.dims else []
+        if "metric" in score.dims:
+            return [str(m) for m in score["metric"].values]
+        held = held_metric(score)
+        return [] if held is None else [held]
     return [metric] if isinstance(metric, str) else list(metric)
 
 
