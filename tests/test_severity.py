@@ -14,7 +14,7 @@ from oodsim.protocols.severity import levels as sev
 from oodsim.protocols.severity.scoring import layout
 from oodsim.protocols.severity.spec import PoolSpec, SeveritySpec, SourceSpec
 from oodsim.report.severity import format_level_table, write_severity_report
-from oodsim.results import SeedResult, build
+from oodsim.results import DEGENERATE, SeedResult, build
 from oodsim.specs import SeedsSpec
 from oodsim.zoo import ModelRef
 
@@ -200,11 +200,17 @@ def _spec(n_models: int, n_seeds: int, datasets: tuple[str, ...] = ("pool",)) ->
     )
 
 
-def _results(n_models: int = 6, n_seeds: int = 3, datasets: tuple[str, ...] = ("pool",)):
+def _results(
+    n_models: int = 6,
+    n_seeds: int = 3,
+    datasets: tuple[str, ...] = ("pool",),
+    excluded: int | None = None,
+):
     """Severity results of several synthetic models, built by the real constructor: AUROC falls
     with the level and rises with accuracy; 'energy' helps at high levels, 'odin' everywhere a
-    little; seeds add a little noise. Returns (results, auroc of shape (seed, model, method,
-    level) before noise)."""
+    little; seeds add a little noise. Seed ``excluded`` is a collapsed training, scored at
+    chance and excluded as degenerate (the default ``[degenerate] keep = false``). Returns
+    (results, auroc of shape (seed, model, method, level) before noise)."""
     spec = _spec(n_models, n_seeds, datasets)
     shape = layout(spec)
     rng = np.random.default_rng(0)
@@ -230,9 +236,16 @@ def _results(n_models: int = 6, n_seeds: int = 3, datasets: tuple[str, ...] = ("
             "dropped_classes": np.full(n_models, "{}"),
             "degenerate": np.full(n_models, ""),
         }
+        failure = ""
+        if seed == excluded:
+            variables |= {
+                "score": np.full_like(variables["score"], 0.5),
+                "id_accuracy": accuracy / 9,
+            }
+            failure = DEGENERATE.message("model m0: balanced accuracy 0.11 (chance 0.10)")
         if spec.varies_dataset:
             variables = {k: np.stack([v] * len(datasets), axis=-1) for k, v in variables.items()}
-        seeds.append(SeedResult(seed, variables))
+        seeds.append(SeedResult(seed, variables, failure=failure))
     return build(spec, "severity", shape, seeds), auroc
 
 
@@ -328,3 +341,23 @@ def test_report_of_several_datasets_has_a_section_each(tmp_path) -> None:
     assert "## a" in text and "## b" in text
     for label in ("a", "b"):
         assert (tmp_path / label / "auroc_by_level.png").is_file()
+
+
+def test_seeds_excluded_as_degenerate_enter_no_severity_mean(tmp_path) -> None:
+    """They keep their scores in the results (for the exclusion table) and were averaged into
+    the level table, the improvement over softmax and the correlation with ID accuracy, under
+    a seed count that left them out."""
+    results, _ = _results(n_seeds=4, excluded=3)
+    used = results.isel(seed=[0, 1, 2])
+    assert np.isfinite(results["score"].sel(seed=3)).all()  # kept in the results
+    assert sa.improvement(results).sel(seed=3).isnull().all()
+    np.testing.assert_array_equal(sa.improvement(results).sel(seed=[0, 1, 2]), sa.improvement(used))
+    for name in ("id_accuracy", "id_auroc"):
+        want = sa.correlation(used, name)
+        assert want["rho"].notnull().all()
+        np.testing.assert_allclose(sa.correlation(results, name)["rho"], want["rho"])
+    np.testing.assert_allclose(sa.level_trend(results), sa.level_trend(used))
+    table = format_level_table(results)
+    assert table.splitlines()[0].endswith("mean over 3 seeds")
+    assert table == format_level_table(used)
+    write_severity_report(results, tmp_path / "report")

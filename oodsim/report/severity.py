@@ -1,8 +1,9 @@
 """Tables and PNG plots (matplotlib Agg) of severity results.
 
 Severity results have ``score`` over seed × method × metric × severity × model [× dataset];
-tables and plots show the mean over seeds (failed seeds skipped), plots a band of ± one standard
-deviation across seeds, and results with a ``dataset`` dimension get one section per dataset.
+tables and plots show the mean over seeds (failed and excluded seeds skipped), plots a band of
+± one standard deviation across seeds, and results with a ``dataset`` dimension get one section
+per dataset.
 
 - :func:`format_level_table` — per-level metric of every (model, κ), with ID accuracy/AUROC.
 - :func:`plot_levels` — the metric vs. severity level, one panel per model, one line per κ.
@@ -34,7 +35,7 @@ from oodsim.report.figures import (
     suptitle,
 )
 from oodsim.report.folder import write_file
-from oodsim.results.access import method_names
+from oodsim.results.access import as_score, method_names, scored
 
 
 def _levels(results: xr.Dataset) -> list[str]:
@@ -42,7 +43,7 @@ def _levels(results: xr.Dataset) -> list[str]:
 
 
 def _n_seeds(results: xr.Dataset) -> int:
-    """Seeds that produced scores (all seeds minus failed ones)."""
+    """Seeds that enter the means (all seeds minus failed and excluded ones)."""
     if "seed" not in results.dims:
         return 1
     if "failure" in results:
@@ -58,8 +59,9 @@ def _over_seeds(results: xr.Dataset) -> str:
 def format_level_table(results: xr.Dataset, metric: str = "auroc", digits: int = 3) -> str:
     """Plain-text table: one row per ([dataset,] model, κ), one column per level (the mean over
     seeds), then the mean ID accuracy and ID AUROC."""
-    score = seed_mean(results["score"].sel(metric=metric))
-    accuracy, id_auroc = seed_mean(results["id_accuracy"]), seed_mean(results["id_auroc"])
+    score = seed_mean(as_score(results).sel(metric=metric))
+    accuracy = seed_mean(scored(results, "id_accuracy"))
+    id_auroc = seed_mean(scored(results, "id_auroc"))
     has_dataset = "dataset" in score.dims
     head = (["dataset"] if has_dataset else []) + ["model", "method", *_levels(results)]
     head += ["ID acc", "ID AUROC"]
@@ -89,7 +91,7 @@ def plot_levels(results: xr.Dataset, path: str | Path, metric: str = "auroc") ->
     """Metric vs. severity level (mean over seeds, ± one standard deviation): one panel per
     model (and dataset), one line per κ in the report's shared styles; the classifier's ID
     accuracy is named in each panel's title."""
-    score = results["score"].sel(metric=metric)
+    score = as_score(results).sel(metric=metric)
     require_ood(score, [metric], "a severity plot")
     styles = method_styles(score["method"].values)
     x = np.arange(score.sizes["severity"])
@@ -104,7 +106,7 @@ def plot_levels(results: xr.Dataset, path: str | Path, metric: str = "auroc") ->
                 ax.fill_between(
                     x, mean - std, mean + std, color=styles[method]["color"], alpha=0.12, lw=0
                 )
-        accuracy = float(seed_mean(results["id_accuracy"].sel(labels)))
+        accuracy = float(seed_mean(scored(results, "id_accuracy").sel(labels)))
         name = f"{labels['dataset']}: {labels['model']}" if "dataset" in labels else labels["model"]
         ax.set_title(f"{name} (ID accuracy {accuracy:.3f})", fontsize=9)
         ax.set_xticks(x, _levels(results))

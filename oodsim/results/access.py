@@ -31,15 +31,22 @@ def as_score(results_or_score: xr.Dataset | xr.DataArray) -> xr.DataArray:
             f"expected an xarray Dataset with a 'score' variable or a DataArray, "
             f"got {type(results_or_score).__name__}"
         )
-    if "score" not in results_or_score.data_vars:
+    return scored(results_or_score, "score")
+
+
+def scored(results: xr.Dataset, name: str) -> xr.DataArray:
+    """``results[name]`` (a per-seed variable: ``score``, a severity run's ``id_accuracy``)
+    with the seeds whose ``failure`` is not empty set to NaN: failed seeds, and seeds excluded
+    as degenerate, which keep their values in the results but enter no estimate."""
+    if name not in results.data_vars:
         raise KeyError(
-            "results have no 'score' data variable; found "
-            + (", ".join(map(str, results_or_score.data_vars)) or "none")
+            f"results have no {name!r} data variable; found "
+            + (", ".join(map(str, results.data_vars)) or "none")
         )
-    score = results_or_score["score"]
-    if "failure" in results_or_score.data_vars:
-        score = score.where(results_or_score["failure"].astype(str) == "")
-    return score
+    values = results[name]
+    if "failure" in results.data_vars and "seed" in values.dims:
+        values = values.where(results["failure"].astype(str) == "")
+    return values
 
 
 def held_metric(score: xr.Dataset | xr.DataArray) -> str | None:

@@ -3,7 +3,8 @@
 Inputs are severity results (``oodsim.run`` of a severity spec): ``score`` over seed × method ×
 metric × severity × model [× dataset], ``id_accuracy`` per (seed, model[, dataset]),
 ``id_auroc`` per (seed, method, model[, dataset]). Statistics across models use each model's
-mean over seeds (failed seeds skipped); a ``dataset`` dimension is kept.
+mean over seeds (failed seeds and seeds excluded as degenerate skipped, as everywhere:
+:func:`oodsim.results.access.scored`); a ``dataset`` dimension is kept.
 
 - :func:`correlation` — Spearman ρ across models between ID accuracy (or ID AUROC) and a
   metric at each severity level (the paper's observations 4 and 5).
@@ -25,6 +26,7 @@ from scipy import stats as sps
 
 from oodsim.errors import SpecError, UnknownNameError
 from oodsim.metrics import higher_is_better
+from oodsim.results.access import as_score, scored
 
 PREDICTORS = ("id_accuracy", "id_auroc")
 
@@ -38,7 +40,7 @@ def _metric(results: xr.Dataset, metric: str) -> xr.DataArray:
     metrics = [str(m) for m in results["metric"].values]
     if metric not in metrics:
         raise UnknownNameError("metric", metric, metrics)
-    return results["score"].sel(metric=metric, drop=True)
+    return as_score(results).sel(metric=metric, drop=True)
 
 
 def _spearman(x: np.ndarray, y: np.ndarray) -> tuple[float, float, int]:
@@ -76,7 +78,7 @@ def correlation(
     if predictor not in PREDICTORS:
         raise UnknownNameError("predictor", predictor, PREDICTORS)
     score = seed_mean(_metric(results, metric))
-    x = seed_mean(results[predictor])
+    x = seed_mean(scored(results, predictor))
     out = _spearman_along(x, score, "model").rename({"n": "n_models"})
     out = out.transpose("method", "severity", ...)
     out.attrs = {"predictor": predictor, "metric": metric}
