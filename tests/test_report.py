@@ -150,7 +150,7 @@ def test_write_report_writes_plots_and_tables(tmp_path: Path) -> None:
     # Win probabilities: OOD metrics only, and the sampling is stated.
     assert "- independent: each method averages its own 5 seeds" in text
     assert "- paired: one draw of 5 seeds shared by all methods" in text
-    assert "95% bootstrap percentile interval: the 30 seeds resampled 400 times" in text
+    assert "95% bootstrap percentile interval: the 29 seeds resampled 400 times" in text
     assert (
         "| method | auroc independent | auroc paired | aupr_in independent | aupr_in paired "
         "| aupr_out independent | aupr_out paired | fpr95 independent | fpr95 paired |\n"
@@ -175,7 +175,8 @@ def test_format_summary_table() -> None:
     results = make_results()
     table = format_summary_table(results)
     lines = table.splitlines()
-    assert "24 seeds" in lines[0] and "severity" not in lines[0]  # no levels: nothing to say
+    assert "over 23 seeds" in lines[0]  # 24, one failed
+    assert "severity" not in lines[0]  # no levels: nothing to say
     assert lines[1].split() == ["method", *METRICS, "n"]
     est = estimate(results).sel({"severity": "all"})
     row = next(line for line in lines if line.startswith("energy"))
@@ -190,9 +191,21 @@ def test_format_summary_table() -> None:
 def test_report_of_fewer_seeds_than_k_says_why_it_has_no_win_probability(tmp_path: Path) -> None:
     summary = write_report(make_results(n_seeds=3, failed=()), tmp_path, k=5)
     text = summary.read_text()
-    assert "n too small: the results have 3 seeds, fewer than k = 5." in text
+    assert "n too small: the results have 3 scored seeds, fewer than k = 5." in text
     assert not (tmp_path / "win_probability.png").exists()
     assert_png(tmp_path / "distributions.png")
+
+
+def test_seed_counts_leave_out_failed_seeds(tmp_path: Path, capsys) -> None:
+    """5 seeds, one failed, k = 5: the report drew 5-seed experiments from 4 seeds (a table
+    of dashes headed "the 5 seeds resampled") and the summary table said "over 5 seeds"."""
+    results = make_results(n_seeds=5, failed=(3,))
+    assert format_summary_table(results).splitlines()[0].endswith("over 4 seeds")
+    text = write_report(results, tmp_path / "report", k=5, figures=False).read_text()
+    assert "n too small: the results have 4 scored seeds, fewer than k = 5." in text
+    assert "– [–, –]" not in text
+    four = write_report(results, tmp_path / "four", k=4, figures=False).read_text()
+    assert "the 4 seeds resampled" in four and "the 5 seeds" not in four
 
 
 def test_win_probability_pairing_in_report_plot_and_cli(

@@ -90,9 +90,11 @@ def print_win_probabilities(results, metric: str, k: int = 5) -> None:
     ``metric`` is not one."""
     # loaded by the command that needs it, so `oodsim --help` stays fast
     from oodsim.report.tables import win_interval_note, win_intervals, win_table
-    from oodsim.stats import PAIRING_LABELS, PAIRINGS, is_ood_metric
+    from oodsim.results.access import n_scored
+    from oodsim.stats import PAIRING_LABELS, PAIRINGS, as_score, is_ood_metric
 
-    if results.sizes["method"] < 2 or results.sizes["seed"] < k:
+    n = n_scored(as_score(results))  # failed and excluded seeds enter no draw
+    if results.sizes["method"] < 2 or n < k:
         return
     names = [str(m) for m in results.metric.values]
     if metric not in names or not is_ood_metric(metric):
@@ -103,7 +105,7 @@ def print_win_probabilities(results, metric: str, k: int = 5) -> None:
     wins = win_intervals(results, metric, k, n_draws, 0, PAIRINGS)
     print(
         f"\nP(best mean {metric} in a {k}-seed comparison; {n_draws} draws) "
-        f"{win_interval_note(wins, results.sizes['seed'])}:"
+        f"{win_interval_note(wins, n)}:"
     )
     for p in PAIRINGS:
         print("  " + PAIRING_LABELS[p].replace("k seeds", f"{k} seeds"))

@@ -26,7 +26,7 @@ def _wins(results: xr.Dataset | xr.DataArray, opts: ReportOptions) -> xr.Dataset
     where the report shows none (fewer than k seeds, no OOD metric, ImageNet-O replicates)."""
     score = as_score(results)
     ood = ood_metrics(score)
-    if score.sizes["seed"] < opts.k or not ood or resamples_one_test_set(results):
+    if n_scored(score) < opts.k or not ood or resamples_one_test_set(results):
         return None
     return win_intervals(results, ood, opts.k, opts.n_draws, opts.rng, opts.pairings)
 

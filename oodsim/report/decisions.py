@@ -26,7 +26,7 @@ from oodsim.report.figures import (
     suptitle,
 )
 from oodsim.report.tables import win_intervals
-from oodsim.results.access import default_metric, method_names
+from oodsim.results.access import default_metric, method_names, n_scored
 from oodsim.stats import (
     PAIRING_LABELS,
     PAIRINGS,
@@ -135,7 +135,7 @@ def plot_win_probability(
         fig,
         f"Probability of the best mean {metric} in a {k}-seed experiment "
         f"({drawn}{n_draws} draws; error bars: {wins.attrs['confidence']:.0%} bootstrap interval "
-        f"over the {score.sizes['seed']} seeds)",
+        f"over the {n_scored(score)} scored seeds)",
     )
     return save(fig, path)
 

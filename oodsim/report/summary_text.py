@@ -63,8 +63,9 @@ def _win_text(
 ) -> str:
     """The win-probability section of ``summary.md``: what was drawn, then the table."""
     score = as_score(results)
-    if score.sizes["seed"] < k:
-        return too_small(f"the results have {score.sizes['seed']} seeds, fewer than k = {k}")
+    n = n_scored(score)  # failed and excluded seeds enter no draw
+    if n < k:
+        return too_small(f"the results have {n} scored seeds, fewer than k = {k}")
     if not ood or wins is None:
         return "Not computed: the results have no OOD metric."
     how = {
@@ -84,7 +85,7 @@ def _win_text(
     return (
         f"Probability that a method has the best mean in a {k}-seed experiment ({n_draws} "
         f"draws without replacement, ties split) "
-        f"{win_interval_note(wins, score.sizes['seed'])}.{note}{both}\n\n{ways}\n\n"
+        f"{win_interval_note(wins, n)}.{note}{both}\n\n{ways}\n\n"
         + win_table(results, k, n_draws, rng, wins=wins)
     )
 

@@ -22,6 +22,7 @@ from oodsim.results.access import (
     iter_cells,
     method_names,
     metrics_of,
+    n_scored,
     ood_metrics,
     select_metric,
 )
@@ -123,7 +124,7 @@ def format_summary_table(
     score = as_score(results)
     note = fixed_note(score, ("seed", "method", "metric"))
     est = estimate(results, confidence=confidence)
-    title = f"Mean [{interval_name(est)}] over {score.sizes['seed']} seeds" + (
+    title = f"Mean [{interval_name(est)}] over {n_scored(score)} seeds" + (
         f" ({note})" if note else ""
     )
     table = estimate_table(est, metrics_of(score, None), markdown=False, digits=digits)
