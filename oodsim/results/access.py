@@ -25,7 +25,7 @@ def as_score(results_or_score: xr.Dataset | xr.DataArray) -> xr.DataArray:
     it is finite.
     """
     if isinstance(results_or_score, xr.DataArray):
-        return results_or_score
+        return _distinct_seeds(results_or_score)
     if not isinstance(results_or_score, xr.Dataset):
         raise TypeError(
             f"expected an xarray Dataset with a 'score' variable or a DataArray, "
@@ -43,9 +43,26 @@ def scored(results: xr.Dataset, name: str) -> xr.DataArray:
             f"results have no {name!r} data variable; found "
             + (", ".join(map(str, results.data_vars)) or "none")
         )
-    values = results[name]
+    values = _distinct_seeds(results[name])
     if "failure" in results.data_vars and "seed" in values.dims:
         values = values.where(results["failure"].astype(str) == "")
+    return values
+
+
+def _distinct_seeds(values: xr.DataArray) -> xr.DataArray:
+    """``values``, or a ValueError where a seed label repeats: results concatenated from runs
+    that share seeds (``xr.concat([a, b], "seed")``) count those seeds twice, and every
+    interval and test then claims a precision the seeds do not have."""
+    index = values.indexes.get("seed")
+    if index is not None and not index.is_unique:
+        repeated = [str(s) for s in index[index.duplicated()].unique()]
+        shown = ", ".join(repeated[:5]) + (", ..." if len(repeated) > 5 else "")
+        raise ValueError(
+            f"seed labels repeat ({len(repeated)} of them: {shown}): results joined from runs "
+            "that share seeds would count each of those seeds twice. Keep one of each "
+            "(results.drop_duplicates('seed')), or run the spec with more seeds: a run resumes "
+            "from the cache"
+        )
     return values
 
 
