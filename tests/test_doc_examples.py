@@ -194,7 +194,7 @@ def test_blocks_are_found_with_their_markers(tmp_path: Path) -> None:
 #: ``<0.001 [0.000, 0.002]`` there)
 OTHER_PROCESSOR = """\
 ```
-Mean [95% bound-aware interval (logit-t inside, exact where seeds sit on a bound)] over 50 seeds
+Mean [95% bound-aware interval (logit-t inside, two-part where seeds sit on a bound)] over 50 seeds
 method              auroc                 aupr_in               aupr_out              fpr95                 accuracy              n
 ------------------  --------------------  --------------------  --------------------  --------------------  --------------------  --
 msp                 0.931 [0.914, 0.945]  0.950 [0.935, 0.961]  0.894 [0.871, 0.913]  0.316 [0.260, 0.379]  0.988 [0.986, 0.991]  50

@@ -82,7 +82,7 @@ _INTERVALS = {
     "t": "Student-t interval",
     "t (logit scale)": "Student-t interval on the logit scale",
     "bootstrap": "bootstrap percentile interval",
-    "bound-aware": "bound-aware interval (logit-t inside, exact where seeds sit on a bound)",
+    "bound-aware": "bound-aware interval (logit-t inside, two-part where seeds sit on a bound)",
     "betting": "betting interval for a bounded mean",
 }
 

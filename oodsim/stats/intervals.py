@@ -1,5 +1,5 @@
 """Confidence intervals of a mean: Student's t, and for bounded metrics the two-part interval
-(logit-t inside, exact where seeds sit on a bound) and the betting interval; bootstrap
+(logit-t inside, two-part where seeds sit on a bound) and the betting interval; bootstrap
 percentile intervals. Pure functions of arrays, rows at once."""
 
 from __future__ import annotations
