@@ -747,8 +747,10 @@ def test_metric_info_records() -> None:
     assert {info["oscr"].inputs, info["aurc"].inputs} == {"kappa+is_ood+correct", "kappa+correct"}
     assert info["oscr"].needs_correct and info["aurc"].needs_correct
     assert not info["auroc"].needs_correct and info["accuracy"].inputs == "predictions+labels"
-    for alias in ("fpr", "FPR@95TPR", "fpr_at_95tpr", "FPR95TPR"):
+    for alias in ("fpr", "FPR@95TPR", "fpr_at_95tpr", "FPR95TPR", "fpr_95", "fpr@95", "FPR90"):
         assert not higher_is_better(alias)
+    for lower_is_better in ("eaurc", "detection_error", "Error"):  # the field's, by name
+        assert not higher_is_better(lower_is_better)
     assert higher_is_better("aupr") and higher_is_better("some_protocol_metric")
     assert metrics.metric_range("aupr") == metrics.metric_range("ap") == (0.0, 1.0)
     assert metrics.metric_range("unknown") is None

@@ -183,23 +183,26 @@ def metric_range(name: str) -> tuple[float, float] | None:
 
 
 #: Metrics for which a lower value is better: those :data:`METRIC_INFO` marks so
-#: (fpr95, fpr95_ood, aurc) and common aliases of FPR names; every other metric is "higher is
-#: better".
+#: (fpr95, fpr95_ood, aurc) and common names of the field's lower-is-better metrics; beyond
+#: them any name that starts with "fpr" is one too (:func:`higher_is_better`), and every other
+#: metric is "higher is better".
 LOWER_IS_BETTER: frozenset[str] = frozenset(
     {name for name, info in METRIC_INFO.items() if not info.higher_is_better}
-    | {"fpr", "fpr@95tpr", "fpr_at_95tpr", "fpr95tpr"}
+    | {"fpr", "fpr@95tpr", "fpr_at_95tpr", "fpr95tpr", "eaurc", "detection_error", "error"}
 )
 
 
 def higher_is_better(metric: str) -> bool:
     """Whether a larger value of ``metric`` means a better detector: the metric's record in
-    :data:`METRIC_INFO` decides, else False only for the names in
-    :data:`LOWER_IS_BETTER` (case-insensitive)."""
+    :data:`METRIC_INFO` decides, else False only for the names in :data:`LOWER_IS_BETTER`
+    and any false positive rate, a name that starts with "fpr" (``fpr_95``, ``FPR@95``:
+    case-insensitive)."""
     name = str(metric)
     info = METRIC_INFO.get(name) or METRIC_INFO.get(name.lower())
     if info is not None:
         return info.higher_is_better
-    return name.lower() not in LOWER_IS_BETTER
+    lower = name.lower()
+    return lower not in LOWER_IS_BETTER and not lower.startswith("fpr")
 
 
 def is_ood_metric(metric: str) -> bool:
