@@ -536,3 +536,25 @@ def test_a_report_never_writes_or_deletes_through_links(tmp_path: Path) -> None:
     with pytest.raises(ReportFolderError, match="is a link in the report folder"):
         write_file(out / "sub" / "plot.png", lambda tmp: tmp.write_bytes(b"x"))
     assert sorted(p.name for p in outside.iterdir()) == ["linked.txt", "secret.txt", "victim.txt"]
+
+
+def test_results_opened_lazily_read_as_opened_in_memory(tmp_path: Path) -> None:
+    """``xr.open_zarr`` gives dask arrays and numpy's StringDType for the text variables:
+    every analysis failed (TypeError: cannot cast StringDType), and the seeds a severity run
+    flagged degenerate went unseen (their dtype kind is "T")."""
+    import warnings
+
+    from oodsim import open_results, stats
+
+    results = make_results(n_seeds=8)
+    save_results(results, tmp_path / "r.zarr")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # zarr: the manifest is no zarr component
+        lazy = xr.open_zarr(tmp_path / "r.zarr")
+    assert lazy["score"].chunks is not None
+    eager = open_results(tmp_path / "r.zarr")
+    xr.testing.assert_identical(stats.estimate(lazy), stats.estimate(eager))
+    assert format_summary_table(lazy) == format_summary_table(eager)
+    one = write_report(lazy, tmp_path / "lazy", figures=False).read_text()
+    other = write_report(eager, tmp_path / "eager", figures=False).read_text()
+    assert one == other

@@ -13,6 +13,7 @@ import numpy as np
 import xarray as xr
 
 from oodsim.results import DEGENERATE, FAILURE_KINDS, exclusions
+from oodsim.results.access import as_text
 from oodsim.stats import as_score
 
 #: What an excluded "degenerate" seed is, in the summary.
@@ -125,7 +126,7 @@ def _degenerate_seeds(results: xr.Dataset | xr.DataArray) -> list[int]:
     if not isinstance(results, xr.Dataset) or "degenerate" not in results:
         return []
     reasons = results["degenerate"]
-    if reasons.dtype.kind not in "UO":
+    if reasons.dtype.kind not in "UOT":  # T: numpy's StringDType, as xr.open_zarr reads it
         return []
-    flagged = (reasons.astype(str) != "").any([d for d in reasons.dims if d != "seed"])
+    flagged = (as_text(reasons) != "").any([d for d in reasons.dims if d != "seed"])
     return [int(seed) for seed in results["seed"].values[flagged.values]]

@@ -35,7 +35,7 @@ from oodsim.report.figures import (
     suptitle,
 )
 from oodsim.report.folder import write_file
-from oodsim.results.access import as_score, method_names, scored
+from oodsim.results.access import as_score, as_text, method_names, scored
 
 
 def _levels(results: xr.Dataset) -> list[str]:
@@ -47,7 +47,7 @@ def _n_seeds(results: xr.Dataset) -> int:
     if "seed" not in results.dims:
         return 1
     if "failure" in results:
-        return int((results["failure"].astype(str) == "").sum())
+        return int((as_text(results["failure"]) == "").sum())
     return results.sizes["seed"]
 
 

@@ -17,6 +17,7 @@ import xarray as xr
 from oodsim.report.provenance import seed_exclusions
 from oodsim.results import NO_SEVERITY, excluded_seeds
 from oodsim.results.access import (
+    as_text,
     at_metrics,
     cell_label,
     iter_cells,
@@ -138,7 +139,7 @@ def exclusion_effect_table(
     seeds excluded as degenerate (scored, masked by ``failure``), and the difference: how much
     the exclusion (the estimand E[score | classifier above chance]) moves the number. None when
     no seed was excluded as degenerate. Other dims (ood, level, model) are averaged."""
-    failure = results["failure"].astype(str)
+    failure = as_text(results["failure"])
     degenerate = failure.copy(data=excluded_seeds(failure.values))
     if not bool(degenerate.any()):
         return None

@@ -25,7 +25,7 @@ def as_score(results_or_score: xr.Dataset | xr.DataArray) -> xr.DataArray:
     it is finite.
     """
     if isinstance(results_or_score, xr.DataArray):
-        return _distinct_seeds(results_or_score)
+        return _distinct_seeds(_in_memory(results_or_score))
     if not isinstance(results_or_score, xr.Dataset):
         raise TypeError(
             f"expected an xarray Dataset with a 'score' variable or a DataArray, "
@@ -43,10 +43,27 @@ def scored(results: xr.Dataset, name: str) -> xr.DataArray:
             f"results have no {name!r} data variable; found "
             + (", ".join(map(str, results.data_vars)) or "none")
         )
-    values = _distinct_seeds(results[name])
+    values = _distinct_seeds(_in_memory(results[name]))
     if "failure" in results.data_vars and "seed" in values.dims:
-        values = values.where(results["failure"].astype(str) == "")
+        values = values.where(as_text(results["failure"]) == "")
     return values
+
+
+def as_text(values: xr.DataArray) -> xr.DataArray:
+    """A text variable of results (``failure``, a severity run's ``degenerate``) as an
+    in-memory array of ``str``: results opened lazily (``xr.open_zarr``) hold numpy's
+    variable-width ``StringDType`` there, which dask cannot cast (``TypeError``). The
+    variable is a short string a seed: reading it costs nothing."""
+    text = np.asarray(values.values)
+    if text.dtype.kind == "T":  # StringDType casts to object only, not to a fixed width
+        text = text.astype(object)
+    return values.copy(data=text.astype(str))
+
+
+def _in_memory(values: xr.DataArray) -> xr.DataArray:
+    """``values`` loaded, where results were opened lazily (``xr.open_zarr``: dask arrays,
+    which the analyses' scalar reads do not take); results are small."""
+    return values.compute() if values.chunks is not None else values
 
 
 def _distinct_seeds(values: xr.DataArray) -> xr.DataArray:
@@ -141,7 +158,7 @@ def iter_cells(
 ) -> Iterator[tuple[dict[str, object], xr.DataArray]]:
     """Yield ``(labels, sub_array)`` for every combination of the dims not in ``keep``."""
     outer = [d for d in da.dims if d not in keep]
-    coords = [[v.item() for v in da[d].values] for d in outer]
+    coords = [da[d].values.tolist() for d in outer]  # Python scalars, whatever the dtype
     for combo in itertools.product(*coords):
         labels = dict(zip(outer, combo, strict=True))
         yield labels, da.sel(labels) if labels else da
