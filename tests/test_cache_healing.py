@@ -685,6 +685,28 @@ def test_cache_commands_treat_a_deeply_nested_meta_as_corrupt(
     assert store.get(OUTPUTS, key) is None  # gone: a run computes it again
 
 
+def test_cache_commands_read_a_cache_through_a_linked_root(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """docs/caching.md suggests linking a cache onto a larger disk; ``oodsim run`` reads the
+    link, and ``cache ls|verify`` read the link itself: "total 0.00 MB", "0 corrupt entries"
+    over a corrupt entry."""
+    store = Store(tmp_path / "cache")
+    key = "ce" + "6" * 62
+    folder = store.put(OUTPUTS, key, {"x": np.arange(3)})
+    link = tmp_path / "link"
+    link.symlink_to(store.root, target_is_directory=True)
+    assert Store(link).get(OUTPUTS, key) is not None
+    assert cli_main(["cache", "ls", "--cache", str(link)]) == 0
+    assert key[:16] in capsys.readouterr().out
+    data = bytearray((folder / ARRAYS_ZIP).read_bytes())
+    data[len(data) // 2] ^= 0xFF  # its checksum no longer matches
+    (folder / ARRAYS_ZIP).write_bytes(bytes(data))
+    assert cli_main(["cache", "verify", "--cache", str(link)]) == 1
+    assert f"corrupt: {OUTPUTS}/{key}" in capsys.readouterr().out
+    assert link.is_symlink() and folder.exists()  # found, not moved: verify only reads
+
+
 def test_cache_gc_removes_what_blocks_and_never_follows_links(
     copy: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

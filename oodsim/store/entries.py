@@ -49,6 +49,7 @@ from oodsim.store.layout import (
     TMP_PREFIX,
     Entry,
     mark_cache,
+    store_root,
 )
 from oodsim.store.locks import (
     LOCK_LIMIT,
@@ -76,7 +77,7 @@ class CorruptEntryWarning(UserWarning):
 class Store(Maintenance, Migration):
     """Artifacts by (kind, content key) under ``root``; see the module docstring."""
 
-    root: Path = attrs.field(converter=lambda p: Path(p).expanduser())
+    root: Path = attrs.field(converter=store_root)
     verify_on_read: bool = True
     events: list[tuple[str, str, str]] = attrs.field(factory=list)
     _marked: bool = attrs.field(default=False, init=False, repr=False)

@@ -76,3 +76,12 @@ def mark_cache(root: Path) -> None:
     ignore = root / ".gitignore"
     if not ignore.is_symlink() and not ignore.exists() and not any(root.iterdir()):
         ignore.write_text(GITIGNORE)
+
+
+def store_root(path: str | Path) -> Path:
+    """A store's root from what the user gave: ``~`` expanded, and a root that is itself a
+    link (docs/caching.md suggests linking a cache onto a larger disk) replaced by the folder
+    it names. The store never follows links inside its root; it read a linked root as empty
+    (``oodsim cache verify --cache LINK``: "0 corrupt entries" over a corrupt cache)."""
+    root = Path(path).expanduser()
+    return root.resolve() if root.is_symlink() else root
