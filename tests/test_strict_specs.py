@@ -123,6 +123,27 @@ ISSUE_ROWS = [
         [3],
         "distinct seeds",
     ),
+    (  # it ran the default 50 seeds
+        "no-seeds",
+        replaced(BASE, "n = 50", "values = []"),
+        "seeds.values",
+        [],
+        "a list of at least one seed",
+    ),
+    (  # values silently replaced n
+        "values-and-n",
+        replaced(BASE, "n = 50", "n = 5\nvalues = [1]"),
+        "seeds.n",
+        5,
+        "no n beside values",
+    ),
+    (  # ... and start
+        "values-and-start",
+        replaced(BASE, "n = 50", "start = 7\nvalues = [1]"),
+        "seeds.start",
+        7,
+        "no start beside values",
+    ),
 ]
 
 

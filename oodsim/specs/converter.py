@@ -47,6 +47,9 @@ def _table_hook(cls: type) -> Callable[[Any, type], Any]:
             value = {TABLE_SHORTHANDS[cls]: value}
         if not isinstance(value, Mapping):
             raise located(SpecError("", value, type_nouns(cls)[0]), "")
+        check = getattr(cls, "check_data", None)
+        if check is not None:  # what the fields alone cannot tell (a default given again)
+            check(value)
         return generated(dict(value), cls)
 
     return structure

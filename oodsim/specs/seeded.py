@@ -4,7 +4,7 @@ stopping rule and the rule for degenerate seeds (:class:`Seeded`)."""
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import attrs
@@ -27,6 +27,12 @@ from oodsim.specs.types import (
 
 #: The most levels one designed stream may take (a grid is run in full).
 MAX_DESIGN_LEVELS = 1000
+
+
+_ONE_OF_THEM = (
+    "values lists the seeds to run; n and start count them (start .. start + n - 1): give "
+    "one or the other"
+)
 
 
 @spec_class
@@ -53,6 +59,26 @@ class SeedsSpec(KeyedSpec):
     pinned: Params = attrs.field(default=(), converter=param_table)
     # stream -> number of levels; enters the key only when set (see key_extra)
     design: Params = attrs.field(default=(), converter=param_table, metadata=no_key())
+
+    @classmethod
+    def check_data(cls, data: Mapping[str, Any]) -> None:
+        """Refuse, from a spec file, ``values = []`` alone (it ran the default 50 seeds) and
+        ``values`` beside an ``n`` or ``start`` it would silently replace. Once built, an empty
+        list and the defaults look like fields left out; a spec oodsim wrote (the results'
+        ``spec``) holds all three, with the defaults beside ``values``, and reads back."""
+        values = data.get("values")
+        if not isinstance(values, list | tuple):
+            return
+        if not values and "n" not in data and "start" not in data:
+            raise located(
+                SpecError("values", [], "a list of at least one seed", _ONE_OF_THEM), "values"
+            )
+        for name in ("n", "start"):
+            default = getattr(attrs.fields(cls), name).default
+            if values and data.get(name, default) != default:
+                raise located(
+                    SpecError(name, data[name], f"no {name} beside values", _ONE_OF_THEM), name
+                )
 
     @values.validator
     def _check_values(self, attribute: attrs.Attribute, value: tuple[int, ...]) -> None:
