@@ -65,6 +65,30 @@ def test_a_second_folder_under_the_same_name_is_computed_not_read_from_the_cache
     np.testing.assert_array_equal(again["score"].values, scores[0])
 
 
+def test_a_folder_rewritten_in_place_between_two_runs_of_one_process_is_computed(
+    tmp_path: Path,
+) -> None:
+    """The probe: the images rewritten in place (`cp new/* folder/`: no folder's time moves)
+    between two ``oodsim.run`` calls of one script; the second run reported the old images'
+    cached scores with `computed {}`."""
+    import os
+
+    cache, root = tmp_path / "cache", digits_folder(tmp_path / "data")
+    spec = small_digits(1, dataset=folder_spec(root))
+    first = oodsim.run(spec, cache=cache, cluster="in-process", progress=False)
+    times = {folder: folder.stat().st_mtime_ns for folder in [root, *root.iterdir()]}
+    for image in root.glob("*/*.png"):
+        pixels = np.asarray(Image.open(image))
+        with image.open("r+b") as handle:  # in place, as cp does
+            Image.fromarray(255 - pixels).save(handle, format="PNG")
+            handle.truncate()
+    for folder, ns in times.items():
+        os.utime(folder, ns=(ns, ns))
+    second = oodsim.run(spec, cache=cache, cluster="in-process", progress=False)
+    assert store_counts(second)["computed"].get("checkpoint") == 1
+    assert not np.allclose(first["score"].values, second["score"].values)
+
+
 def test_what_changes_the_fingerprint(tmp_path: Path) -> None:
     root = digits_folder(tmp_path / "a", per_class=3)
     first = content_key(folder_spec(root))

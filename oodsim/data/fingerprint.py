@@ -15,10 +15,13 @@ and size changes it when the edited file is in the sample (always, for small dat
 missing path has its own fingerprint (``absent``): a key can be computed, the run then fails
 where it reads the data.
 
-Within one process the fingerprint of a folder is computed once and reused while the folder
-and the folders right under it keep their modification times (a file added, removed or renamed
-there changes them); a file rewritten in place, or one deeper down changed, during a long
-Python session is seen by the next process (every ``oodsim run`` is one).
+Within one run the fingerprint of a folder is computed once and reused while the folder and
+the folders right under it keep their modification times (a file added, removed or renamed
+there changes them): a key is computed several times a seed, and statting every file each time
+would cost seconds a seed on a large folder. Every run starts afresh (:func:`forget`, called by
+:func:`oodsim.run` and on each worker as a run's cluster takes it up), so a file rewritten in
+place between two runs of one Python session is seen by the second: it used to be seen only by
+the next process, and the second run reported the old images' cached scores.
 """
 
 from __future__ import annotations
@@ -58,6 +61,12 @@ def fingerprint(paths: Iterable[str | os.PathLike[str]]) -> str:
     with _LOCK:
         _MEMO[signature] = value
     return value
+
+
+def forget() -> None:
+    """Drop the fingerprints this process computed: the next key reads the files again."""
+    with _LOCK:
+        _MEMO.clear()
 
 
 def _signature(root: Path) -> tuple:

@@ -150,7 +150,7 @@ def register_dataset(
         if taken is not None and (taken.builtin or not replace):
             raise ValueError(f"a dataset named {name!r} is already registered")
         DATASETS[name] = info
-        load_dataset.cache_clear()
+        _load.cache_clear()
         return load
 
     return decorate
@@ -186,7 +186,7 @@ def adopt_datasets(infos: Iterable[DatasetInfo]) -> None:
             continue
         if current is None or _identity(current) != _identity(info):
             DATASETS[info.name] = info
-            load_dataset.cache_clear()
+            _load.cache_clear()
 
 
 def data_fingerprint(name: str, root: str | None) -> str | None:
@@ -206,14 +206,23 @@ def dataset_info(name: str) -> DatasetInfo:
         raise UnknownNameError("dataset", name, DATASETS) from None
 
 
-@functools.lru_cache(maxsize=8)
 def load_dataset(
     name: str, root: str | None = None, download: bool = False, image_size: int | None = None
 ) -> ImageData:
     """Load a registered dataset (cached per process: workers read the files once, and every
-    seed of a worker shares the arrays, which are therefore read-only). What the loader returns
-    is checked: an :class:`ImageData` whose labels fit the declared classes, or
-    one :class:`DatasetError` naming the dataset and the fix."""
+    seed of a worker shares the arrays, which are therefore read-only). Files changed since
+    they were loaded (their fingerprint, :func:`data_fingerprint`) are loaded again: a folder
+    rewritten between two runs of one script was trained on as it was. What the loader returns
+    is checked: an :class:`ImageData` whose labels fit the declared classes, or one
+    :class:`DatasetError` naming the dataset and the fix."""
+    return _load(name, root, download, image_size, data_fingerprint(name, root))
+
+
+@functools.lru_cache(maxsize=8)
+def _load(
+    name: str, root: str | None, download: bool, image_size: int | None, files: str | None
+) -> ImageData:
+    """:func:`load_dataset`, cached by its arguments and the fingerprint of the ``files``."""
     info = dataset_info(name)
     try:
         data = info.load(root=root, download=download, image_size=image_size)
@@ -232,3 +241,6 @@ def load_dataset(
     for array in (data.images, data.labels):  # shared by every later call here (the cache)
         array.flags.writeable = False
     return data
+
+
+load_dataset.cache_clear = _load.cache_clear  # type: ignore[attr-defined]  # as lru_cache's

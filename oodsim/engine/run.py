@@ -21,6 +21,7 @@ from typing import Any, TextIO
 
 import xarray as xr
 
+from oodsim.data import fingerprint
 from oodsim.engine import signals, window
 from oodsim.engine.placement import place
 from oodsim.engine.progress import Progress, interrupted_message
@@ -87,6 +88,7 @@ def run(
     the rule fires, queued work is cancelled and the decision is recorded in
     ``attrs["stopping"]``. ``attrs["store"]`` counts what was computed and what was loaded.
     """
+    fingerprint.forget()  # data changed since an earlier run of this process gets new keys
     job = bind(spec)
     spec = job.spec
     seeds = spec.seeds.all()[: spec.max_seeds]

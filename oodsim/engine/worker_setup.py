@@ -4,8 +4,9 @@ A script registers detectors, datasets and architectures in the driver; a worker
 that script. :class:`WorkerSetup`, a Dask worker plugin registered when the run's client
 starts (:func:`oodsim.engine.cluster.cluster_client`), adopts them on every worker, those that
 join later too (batch jobs that leave the queue, a worker its nanny restarted), so that no
-task or scoring call carries them. It also installs the filter that keeps the worker's log of
-oodsim's own failed tasks to the driver's one line (:func:`oodsim.engine.work.quiet_own_failures`).
+task or scoring call carries them. It also drops the data fingerprints the worker computed
+for earlier runs, and installs the filter that keeps the worker's log of oodsim's own failed
+tasks to the driver's one line (:func:`oodsim.engine.work.quiet_own_failures`).
 
 Imported only where a cluster runs: it needs ``distributed``.
 """
@@ -17,6 +18,7 @@ from typing import Any
 from distributed.diagnostics.plugin import WorkerPlugin
 from distributed.protocol import pickle
 
+from oodsim.data import fingerprint
 from oodsim.engine.work import Shipped, quiet_own_failures
 
 
@@ -33,4 +35,5 @@ class WorkerSetup(WorkerPlugin):
 
     def setup(self, worker: Any) -> None:
         quiet_own_failures()
+        fingerprint.forget()  # a worker of an earlier run may have fingerprinted older data
         pickle.loads(self.payload).adopt()
