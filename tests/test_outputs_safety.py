@@ -129,6 +129,20 @@ def test_cache_root_anything_inside_it_or_holding_it_is_refused(tmp_path: Path, 
     assert not (cache / "r.zarr").exists()
 
 
+@pytest.mark.parametrize("where", ["the results", "inside them"])
+def test_results_are_refused_as_a_cache(tmp_path: Path, where: str) -> None:
+    """The reverse of the above: `oodsim run --cache r.zarr` wrote the store's entries into
+    the results, which every reader then refused ("files oodsim did not write were added")."""
+    results = tmp_path / "r.zarr"
+    save_results(synthetic_results(n_seeds=4), results)
+    before = _tree(results)
+    cache = results if where == "the results" else results / "cache"
+    with pytest.raises(ForeignOutput, match=r"is oodsim results, not a cache"):
+        oodsim.run(small_digits(1), cache=cache, progress=False)
+    assert _tree(results) == before
+    open_results(results)  # still whole
+
+
 def test_a_fifo_is_refused_without_opening_it(tmp_path: Path) -> None:
     fifo = tmp_path / "pipe"
     os.mkfifo(fifo)  # opening it to read would block forever

@@ -33,6 +33,7 @@ from oodsim.results import (
     ForeignOutput,
     SeedResult,
     build,
+    check_not_results,
     check_output,
     failure_kind,
     save_results,
@@ -106,6 +107,7 @@ def run(
     with tracker.telling(f"interrupted before any of its {job.unit} started; nothing was computed"):
         if out is not None:
             check_out(out, spec, overwrite, root)
+        check_not_results(root)
         store = Store(root)
         job.preflight(store)  # it only reads: a seed's checks as a worker would run them
         check_room(store.root, (kind for t in job.plan(seeds[0]) for kind, _ in t.entries))

@@ -20,6 +20,7 @@ from oodsim.results.read import REPLACED_PATIENCE, ResultsCorrupt, ResultsNotFou
 from oodsim.results.save import (
     ForeignOutput,
     OutputError,
+    check_not_results,
     check_output,
     check_writable,
     save_results,
@@ -57,6 +58,7 @@ __all__ = [
     "ResultsNotFound",
     "SeedResult",
     "build",
+    "check_not_results",
     "check_output",
     "check_writable",
     "design_coord",

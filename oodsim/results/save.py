@@ -202,6 +202,20 @@ def check_output(path: str | Path, *, cache: str | Path | None = None) -> str | 
     return key
 
 
+def check_not_results(cache: str | Path) -> None:
+    """Refuse a cache root that is oodsim results or lies inside them (it holds, or a folder
+    above it holds, their :data:`MANIFEST`): the store's entries written there left the
+    results "changed: files oodsim did not write were added", refused by every reader."""
+    resolved = Path(cache).expanduser().resolve()
+    for folder in (resolved, *resolved.parents):
+        if what_is(folder / MANIFEST) == "file":
+            where = "is" if folder == resolved else f"is inside {folder}, which is"
+            raise ForeignOutput(
+                f"the cache {cache} {where} oodsim results, not a cache: the cache's entries "
+                "would change them. Give runs a cache of its own (e.g. --cache cache)"
+            )
+
+
 def _existing_output(path: Path) -> str | None:
     """The spec key of oodsim results at ``path`` (None if absent or empty), or refusal."""
     refuse = f"{path} is not oodsim results"
