@@ -493,6 +493,18 @@ def test_image_folder_with_an_unreadable_file(
     assert_rejected(tmp_path, text, capsys, f"cannot read image {broken}")
 
 
+def test_image_folder_with_a_fifo_named_like_an_image(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Pillow's open waited forever for a writer: the run hung in its checks, with no
+    output (probe of 2026-12-05, killed after 60 s)."""
+    root = image_folder(tmp_path / "images", classes=10, per_class=2)
+    fifo = root / "class1" / "005.png"
+    os.mkfifo(fifo)
+    text = with_dataset(BASE, f'name = "image_folder"\nroot = "{root}"')
+    assert_rejected(tmp_path, text, capsys, f"cannot read image {fifo}: not a regular file")
+
+
 def write_idx(path: Path, array: np.ndarray) -> None:
     header = bytes([0, 0, 0x08, array.ndim]) + struct.pack(f">{array.ndim}I", *array.shape)
     with gzip.open(path, "wb") as handle:

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import numpy as np
 
+from oodsim.data.image_files import opened_image
 from oodsim.data.registry import ImageData, register_dataset
 from oodsim.errors import DataNotFoundError
 
@@ -232,7 +233,7 @@ def read_image_folder(root: str | Path, image_size: int | None = None) -> ImageD
     Tiny-ImageNet's ``train/<wnid>/images/*.JPEG`` layout is read by pointing root at ``train``.
     """
     # Pillow loads only for image folders
-    from PIL import Image, UnidentifiedImageError
+    from PIL import Image
 
     root = Path(root)
     if not root.is_dir():
@@ -246,14 +247,11 @@ def read_image_folder(root: str | Path, image_size: int | None = None) -> ImageD
         if not files:
             raise DataNotFoundError(f"class folder {root / name} holds no images")
         for path in files:
-            try:
-                with Image.open(path) as image:
-                    image = image.convert("RGB")
-                    if image_size:
-                        image = image.resize((image_size, image_size), Image.BILINEAR)
-                    images.append(np.asarray(image, dtype=np.uint8))
-            except (UnidentifiedImageError, OSError) as error:
-                raise DataNotFoundError(f"cannot read image {path}: {error}") from None
+            with opened_image(path) as image:
+                image = image.convert("RGB")
+                if image_size:
+                    image = image.resize((image_size, image_size), Image.BILINEAR)
+                images.append(np.asarray(image, dtype=np.uint8))
             labels.append(label)
     shapes = {im.shape for im in images}
     if len(shapes) > 1:

@@ -13,7 +13,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from oodsim.errors import DataNotFoundError
+from oodsim.data.image_files import opened_image
 from oodsim.models.inference import infer_batches
 from oodsim.models.tensors import to_tensor
 from oodsim.simulation.ood_sets import conform
@@ -174,15 +174,9 @@ def file_batches(
     files: Sequence[str | os.PathLike[str]], preprocessing: Preprocessing, batch_size: int = 64
 ) -> Iterator[torch.Tensor]:
     """Preprocessed batches of image files, each read with the model's own PIL pipeline."""
-    # PIL loads only when image files are read
-    from PIL import Image, UnidentifiedImageError
-
     for start in range(0, len(files), batch_size):
         tensors = []
         for path in files[start : start + batch_size]:
-            try:
-                with Image.open(path) as image:
-                    tensors.append(preprocessing.image(image))
-            except (UnidentifiedImageError, OSError) as error:
-                raise DataNotFoundError(f"cannot read image {path}: {error}") from None
+            with opened_image(path) as image:
+                tensors.append(preprocessing.image(image))
         yield torch.stack(tensors)
