@@ -294,6 +294,43 @@ def test_cli_command_runs_folders_and_logits(folders, tmp_path, capsys) -> None:
     assert "95% bootstrap interval (test-set sampling) over 50 bootstrap replicates" in out
 
 
+def _tiny_model(id_root: Path, ood_root: Path) -> list[str]:
+    """``oodsim imagenet-o`` arguments of a tiny random 1,000-class model on the folders."""
+    return [
+        "imagenet-o",
+        "--model",
+        "timm:test_resnet",
+        "--random-weights",
+        "--image-size",
+        "32",
+        "--id-root",
+        str(id_root),
+        "--ood-root",
+        str(ood_root),
+    ]
+
+
+def test_saved_logits_replace_links_and_never_write_through_them(folders, tmp_path) -> None:
+    """``--save-logits DIR`` with links at ``DIR/id_logits.npy`` and ``DIR/ood_logits.npy``:
+    the links are replaced by the logits files, the files they pointed to stay as they were
+    (they used to be overwritten)."""
+    id_root, ood_root, _ = folders
+    saved = tmp_path / "saved"
+    saved.mkdir()
+    victims = {}
+    for name in ("id_logits.npy", "ood_logits.npy"):
+        victims[name] = tmp_path / f"victim-{name}.txt"
+        victims[name].write_text(f"not {name}")
+        (saved / name).symlink_to(victims[name])
+    assert main([*_tiny_model(id_root, ood_root), "--save-logits", str(saved)]) == 0
+    for name, victim in victims.items():
+        assert victim.read_text() == f"not {name}"
+        assert not (saved / name).is_symlink() and (saved / name).is_file()
+    assert np.load(saved / "id_logits.npy").shape == (12, 1000)
+    assert np.load(saved / "ood_logits.npy").shape == (6, 1000)
+    assert sorted(p.name for p in saved.iterdir()) == ["id_logits.npy", "ood_logits.npy"]
+
+
 def test_cli_names_the_inputs_it_needs() -> None:
     main = _cli()
     args = main.parse_args(["imagenet-o", "--model", "timm:test_resnet"])

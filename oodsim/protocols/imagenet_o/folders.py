@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Sequence
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +17,7 @@ from oodsim.data.imagenet_classes import imagenet_o_wnids
 from oodsim.errors import DataNotFoundError, SpecError
 from oodsim.models.tensors import device as model_device
 from oodsim.protocols.imagenet_o.recipe import evaluate_logits
+from oodsim.store.fs import write_replacing
 from oodsim.zoo import ModelRef
 
 
@@ -119,10 +121,7 @@ def evaluate_folders(
     device = device or model_device()
     logits = [infer_files(loaded, files, batch_size, device) for files in (in_files, out_files)]
     if save_logits is not None:
-        folder = Path(save_logits)
-        folder.mkdir(parents=True, exist_ok=True)
-        np.save(folder / "id_logits.npy", logits[0])
-        np.save(folder / "ood_logits.npy", logits[1])
+        save_logit_files(save_logits, logits[0], logits[1])
     result: dict[str, Any] = evaluate_logits(
         logits[0],
         logits[1],
@@ -132,6 +131,25 @@ def evaluate_folders(
         seed=seed,
     )
     return {**result, "model": ref.label, "n_id_classes": len(present), "weights": loaded.source}
+
+
+#: the files of ``save_logits`` (``--save-logits``): ID, then ImageNet-O logits
+LOGIT_FILES = ("id_logits.npy", "ood_logits.npy")
+
+
+def save_logit_files(folder: str | Path, id_logits: np.ndarray, ood_logits: np.ndarray) -> None:
+    """Write :data:`LOGIT_FILES` into ``folder``, each into a temporary file renamed into place:
+    a link at either name is replaced, never written through."""
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    for name, array in zip(LOGIT_FILES, (id_logits, ood_logits), strict=True):
+        write_replacing(folder / name, partial(_write_npy, array))
+
+
+def _write_npy(array: np.ndarray, path: Path) -> None:
+    """``np.save`` into a new file (``np.save`` of a path would append ``.npy`` to its name)."""
+    with open(path, "xb") as handle:
+        np.save(handle, array)
 
 
 def evaluate_logit_files(
