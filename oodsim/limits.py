@@ -1,14 +1,17 @@
-"""Upper bounds on spec sizes whose cost would be absurd, checked when a spec is built.
+"""Upper bounds on sizes whose cost would be absurd, checked when a spec is built or a
+command's options are read.
 
 A typo or a unit slip (``n_levels = 1e9``, a model ``depth = 600004``, a grid of 200,000
-temperatures) used to run silently for minutes, hang, or allocate tens of GB before failing.
+temperatures, ``oodsim imagenet-o --bootstrap 1000000000``) used to run silently for minutes,
+hang, or allocate tens of GB before failing.
 Every size below is checked before any compute, and a value over its limit is one
 :class:`~oodsim.errors.SpecError` that names the field, the limit and how to lift it.
 
 Lift a limit for one run with the environment variable ``OODSIM_LIMITS`` (``"name=value,..."``,
 e.g. ``OODSIM_LIMITS=grid_points=50000 oodsim run spec.toml``), or in a script with
 ``oodsim.limits.LIMITS["grid_points"] = 50_000`` before the spec is built. The limits are far
-above what the papers use (11 levels, grids of a few dozen points, ResNet-18, 1,000 noise images).
+above what the papers use (11 levels, grids of a few dozen points, ResNet-18, 1,000 noise images,
+1,000 bootstrap replicates).
 """
 
 from __future__ import annotations
@@ -37,6 +40,7 @@ DEFAULTS: dict[str, Limit] = {
     "model_width": Limit(4_096, "channels of a model's width"),
     "model_depth": Limit(1_000, "layers of a model's depth"),
     "noise_samples": Limit(1_000_000, "images of one noise OOD set"),
+    "bootstrap_replicates": Limit(100_000, "bootstrap replicates of one evaluation"),
 }
 #: values set in this process (a script's own), over the defaults and ``$OODSIM_LIMITS``
 LIMITS: dict[str, int] = {}

@@ -23,6 +23,7 @@ from oodsim.errors import DataNotFoundError, SpecError, UnknownNameError
 from oodsim.protocols import imagenet_o
 from oodsim.protocols.imagenet_o import PROTOCOL, ImageNetOSpec
 from oodsim.protocols.imagenet_o import scoring as imagenet_o_scoring
+from oodsim.protocols.imagenet_o.folders import save_logit_files
 from oodsim.report import write_report
 from oodsim.results import save_results, store_counts
 from oodsim.seeds import SeedStreams
@@ -329,6 +330,48 @@ def test_saved_logits_replace_links_and_never_write_through_them(folders, tmp_pa
     assert np.load(saved / "id_logits.npy").shape == (12, 1000)
     assert np.load(saved / "ood_logits.npy").shape == (6, 1000)
     assert sorted(p.name for p in saved.iterdir()) == ["id_logits.npy", "ood_logits.npy"]
+
+
+def _logit_files(folder: Path) -> list[str]:
+    """``--id-logits`` / ``--ood-logits`` of random (20, 200) / (10, 200) logits saved in
+    ``folder`` as ``--save-logits`` saves them."""
+    rng = np.random.default_rng(5)
+    save_logit_files(folder, rng.normal(size=(20, 200)), rng.normal(size=(10, 200)))
+    return [
+        "--id-logits",
+        str(folder / "id_logits.npy"),
+        "--ood-logits",
+        str(folder / "ood_logits.npy"),
+    ]
+
+
+def test_an_absurd_bootstrap_is_refused_with_the_limit_and_how_to_lift_it(
+    tmp_path, capsys, monkeypatch
+) -> None:
+    """``--bootstrap`` is bounded by the limit ``bootstrap_replicates``, before any logits are
+    read (``--bootstrap 1000000000`` used to grow to 23 GB in 10 s and be killed)."""
+    files = _logit_files(tmp_path)
+    monkeypatch.setenv("OODSIM_LIMITS", "bootstrap_replicates=50")  # lowered: cheap to cross
+    assert main(["imagenet-o", *files, "--bootstrap", "51"]) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and err.count("\n") == 1, err
+    assert err.startswith(
+        "oodsim: error: --bootstrap: 51 is not allowed; expected at most 50 bootstrap "
+        "replicates of one evaluation (limit 'bootstrap_replicates'). A size this large is "
+        "most likely a typo; to run it anyway, lift the limit: "
+        "OODSIM_LIMITS=bootstrap_replicates=51 in the environment"
+    ), err
+    assert main(["imagenet-o", *files, "--bootstrap", "50"]) == 0  # within the limit: runs
+    assert "over 50 bootstrap replicates" in capsys.readouterr().out
+    monkeypatch.delenv("OODSIM_LIMITS")
+    (tmp_path / "id_logits.npy").unlink()  # the default limit refuses before reading logits
+    assert main(["imagenet-o", *files, "--bootstrap", "1000000000"]) == 2
+    err = capsys.readouterr().err
+    assert "--bootstrap: 1000000000 is not allowed; expected at most 100,000" in err, err
+    with pytest.raises(SpecError, match=r"n_bootstrap: 1000000000 .*'bootstrap_replicates'"):
+        imagenet_o.evaluate_folders(tmp_path / "no", tmp_path / "no", "x", n_bootstrap=10**9)
+    with pytest.raises(SpecError, match=r"n_bootstrap: 1000000000 .*'bootstrap_replicates'"):
+        imagenet_o.evaluate_logits(np.zeros((2, 200)), np.zeros((2, 200)), n_bootstrap=10**9)
 
 
 def test_cli_names_the_inputs_it_needs() -> None:

@@ -66,6 +66,7 @@ def _numbers(args: argparse.Namespace) -> dict[str, Any]:
     # imported here: the protocol pulls in torch and timm, which other commands never need
     from oodsim.protocols import imagenet_o
 
+    _check_options(args)
     if args.id_logits or args.ood_logits:
         if not (args.id_logits and args.ood_logits):
             raise SpecError("--id-logits/--ood-logits", "one of them", "both .npy files")
@@ -91,6 +92,14 @@ def _numbers(args: argparse.Namespace) -> dict[str, Any]:
         "--model with --id-root and --ood-root, --id-logits with --ood-logits, or "
         "--results of a run (several models: `oodsim run specs/imagenet_o.toml`)",
     )
+
+
+def _check_options(args: argparse.Namespace) -> None:
+    """The options, each checked before any logits are read or any model is loaded: an error
+    names the option."""
+    from oodsim.protocols.imagenet_o import check_bootstrap  # (fast --help: torch and timm)
+
+    check_bootstrap(args.bootstrap, "--bootstrap")
 
 
 def add_command(commands: Any) -> None:
@@ -120,7 +129,8 @@ def add_command(commands: Any) -> None:
         default=0,
         metavar="N",
         help="also print the 95%% bootstrap interval (test-set sampling) of every number over "
-        "N bootstrap replicates of the test set (e.g. 1000)",
+        "N bootstrap replicates of the test set (e.g. 1000; at most 100,000 unless "
+        "OODSIM_LIMITS=bootstrap_replicates=N lifts the limit)",
     )
     inet.add_argument(
         "--seed", type=int, default=0, help="first bootstrap seed (replicates SEED ... SEED+N-1)"

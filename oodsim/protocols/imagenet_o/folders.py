@@ -16,7 +16,7 @@ from oodsim.data.builtin import IMAGE_SUFFIXES
 from oodsim.data.imagenet_classes import imagenet_o_wnids
 from oodsim.errors import DataNotFoundError, SpecError
 from oodsim.models.tensors import device as model_device
-from oodsim.protocols.imagenet_o.recipe import evaluate_logits
+from oodsim.protocols.imagenet_o.recipe import check_bootstrap, evaluate_logits
 from oodsim.store.fs import write_replacing
 from oodsim.zoo import ModelRef
 
@@ -110,6 +110,7 @@ def evaluate_folders(
     ``n_bootstrap``, ``seed``: the test-set sampling interval of :func:`evaluate_logits`.
     Several models, seeds and a cache: run an :class:`ImageNetOSpec` with ``oodsim.run``.
     """
+    check_bootstrap(n_bootstrap)
     classes = imagenet_o_wnids() if id_classes is None else tuple(sorted(set(id_classes)))
     in_files, present = id_files(id_root, classes)
     out_files = ood_files(ood_root)
@@ -156,6 +157,7 @@ def evaluate_logit_files(
     id_logits: str | Path, ood_logits: str | Path, **options: Any
 ) -> dict[str, Any]:
     """:func:`evaluate_logits` on two ``.npy`` files of saved logits."""
+    check_bootstrap(options.get("n_bootstrap", 0))
     arrays = []
     for path in (Path(id_logits), Path(ood_logits)):
         if not path.is_file():

@@ -8,6 +8,7 @@ from typing import Any
 
 import numpy as np
 
+from oodsim import limits
 from oodsim import metrics as _metrics
 from oodsim.data.imagenet_classes import imagenet1k_wnids, imagenet_o_wnids
 from oodsim.detectors.logits import max_softmax_log_odds
@@ -184,6 +185,18 @@ def check_confidence(confidence: float) -> None:
         raise SpecError("confidence", confidence, "a number in (0, 1), e.g. 0.95")
 
 
+def check_bootstrap(n_bootstrap: int, field: str = "n_bootstrap") -> None:
+    """``n_bootstrap`` is 0 (no interval) or 2 replicates up to the limit
+    ``bootstrap_replicates`` (:mod:`oodsim.limits`); else a :class:`SpecError` naming ``field``.
+    Checked before any logits are read or inferred."""
+    if isinstance(n_bootstrap, bool) or not isinstance(n_bootstrap, int) or n_bootstrap < 0:
+        raise SpecError(field, n_bootstrap, "0 (no interval) or a number of replicates")
+    if n_bootstrap == 1:
+        raise SpecError(field, n_bootstrap, "0 (no interval) or at least 2 replicates")
+    if problem := limits.over(n_bootstrap, "bootstrap_replicates"):
+        raise SpecError(field, n_bootstrap, *problem)
+
+
 def bootstrap_replicates(
     id_kappa: np.ndarray, ood_kappa: np.ndarray, names: Sequence[str], seeds: Sequence[int]
 ) -> dict[str, np.ndarray]:
@@ -238,6 +251,7 @@ def evaluate_logits(
     test-set sampling uncertainty of these numbers; the numbers themselves stay those of the
     full test set.
     """
+    check_bootstrap(n_bootstrap)
     classes = imagenet_o_wnids() if id_classes is None else tuple(sorted(set(id_classes)))
     id_kappa = max_softmax(_as_subset_logits(id_logits, classes, class_wnids, "id_logits"))
     ood_kappa = max_softmax(_as_subset_logits(ood_logits, classes, class_wnids, "ood_logits"))
@@ -248,10 +262,6 @@ def evaluate_logits(
         "n_id": int(id_kappa.size),
         "n_ood": int(ood_kappa.size),
     }
-    if isinstance(n_bootstrap, bool) or not isinstance(n_bootstrap, int) or n_bootstrap < 0:
-        raise SpecError("n_bootstrap", n_bootstrap, "0 (no interval) or a number of replicates")
-    if n_bootstrap == 1:
-        raise SpecError("n_bootstrap", n_bootstrap, "0 (no interval) or at least 2 replicates")
     if n_bootstrap:
         # the statistics floor: only an evaluation with an interval needs it
         from oodsim.stats.intervals import percentile_interval
