@@ -332,6 +332,59 @@ def test_saved_logits_replace_links_and_never_write_through_them(folders, tmp_pa
     assert sorted(p.name for p in saved.iterdir()) == ["id_logits.npy", "ood_logits.npy"]
 
 
+@pytest.mark.parametrize(
+    ("option", "value", "message"),
+    [
+        (
+            "--json",
+            "notes.txt/r.json",
+            "cannot write the numbers of --json to {v}: {t}/notes.txt "
+            "is a file, not a folder; choose another output path",
+        ),
+        ("--json", "out", "cannot write the numbers of --json to {v}: it is a folder"),
+        (
+            "--save-logits",
+            "notes.txt",
+            "cannot write the logits of --save-logits to {v}: it is "
+            "a file, not a folder; choose another folder",
+        ),
+        (
+            "--save-logits",
+            "out",
+            "cannot write the logits of --save-logits to {v}/id_logits.npy: it is a folder",
+        ),
+        ("--batch-size", "0", "--batch-size: 0 is not allowed; expected a number of images >= 1"),
+        ("--batch-size", "-1", "--batch-size: -1 is not allowed; expected a number of images >= 1"),
+    ],
+    ids=[
+        "json-below-a-file",
+        "json-folder",
+        "logits-a-file",
+        "logits-folder-in-the-way",
+        "batch-0",
+        "batch-negative",
+    ],
+)
+def test_bad_options_are_one_line_before_the_model_runs(
+    folders, tmp_path, capsys, option, value, message
+) -> None:
+    """Each is one ``oodsim: error:`` line naming the option and nothing is computed: before,
+    ``--json`` printed the numbers and then failed (NotADirectoryError), ``--save-logits``
+    failed after inference (FileExistsError), ``--batch-size 0`` said ``range() arg 3 must not
+    be zero`` and ``-1`` ``id_logits: (0, 0) is not allowed``."""
+    id_root, ood_root, _ = folders
+    (tmp_path / "notes.txt").write_text("notes")
+    (tmp_path / "out" / "id_logits.npy").mkdir(parents=True)
+    if option != "--batch-size":
+        value = str(tmp_path / value)
+    code = main([*_tiny_model(id_root, ood_root), option, value])
+    out, err = capsys.readouterr()
+    assert (code, out) == (2, ""), (out, err)
+    assert err == f"oodsim: error: {message.format(v=value, t=tmp_path)}\n", err
+    assert (tmp_path / "notes.txt").read_text() == "notes"
+    assert [p.name for p in (tmp_path / "out").iterdir()] == ["id_logits.npy"]
+
+
 def _logit_files(folder: Path) -> list[str]:
     """``--id-logits`` / ``--ood-logits`` of random (20, 200) / (10, 200) logits saved in
     ``folder`` as ``--save-logits`` saves them."""

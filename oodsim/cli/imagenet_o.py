@@ -94,12 +94,31 @@ def _numbers(args: argparse.Namespace) -> dict[str, Any]:
     )
 
 
+#: the command's flag of each option of :func:`oodsim.protocols.imagenet_o.check_options`
+_FLAGS = {
+    "batch_size": "--batch-size",
+    "save_logits": "--save-logits",
+    "n_bootstrap": "--bootstrap",
+}
+
+
 def _check_options(args: argparse.Namespace) -> None:
     """The options, each checked before any logits are read or any model is loaded: an error
     names the option."""
-    from oodsim.protocols.imagenet_o import check_bootstrap  # (fast --help: torch and timm)
+    # imported here: torch, timm and xarray, which other commands and --help never need
+    from oodsim.protocols.imagenet_o import check_options
+    from oodsim.results import OutputError, check_writable
 
-    check_bootstrap(args.bootstrap, "--bootstrap")
+    if args.json:
+        if Path(args.json).is_dir():
+            raise OutputError(f"cannot write the numbers of --json to {args.json}: it is a folder")
+        check_writable(args.json, "the numbers of --json")
+    check_options(
+        batch_size=args.batch_size,
+        save_logits=args.save_logits,
+        n_bootstrap=args.bootstrap,
+        fields=_FLAGS,
+    )
 
 
 def add_command(commands: Any) -> None:

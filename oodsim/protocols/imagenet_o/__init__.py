@@ -42,6 +42,7 @@ from oodsim.keys import digest
 from oodsim.protocols.base import Protocol, Task
 from oodsim.protocols.imagenet_o.compute import check_weights, file_sets, infer_logits, logits_key
 from oodsim.protocols.imagenet_o.folders import (
+    check_options,
     evaluate_folders,
     evaluate_logit_files,
     id_files,
@@ -81,6 +82,7 @@ __all__ = [
     "bootstrap_indices",
     "bootstrap_interval",
     "check_bootstrap",
+    "check_options",
     "evaluate_folders",
     "evaluate_logit_files",
     "evaluate_logits",

@@ -4,7 +4,7 @@ recipe on ``.npy`` logit files (:func:`evaluate_logit_files`)."""
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -17,7 +17,8 @@ from oodsim.data.imagenet_classes import imagenet_o_wnids
 from oodsim.errors import DataNotFoundError, SpecError
 from oodsim.models.tensors import device as model_device
 from oodsim.protocols.imagenet_o.recipe import check_bootstrap, evaluate_logits
-from oodsim.store.fs import write_replacing
+from oodsim.results import OutputError, check_writable
+from oodsim.store.fs import described, what_is, write_replacing
 from oodsim.zoo import ModelRef
 
 
@@ -110,7 +111,7 @@ def evaluate_folders(
     ``n_bootstrap``, ``seed``: the test-set sampling interval of :func:`evaluate_logits`.
     Several models, seeds and a cache: run an :class:`ImageNetOSpec` with ``oodsim.run``.
     """
-    check_bootstrap(n_bootstrap)
+    check_options(batch_size=batch_size, save_logits=save_logits, n_bootstrap=n_bootstrap)
     classes = imagenet_o_wnids() if id_classes is None else tuple(sorted(set(id_classes)))
     in_files, present = id_files(id_root, classes)
     out_files = ood_files(ood_root)
@@ -138,6 +139,43 @@ def evaluate_folders(
 LOGIT_FILES = ("id_logits.npy", "ood_logits.npy")
 
 
+def check_options(
+    *,
+    batch_size: int = 64,
+    save_logits: str | Path | None = None,
+    n_bootstrap: int = 0,
+    fields: Mapping[str, str] | None = None,
+) -> None:
+    """The options of :func:`evaluate_folders`, checked before any file is listed or any model
+    loaded; an error names the option as ``fields`` calls it (the command line: its flags)."""
+    fields = fields or {}
+    check_bootstrap(n_bootstrap, fields.get("n_bootstrap", "n_bootstrap"))
+    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+        raise SpecError(
+            fields.get("batch_size", "batch_size"), batch_size, "a number of images >= 1"
+        )
+    if save_logits is not None:
+        check_logits_folder(save_logits, fields.get("save_logits", "save_logits"))
+
+
+def check_logits_folder(folder: str | Path, option: str = "save_logits") -> None:
+    """``folder`` can take :data:`LOGIT_FILES`: a folder, or a path where one can be made, in
+    which files can be created and neither name is a folder (:class:`OutputError` if not)."""
+    folder = Path(folder)
+    found = what_is(folder)
+    if found not in ("folder", "missing") and not folder.is_dir():  # a link to a folder is one
+        raise OutputError(
+            f"cannot write the logits of {option} to {folder}: it is {described(found)}, not a "
+            "folder; choose another folder"
+        )
+    for name in LOGIT_FILES:
+        if what_is(folder / name) == "folder":
+            raise OutputError(
+                f"cannot write the logits of {option} to {folder / name}: it is a folder"
+            )
+    check_writable(folder / LOGIT_FILES[0], f"the logits of {option}")
+
+
 def save_logit_files(folder: str | Path, id_logits: np.ndarray, ood_logits: np.ndarray) -> None:
     """Write :data:`LOGIT_FILES` into ``folder``, each into a temporary file renamed into place:
     a link at either name is replaced, never written through."""
@@ -157,7 +195,7 @@ def evaluate_logit_files(
     id_logits: str | Path, ood_logits: str | Path, **options: Any
 ) -> dict[str, Any]:
     """:func:`evaluate_logits` on two ``.npy`` files of saved logits."""
-    check_bootstrap(options.get("n_bootstrap", 0))
+    check_options(n_bootstrap=options.get("n_bootstrap", 0))
     arrays = []
     for path in (Path(id_logits), Path(ood_logits)):
         if not path.is_file():
