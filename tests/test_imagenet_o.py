@@ -427,6 +427,67 @@ def test_an_absurd_bootstrap_is_refused_with_the_limit_and_how_to_lift_it(
         imagenet_o.evaluate_logits(np.zeros((2, 200)), np.zeros((2, 200)), n_bootstrap=10**9)
 
 
+def _complex_logits(folder: Path) -> None:
+    rng = np.random.default_rng(6)
+    save_logit_files(folder, rng.normal(size=(20, 200)) * (1 + 1j), rng.normal(size=(10, 200)))
+
+
+def _object_logits(folder: Path) -> None:
+    save_logit_files(folder, np.array([{"a": 1}, None], dtype=object), np.zeros((10, 200)))
+
+
+def _text_file(folder: Path) -> None:
+    save_logit_files(folder, np.zeros((20, 200)), np.zeros((10, 200)))
+    (folder / "id_logits.npy").write_text('[dataset]\nname = "digits"\n')
+
+
+@pytest.mark.parametrize(
+    ("make", "extra", "message"),
+    [
+        (
+            None,
+            ["--seed", "-1", "--bootstrap", "10"],
+            "--seed: -1 is not allowed; expected an integer >= 0 with SEED + N - 1 <= 2**63 - 1 "
+            "(replicate k of --bootstrap N is seed SEED + k, as in a spec)",
+        ),
+        (
+            _complex_logits,
+            [],
+            "id_logits: 'an array of complex128' is not allowed; expected real-valued logits "
+            "(floats or integers). Complex logits have no order: oodsim never drops their "
+            "imaginary part",
+        ),
+        (
+            _text_file,
+            [],
+            "id_logits: '{id}' is not allowed; expected a .npy array file (numpy.save). It is "
+            "not one: it does not start with the .npy header",
+        ),
+        (
+            _object_logits,
+            [],
+            "id_logits: '{id}' is not allowed; expected a .npy array of numbers. It holds Python "
+            "objects, which oodsim never unpickles",
+        ),
+    ],
+    ids=["negative-seed", "complex-logits", "text-file", "object-array"],
+)
+def test_a_seed_or_logits_that_cannot_work_are_one_line(
+    tmp_path, capsys, make, extra, message
+) -> None:
+    """Before: ``ValueError: expected non-negative integer`` (which option?), a ComplexWarning
+    and numbers of the real parts, and ``This file contains pickled (object) data``."""
+    files = _logit_files(tmp_path)
+    if make is not None:
+        make(tmp_path)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # a ComplexWarning (or any other) is a failure
+        code = main(["imagenet-o", *files, *extra])
+    out, err = capsys.readouterr()
+    assert (code, out) == (2, ""), (out, err)
+    assert err == f"oodsim: error: {message.format(id=files[1])}\n", err
+
+
 def test_cli_names_the_inputs_it_needs() -> None:
     main = _cli()
     args = main.parse_args(["imagenet-o", "--model", "timm:test_resnet"])

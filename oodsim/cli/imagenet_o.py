@@ -99,6 +99,7 @@ _FLAGS = {
     "batch_size": "--batch-size",
     "save_logits": "--save-logits",
     "n_bootstrap": "--bootstrap",
+    "seed": "--seed",
 }
 
 
@@ -117,6 +118,7 @@ def _check_options(args: argparse.Namespace) -> None:
         batch_size=args.batch_size,
         save_logits=args.save_logits,
         n_bootstrap=args.bootstrap,
+        seed=args.seed,
         fields=_FLAGS,
     )
 

@@ -16,7 +16,7 @@ from oodsim.data.builtin import IMAGE_SUFFIXES
 from oodsim.data.imagenet_classes import imagenet_o_wnids
 from oodsim.errors import DataNotFoundError, SpecError
 from oodsim.models.tensors import device as model_device
-from oodsim.protocols.imagenet_o.recipe import check_bootstrap, evaluate_logits
+from oodsim.protocols.imagenet_o.recipe import check_bootstrap, check_seed, evaluate_logits
 from oodsim.results import OutputError, check_writable
 from oodsim.store.fs import described, what_is, write_replacing
 from oodsim.zoo import ModelRef
@@ -111,7 +111,9 @@ def evaluate_folders(
     ``n_bootstrap``, ``seed``: the test-set sampling interval of :func:`evaluate_logits`.
     Several models, seeds and a cache: run an :class:`ImageNetOSpec` with ``oodsim.run``.
     """
-    check_options(batch_size=batch_size, save_logits=save_logits, n_bootstrap=n_bootstrap)
+    check_options(
+        batch_size=batch_size, save_logits=save_logits, n_bootstrap=n_bootstrap, seed=seed
+    )
     classes = imagenet_o_wnids() if id_classes is None else tuple(sorted(set(id_classes)))
     in_files, present = id_files(id_root, classes)
     out_files = ood_files(ood_root)
@@ -144,12 +146,14 @@ def check_options(
     batch_size: int = 64,
     save_logits: str | Path | None = None,
     n_bootstrap: int = 0,
+    seed: int = 0,
     fields: Mapping[str, str] | None = None,
 ) -> None:
     """The options of :func:`evaluate_folders`, checked before any file is listed or any model
     loaded; an error names the option as ``fields`` calls it (the command line: its flags)."""
     fields = fields or {}
     check_bootstrap(n_bootstrap, fields.get("n_bootstrap", "n_bootstrap"))
+    check_seed(seed, n_bootstrap, fields.get("seed", "seed"))
     if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
         raise SpecError(
             fields.get("batch_size", "batch_size"), batch_size, "a number of images >= 1"
@@ -195,10 +199,33 @@ def evaluate_logit_files(
     id_logits: str | Path, ood_logits: str | Path, **options: Any
 ) -> dict[str, Any]:
     """:func:`evaluate_logits` on two ``.npy`` files of saved logits."""
-    check_options(n_bootstrap=options.get("n_bootstrap", 0))
-    arrays = []
-    for path in (Path(id_logits), Path(ood_logits)):
-        if not path.is_file():
-            raise DataNotFoundError(f"logits file {path} does not exist")
-        arrays.append(np.load(path))
+    check_options(n_bootstrap=options.get("n_bootstrap", 0), seed=options.get("seed", 0))
+    arrays = [
+        _read_logits(Path(path), name)
+        for path, name in ((id_logits, "id_logits"), (ood_logits, "ood_logits"))
+    ]
     return evaluate_logits(arrays[0], arrays[1], **options)
+
+
+def _read_logits(path: Path, name: str) -> np.ndarray:
+    """The array of a ``.npy`` file (never unpickled); a :class:`SpecError` naming ``name`` for
+    a file that is not a ``.npy`` file of numbers."""
+    if not path.is_file():
+        raise DataNotFoundError(f"logits file {path} does not exist")
+    with open(path, "rb") as handle:
+        if handle.read(len(np.lib.format.MAGIC_PREFIX)) != np.lib.format.MAGIC_PREFIX:
+            raise SpecError(
+                name,
+                str(path),
+                "a .npy array file (numpy.save)",
+                "It is not one: it does not start with the .npy header",
+            )
+        handle.seek(0)
+        try:
+            return np.load(handle, allow_pickle=False)
+        except ValueError as error:
+            if "Object arrays" in str(error):
+                hint = "It holds Python objects, which oodsim never unpickles"
+            else:
+                hint = f"It cannot be read: {error}"
+            raise SpecError(name, str(path), "a .npy array of numbers", hint) from None

@@ -14,6 +14,7 @@ from oodsim.data.imagenet_classes import imagenet1k_wnids, imagenet_o_wnids
 from oodsim.detectors.logits import max_softmax_log_odds
 from oodsim.errors import SpecError
 from oodsim.seeds import SeedStreams
+from oodsim.specs.types import INT64_MAX
 
 #: the protocols name (``protocol = "imagenet_o"`` in a spec and in results)
 NAME = "imagenet_o"
@@ -120,6 +121,15 @@ def _as_subset_logits(
 ) -> np.ndarray:
     """Logits over the ImageNet-O classes: full-classifier logits get restricted first."""
     logits = np.asarray(logits)
+    if logits.dtype.kind not in "iuf":
+        raise SpecError(
+            name,
+            f"an array of {logits.dtype}",
+            "real-valued logits (floats or integers)",
+            "Complex logits have no order: oodsim never drops their imaginary part"
+            if logits.dtype.kind == "c"
+            else "",
+        )
     if logits.ndim != 2:
         raise SpecError(name, logits.shape, "(n_images, n_classes)")
     n = logits.shape[1]
@@ -197,6 +207,20 @@ def check_bootstrap(n_bootstrap: int, field: str = "n_bootstrap") -> None:
         raise SpecError(field, n_bootstrap, *problem)
 
 
+def check_seed(seed: int, n_bootstrap: int = 0, field: str = "seed") -> None:
+    """``seed`` is the first of the replicates' seeds ``seed … seed + n_bootstrap − 1``, each
+    in 0 … 2**63 − 1 like a spec's seeds; else a :class:`SpecError` naming ``field``."""
+    last = INT64_MAX - max(n_bootstrap - 1, 0)
+    if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed <= last:
+        flag = "--bootstrap N" if field.startswith("--") else "n_bootstrap = N"
+        raise SpecError(
+            field,
+            seed,
+            f"an integer >= 0 with SEED + N - 1 <= 2**63 - 1 (replicate k of {flag} is seed "
+            "SEED + k, as in a spec)",
+        )
+
+
 def bootstrap_replicates(
     id_kappa: np.ndarray, ood_kappa: np.ndarray, names: Sequence[str], seeds: Sequence[int]
 ) -> dict[str, np.ndarray]:
@@ -252,6 +276,7 @@ def evaluate_logits(
     full test set.
     """
     check_bootstrap(n_bootstrap)
+    check_seed(seed, n_bootstrap)
     classes = imagenet_o_wnids() if id_classes is None else tuple(sorted(set(id_classes)))
     id_kappa = max_softmax(_as_subset_logits(id_logits, classes, class_wnids, "id_logits"))
     ood_kappa = max_softmax(_as_subset_logits(ood_logits, classes, class_wnids, "ood_logits"))
