@@ -123,6 +123,20 @@ ISSUE_ROWS = [
         [3],
         "distinct seeds",
     ),
+    (  # the permutation test's p never gets below 1e-4: every decided seed was excluded
+        "degenerate-alpha-unreachable",
+        BASE + "\n[degenerate]\nalpha = 5e-5\n",
+        "degenerate.alpha",
+        5e-5,
+        "a number in (0.0001, 1)",
+    ),
+    (  # accepted, then the rule failed after a batch had trained
+        "ranking-alpha-zero",
+        BASE + '\n[stopping]\nrule = "ranking"\nalpha = 0.0\n',
+        "stopping.alpha",
+        0.0,
+        "a number in (0, 1)",
+    ),
     (  # it ran the default 50 seeds
         "no-seeds",
         replaced(BASE, "n = 50", "values = []"),

@@ -25,8 +25,8 @@ from __future__ import annotations
 
 import numpy as np
 
-#: Permutations of the independence test: p-values down to 1e-4, below the default alpha.
-N_PERMUTATIONS = 9_999
+from oodsim.specs.seeded import N_PERMUTATIONS
+
 _BLOCK_ELEMENTS = 1 << 22  # permuted predictions per block (~4 M booleans)
 
 

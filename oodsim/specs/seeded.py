@@ -19,10 +19,10 @@ from oodsim.specs.types import (
     located,
     non_negative,
     one_of,
+    open_unit_interval,
     positive,
     spec_class,
     spec_error,
-    unit_interval,
 )
 
 #: The most levels one designed stream may take (a grid is run in full).
@@ -218,11 +218,17 @@ class StoppingSpec(KeyedSpec):
     rule: str = attrs.field(default="fixed", validator=one_of(*STOPPING_RULES))
     metric: str = "auroc"  # checked against the spec's own metrics (Seeded.check_stopping)
     epsilon: float = attrs.field(default=0.01, validator=positive)
-    alpha: float = attrs.field(default=0.05, validator=unit_interval)
+    alpha: float = attrs.field(default=0.05, validator=open_unit_interval)
     min_seeds: int = attrs.field(default=5, validator=positive)
     max_seeds: int | None = attrs.field(default=None, validator=positive)
     batch_size: int = attrs.field(default=10, validator=positive)
     severity: str | None = None  # a level label ("0" … "10"; open set: "all")
+
+
+#: Permutations of the degenerate-training test (:mod:`oodsim.protocols.degenerate`): its
+#: p-values go down to 1 / (1 + N) = 1e-4, below the default alpha; a seed is kept when
+#: p < alpha, so an alpha at or below 1e-4 would exclude every seed the test decides.
+N_PERMUTATIONS = 9_999
 
 
 @spec_class
@@ -239,13 +245,22 @@ class DegenerateSpec(KeyedSpec):
     TAG = "degenerate"
     VERSION = "1"
 
-    alpha: float = attrs.field(default=1e-3, validator=unit_interval)
+    alpha: float = attrs.field(default=1e-3)
     keep: bool = False
 
     @alpha.validator
     def _check_alpha(self, attribute: attrs.Attribute, value: float) -> None:
-        if not value > 0.0:
-            raise spec_error(self, "alpha", value, "a number in (0, 1)")
+        smallest = 1 / (1 + N_PERMUTATIONS)
+        if not smallest < value < 1.0:
+            raise spec_error(
+                self,
+                "alpha",
+                value,
+                f"a number in ({smallest:g}, 1)",
+                f"The test's {N_PERMUTATIONS} permutations give p-values down to {smallest:g}, "
+                "and a seed is kept when p < alpha: at or below it every seed the test decides "
+                "would be excluded",
+            )
 
 
 class Seeded:

@@ -265,6 +265,12 @@ def unit_interval(instance: Any, attribute: attrs.Attribute, value: float) -> No
         raise spec_error(instance, attribute.name, value, "a number in [0, 1)")
 
 
+def open_unit_interval(instance: Any, attribute: attrs.Attribute, value: float) -> None:
+    """A level such as a test's alpha: 0 and 1 would never (always) reject."""
+    if not 0.0 < value < 1.0:
+        raise spec_error(instance, attribute.name, value, "a number in (0, 1)")
+
+
 def one_of(*allowed: str) -> Callable[[Any, attrs.Attribute, Any], None]:
     def check(instance: Any, attribute: attrs.Attribute, value: Any) -> None:
         if value not in allowed:
