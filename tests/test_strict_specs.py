@@ -137,6 +137,13 @@ ISSUE_ROWS = [
         0.0,
         "a number in (0, 1)",
     ),
+    (  # an infinite angle: reported as "training diverged: loss became nan in epoch 0"
+        "rotation-overflows",
+        replaced(BASE, "rotation = 10.0", "rotation = 1e300"),
+        "training.augment.rotation",
+        1e300,
+        "degrees in [0, 180]",
+    ),
     (  # it ran the default 50 seeds
         "no-seeds",
         replaced(BASE, "n = 50", "values = []"),

@@ -209,6 +209,10 @@ class ModelSpec(KeyedSpec):
         return {"params": dict(self.params)} if self.params else {}
 
 
+#: The largest zoom of training augmentation: beyond it a crop of a few pixels fills the image
+MAX_SCALE = 10.0
+
+
 @spec_class
 class AugmentSpec(KeyedSpec):
     """Training augmentation; ``hflip=None`` flips only datasets where a flip keeps the class."""
@@ -218,13 +222,27 @@ class AugmentSpec(KeyedSpec):
 
     enabled: bool = True
     hflip: bool | None = None
-    rotation: float = attrs.field(default=10.0, validator=non_negative)
+    rotation: float = attrs.field(default=10.0)
     scale: tuple[float, float] = attrs.field(default=(0.9, 1.1))
+
+    @rotation.validator
+    def _check_rotation(self, attribute: attrs.Attribute, value: float) -> None:
+        if not 0 <= value <= 180:
+            raise spec_error(
+                self,
+                "rotation",
+                value,
+                "degrees in [0, 180]",
+                "Images turn by up to ± rotation degrees: 180 already covers every angle (1e300 "
+                "became an infinite angle, and the training's loss NaN)",
+            )
 
     @scale.validator
     def _check_scale(self, attribute: attrs.Attribute, value: tuple[float, ...]) -> None:
-        if not 0 < value[0] <= value[1]:
-            raise spec_error(self, "scale", value, "(low, high) with 0 < low <= high")
+        if not 0 < value[0] <= value[1] <= MAX_SCALE:
+            raise spec_error(
+                self, "scale", value, f"(low, high) with 0 < low <= high <= {MAX_SCALE:g}"
+            )
 
 
 @spec_class
