@@ -41,6 +41,7 @@ DEFAULTS: dict[str, Limit] = {
     "model_depth": Limit(1_000, "layers of a model's depth"),
     "noise_samples": Limit(1_000_000, "images of one noise OOD set"),
     "bootstrap_replicates": Limit(100_000, "bootstrap replicates of one evaluation"),
+    "local_workers": Limit(128, "worker processes of a local cluster"),
 }
 #: values set in this process (a script's own), over the defaults and ``$OODSIM_LIMITS``
 LIMITS: dict[str, int] = {}
@@ -57,7 +58,9 @@ def _from_environment() -> dict[str, int]:
         try:
             values[name] = int(value)
         except ValueError:
-            raise SpecError(ENV, item, f"{name}=<an integer>") from None
+            values[name] = 0
+        if values[name] < 1:  # a limit of -5 refused every size, with a confusing message
+            raise SpecError(ENV, item, f"{name}=<an integer >= 1>")
     return values
 
 

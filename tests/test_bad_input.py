@@ -366,6 +366,9 @@ def test_a_lifted_limit_lets_the_spec_through(monkeypatch: pytest.MonkeyPatch) -
     monkeypatch.setenv(limits.ENV, "model_wdth=8000")
     with pytest.raises(SpecError, match="OODSIM_LIMITS: 'model_wdth=8000'"):
         ModelSpec(width=5000)
+    monkeypatch.setenv(limits.ENV, "model_width=-5")  # was taken: "at most -5 channels"
+    with pytest.raises(SpecError, match="expected model_width=<an integer >= 1>"):
+        ModelSpec(width=8)
     monkeypatch.delenv(limits.ENV)
     monkeypatch.setitem(limits.LIMITS, "model_width", 6000)
     assert ModelSpec(width=5000).width == 5000

@@ -40,6 +40,8 @@ def test_batch_jobs_wait_in_their_queue_and_local_jobs_do_not() -> None:
     [
         (None, {"n_workers": 0}, "a number of worker processes >= 1"),
         (None, {"n_workers": True}, "a number of worker processes >= 1"),
+        # --workers 24 for 2 seeds started 29 processes; 1000 would take about 47 GB
+        (None, {"n_workers": 1000}, "at most 128 worker processes .*OODSIM_LIMITS=local_workers"),
         (None, {"worker_timeout": float("inf")}, "a finite number of seconds > 0"),
         (None, {"worker_timeout": 0}, "a finite number of seconds > 0"),
         (None, {"cluster": "in-process", "n_workers": 2}, "no worker count with an in-process"),

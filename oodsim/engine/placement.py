@@ -17,6 +17,7 @@ import attrs
 from oodsim.engine.cluster import LOCAL_WORKER_TIMEOUT, check_jobs
 from oodsim.engine.guard import check_main_guard
 from oodsim.errors import SpecError
+from oodsim.limits import over
 from oodsim.specs.cluster import ClusterSpec, resolve_cluster, runs_in_process
 
 
@@ -49,6 +50,8 @@ def place(
     compute for options that contradict each other or a cluster that cannot start."""
     if n_workers is not None and (isinstance(n_workers, bool) or n_workers < 1):
         raise SpecError("workers", n_workers, "a number of worker processes >= 1")
+    if n_workers is not None and (too_many := over(n_workers, "local_workers")):
+        raise SpecError("workers", n_workers, *too_many)  # each takes a process and memory
     if worker_timeout is not None and not (
         isinstance(worker_timeout, int | float)
         and not isinstance(worker_timeout, bool)
