@@ -496,6 +496,20 @@ def test_image_folder_with_an_unreadable_file(
     assert_rejected(tmp_path, text, capsys, f"cannot read image {broken}")
 
 
+def test_an_image_size_the_loader_does_not_apply_is_refused(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """digits with image_size = 16 trained on 8x8 images under a key of its own, and the
+    results said 16 (probe of 2026-12-05); image folders do resize."""
+    text = with_dataset(BASE, 'name = "digits"\nimage_size = 16')
+    assert_rejected(
+        tmp_path, text, capsys, "dataset 'digits' returned 8x8 images for image_size=16"
+    )
+    root = image_folder(tmp_path / "images", classes=10, per_class=1)
+    resized = DatasetSpec(name="image_folder", root=str(root), image_size=12).load()
+    assert resized.images.shape[1:3] == (12, 12)
+
+
 def test_image_folder_with_a_fifo_named_like_an_image(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

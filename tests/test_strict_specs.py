@@ -144,6 +144,13 @@ ISSUE_ROWS = [
         1e300,
         "degrees in [0, 180]",
     ),
+    (  # ignored by the builder, yet a key of its own: an identical model trained again
+        "width-of-a-fixed-architecture",
+        replaced(BASE, 'arch = "small_cnn"', 'arch = "resnet18"'),
+        "model.width",
+        16,
+        "no width for arch 'resnet18'",
+    ),
     (  # it ran the default 50 seeds
         "no-seeds",
         replaced(BASE, "n = 50", "values = []"),

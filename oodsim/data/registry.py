@@ -238,6 +238,13 @@ def _load(
             f"dataset {name!r} is registered with n_classes={info.n_classes} but its loader "
             f"returned {data.n_classes} class names"
         )
+    size = tuple(data.images.shape[1:3])
+    if image_size is not None and size != (image_size, image_size):
+        raise DatasetError(
+            f"dataset {name!r} returned {size[0]}x{size[1]} images for image_size={image_size}: "
+            "its loader does not resize (the built-in datasets other than image folders keep "
+            "their own size); leave image_size out"
+        )
     for array in (data.images, data.labels):  # shared by every later call here (the cache)
         array.flags.writeable = False
     return data

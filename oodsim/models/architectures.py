@@ -78,9 +78,7 @@ def small_cnn(
 
 
 @builtin_architecture("resnet18")
-def resnet18(
-    in_channels: int, n_classes: int, image_size: int, dropout: float, width: int
-) -> Classifier:
+def resnet18(in_channels: int, n_classes: int, image_size: int, dropout: float) -> Classifier:
     """torchvision ResNet-18 as in the study; a 3x3 stem without max-pool for small images."""
     # torch and torchvision load when a model is built (torchvision only for ResNet-18)
     from torch import nn

@@ -78,6 +78,10 @@ class Architecture:
             if name not in STANDARD_ARGS
         }
 
+    def takes(self, name: str) -> bool:
+        """Whether the builder is passed the standard argument ``name`` (``width``, ...)."""
+        return name in self._signature_params or self.takes_any_param
+
     def call(self, standard: Mapping[str, object], params: Mapping[str, object]) -> Any:
         """The builder called with the standard arguments it names and ``params``."""
         named = self._signature_params

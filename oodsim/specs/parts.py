@@ -4,6 +4,7 @@ and OOD test sets; each validated at construction and keyed by content."""
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 import attrs
@@ -16,6 +17,7 @@ from oodsim.specs.params import Params, check_param_table, param_table
 from oodsim.specs.plugins import plugin
 from oodsim.specs.types import (
     label_text,
+    located,
     non_negative,
     one_of,
     path_string,
@@ -198,6 +200,33 @@ class ModelSpec(KeyedSpec):
     def _check_width(self, attribute: attrs.Attribute, value: int) -> None:
         if problem := limits.over(value, "model_width"):
             raise spec_error(self, "width", value, *problem)
+
+    @classmethod
+    def check_data(cls, data: Mapping[str, Any]) -> None:
+        """Refuse, from a spec file, a ``width`` for an architecture whose builder takes none
+        (``resnet18``, ``wrn40_2``): it was ignored, yet keyed an identical model apart, which
+        then trained again. (A model evolved in Python keeps its width when its arch changes.)"""
+        # specs sit below the registries they validate against
+        from oodsim.models.registry import get_architecture
+
+        arch = data.get("arch", attrs.fields(cls).arch.default)
+        if "width" not in data or not isinstance(arch, str):
+            return
+        try:
+            takes = get_architecture(arch).takes("width")
+        except SpecError:  # an unknown arch: the field's own check names it
+            return
+        if not takes:
+            raise located(
+                SpecError(
+                    "width",
+                    data["width"],
+                    f"no width for arch {arch!r}",
+                    "Its builder takes no width (its size is fixed, or set in [model.params]): "
+                    "a width would be ignored, yet key an identical model apart",
+                ),
+                "width",
+            )
 
     @property
     def kwargs(self) -> dict[str, Any]:
