@@ -28,7 +28,7 @@ from oodsim.report import (
     report_folder,
     write_report,
 )
-from oodsim.report.folder import write_file
+from oodsim.report.folder import is_report_file, write_file
 from oodsim.report.summary import NO_FIGURES
 from oodsim.results import save_results
 from oodsim.stats import StopDecision, estimate
@@ -315,6 +315,47 @@ def test_write_report_refuses_a_folder_of_other_files_and_never_deletes_them(
         write_report(results, folder / "notes.txt")
 
 
+def test_a_report_never_replaces_a_file_it_did_not_write_even_with_overwrite(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The probe: ``oodsim report R --out myproj --overwrite`` (and ``oodsim run --report
+    myproj --overwrite``) replaced the user's ``myproj/summary.md``. A folder holding a file a
+    report writes that no report marker lists is now refused in one line, whatever
+    ``--overwrite`` says, before anything is computed or written; in a report folder, such a
+    file is refused up front, and one a protocol's hook would write as it is written."""
+    saved = _saved(tmp_path, "r", n_seeds=6, failed=())
+    mine, cache = tmp_path / "myproj", tmp_path / "cache"
+    mine.mkdir()
+    (mine / "summary.md").write_text("MY NOTES\n")
+    spec = digits_toml(tmp_path / "s.toml", 2)
+    run = ["run", str(spec), "--cache", str(cache), "--report", str(mine), "--quiet"]
+    for args in (["report", str(saved), "--out", str(mine)], run):
+        assert cli_main([*args, "--overwrite"]) == 2
+        err = capsys.readouterr().err
+        assert err.startswith("oodsim: error: ") and err.count("\n") == 1, err
+        assert f"{mine} holds summary.md, which a report writes but oodsim did not" in err
+        assert [p.name for p in mine.iterdir()] == ["summary.md"]
+        assert (mine / "summary.md").read_text() == "MY NOTES\n"
+    assert not cache.exists()  # refused before any compute
+
+    results = make_results(n_seeds=6, failed=())
+    folder = tmp_path / "report"
+    write_report(results, folder, n_draws=100, figures=False)
+    (folder / "forest.png").write_bytes(b"my plot")
+    with pytest.raises(ReportFolderError, match="holds forest.png, which a report writes"):
+        write_report(results, folder, n_draws=100, overwrite=True)
+    assert (folder / "forest.png").read_bytes() == b"my plot"
+    (folder / "extra.md").write_text("mine")
+    with pytest.raises(ReportFolderError, match="extra.md is not a file of the report"):
+        write_file(folder / "extra.md", lambda tmp: tmp.write_text("oodsim's"))
+    assert (folder / "extra.md").read_text() == "mine"
+    (folder / "forest.png").unlink()
+    write_report(results, folder, n_draws=100)  # moved away: written, as before
+    assert (folder / "extra.md").read_text() == "mine" and is_complete(folder)
+    assert_png(folder / "forest.png")
+    assert all(is_report_file(name) for name in _marker(folder)["files"])
+
+
 def test_a_deeply_nested_report_marker_is_read_as_unreadable(tmp_path: Path) -> None:
     """A marker nested 30,000 levels deep used to stop ``oodsim report`` with a
     RecursionError. It is now a marker that cannot be read: the report is written again and,
@@ -399,7 +440,7 @@ def test_severity_report_lists_its_files_and_thins_the_levels_of_its_figures(
     marker = json.loads((tmp_path / REPORT_MARKER).read_text())
     assert "severity/severity_summary.md" in marker["files"]
     for name in marker["files"]:
-        assert (tmp_path / name).is_file()
+        assert (tmp_path / name).is_file() and is_report_file(name), name
         if name.endswith(".png"):
             assert_png(tmp_path / name)
 

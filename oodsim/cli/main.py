@@ -117,7 +117,7 @@ def parser() -> argparse.ArgumentParser:
         "--overwrite",
         action="store_true",
         help="write into a folder that holds other files or the report of other results "
-        "(oodsim's files are replaced; nothing else is deleted)",
+        "(the files of the report there are replaced; nothing else is replaced or deleted)",
     )
     report.add_argument(
         "--no-figures",

@@ -4,15 +4,19 @@ marked by :data:`REPORT_MARKER`, which names the results reported and the files 
 :func:`claim` takes a folder before anything is written: a report of the same results is
 refreshed, any other folder refused (:class:`ReportFolderError`) unless ``overwrite``, and the
 files of a report of other results are removed first, so that an interrupted report never
-leaves them under a marker that names these results. The marker says ``"complete": false``
-until :func:`finish` removes what an earlier report wrote and this one did not, and records
-the files (:func:`is_complete`).
+leaves them under a marker that names these results. A file that a report would write
+(:data:`REPORT_FILES`) but the marker does not list (a user's ``summary.md``) is never
+replaced: such a folder is refused whatever ``overwrite`` says, and :func:`write_file` refuses
+any such file a protocol's own hook would write. The marker says ``"complete": false`` until
+:func:`finish` removes what an earlier report wrote and this one did not, and records the files
+(:func:`is_complete`).
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import os
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
@@ -29,6 +33,19 @@ from oodsim.store.fs import owned, read_json, what_is, write_replacing
 REPORT_MARKER = ".oodsim-report.json"
 #: The largest report marker read (it lists the files of one report).
 MARKER_LIMIT = 16 << 20
+#: The files a report writes at the top of its folder (``summary.md`` and the figures of
+#: :mod:`oodsim.report.summary`); severity results add ``.md`` and ``.png`` files under
+#: :data:`_SEVERITY`.
+REPORT_FILES = (
+    "summary.md",
+    "forest.png",
+    "distributions.png",
+    "paired_differences.png",
+    "running_mean.png",
+    "win_probability.png",
+    "variance_sources.png",
+)
+_SEVERITY = "severity"
 
 
 class ReportFolderError(OodsimError, FileExistsError):
@@ -102,11 +119,69 @@ def write_file(path: Path, write: Callable[[Path], object]) -> Path:
                     "links; remove it, or choose another folder"
                 )
             break  # a path the caller chose outside any report folder
+    if folder is not None and path != folder / REPORT_MARKER:
+        _refuse_unlisted(folder, path)
     path.parent.mkdir(parents=True, exist_ok=True)
     written = write_replacing(path, write)
     if folder is not None and path != folder / REPORT_MARKER:
         _record(folder, path.relative_to(folder).as_posix())
     return written
+
+
+def _refuse_unlisted(folder: Path, path: Path) -> None:
+    """Raise :class:`ReportFolderError` if ``path`` exists but the marker of ``folder``, which
+    lists the report's files, does not name it: it is not the report's to replace."""
+    files = (_read_marker(folder) or {}).get("files")
+    name = path.relative_to(folder).as_posix()
+    if isinstance(files, list) and name not in files and os.path.lexists(path):
+        raise ReportFolderError(
+            f"{path} is not a file of the report in {folder} (its {REPORT_MARKER} does not "
+            "list it): a report never replaces a file it did not write; move it, or choose "
+            "another folder"
+        )
+
+
+def is_report_file(name: str) -> bool:
+    """Whether a report may write ``name`` (a path relative to its folder)."""
+    under_severity = name.startswith(f"{_SEVERITY}/") and name.endswith((".md", ".png"))
+    return name in REPORT_FILES or under_severity
+
+
+def _unlisted(folder: Path, listed: Iterable[str]) -> list[str]:
+    """The paths in ``folder`` that a report would write (:func:`is_report_file`) and that
+    ``listed``, the files of the report there, does not name."""
+    found = [name for name in REPORT_FILES if os.path.lexists(folder / name)]
+    severity = folder / _SEVERITY
+    if severity.is_dir() and not severity.is_symlink():
+        names = (p.relative_to(folder).as_posix() for p in severity.rglob("*"))
+        found += [name for name in names if is_report_file(name)]
+    return sorted(set(found) - set(listed))
+
+
+def _listed(marker: dict[str, Any] | None) -> list[str] | None:
+    """The files a report marker lists: none without a marker (None given); None when a
+    marker lists none that can be read (unreadable, or no list of files in it)."""
+    if marker is None:
+        return []
+    files = marker.get("files")
+    return [f for f in files if isinstance(f, str)] if isinstance(files, list) else None
+
+
+def _refuse_foreign_files(folder: Path, old: dict[str, Any] | None) -> None:
+    """Refuse ``folder`` if it holds files a report would write that its marker (``old``;
+    None: no marker) does not list, whatever ``overwrite`` says. A marker that lists nothing
+    readable is oodsim's by its name: the report's files there are taken as its own."""
+    listed = _listed(old)
+    clash = _unlisted(folder, listed) if listed is not None else []
+    if not clash:
+        return
+    shown = ", ".join(clash[:3]) + (f" and {len(clash) - 3} more" if len(clash) > 3 else "")
+    why = f"no {REPORT_MARKER}" if old is None else f"its {REPORT_MARKER} does not list them"
+    raise ReportFolderError(
+        f"{folder} holds {shown}, which a report writes but oodsim did not write there ({why}); "
+        "a report never replaces a file it did not write, even with --overwrite (overwrite=True): "
+        "move them, or choose another folder"
+    )
 
 
 def _record(folder: Path, name: str) -> None:
@@ -137,10 +212,11 @@ def _results_around(folder: Path, results: Path | None) -> Path | None:
 
 def _check(
     folder: Path, marker: dict[str, Any], overwrite: bool, results: Path | None = None
-) -> dict[str, Any]:
-    """Refuse a folder in results, even with ``overwrite``; a file, a folder of other things
-    and a report of other results unless ``overwrite`` (reading only); return the marker of
-    the report already there ({} if none)."""
+) -> dict[str, Any] | None:
+    """Refuse a folder in results and one holding files a report writes that oodsim did not,
+    even with ``overwrite``; a file, a folder of other things and a report of other results
+    unless ``overwrite`` (reading only); return the marker of the report already there (None
+    if none, {} if unreadable)."""
     inside = _results_around(folder, results)
     if inside is not None:
         raise ReportFolderError(
@@ -151,15 +227,15 @@ def _check(
     if folder.exists() and not folder.is_dir():
         raise ReportFolderError(f"{folder} is a file, not a report folder; choose another folder")
     if not folder.exists():
-        return {}
+        return None
     old = _read_marker(folder)
+    _refuse_foreign_files(folder, old)
     how = "use --overwrite (overwrite=True) to write into it anyway, or choose another folder"
     if old is None and any(folder.iterdir()) and not overwrite:
         raise ReportFolderError(
             f"{folder} exists and is not an oodsim report (no {REPORT_MARKER}); {how} "
-            "(no file oodsim did not write is deleted)"
+            "(no file oodsim did not write is replaced or deleted)"
         )
-    old = old or {}
     if old and old.get("results_key") != marker["results_key"] and not overwrite:
         raise ReportFolderError(
             f"{folder} holds the report of other results ({_describe(old)}), not of "
@@ -183,12 +259,15 @@ def claim(folder: Path, marker: dict[str, Any], overwrite: bool) -> list[str]:
     report there before wrote. Refuses what :func:`check_report_folder` refuses."""
     old = _check(folder, marker, overwrite)
     folder.mkdir(parents=True, exist_ok=True)
-    previous = [f for f in old.get("files", ()) if isinstance(f, str)]
+    previous = _listed(old)
+    adopted = []  # a marker listing nothing readable: its folder's report files, never removed
+    if previous is None:
+        previous, adopted = [], _unlisted(folder, [])
     if old and old.get("results_key") != marker["results_key"]:  # overwrite: another report
         _write_marker(folder, {**old, "complete": False})
         _remove(folder, previous)
         previous = []
-    _write_marker(folder, {**marker, "files": previous, "complete": False})
+    _write_marker(folder, {**marker, "files": sorted({*previous, *adopted}), "complete": False})
     return previous
 
 

@@ -155,8 +155,10 @@ def write_report(
     ``out_dir`` gets a :data:`~oodsim.report.folder.REPORT_MARKER` naming the results. A folder
     holding a report of the same results (same spec key) is refreshed: files of the old report
     that the new one does not write are removed. Any other non-empty folder raises
-    :class:`~oodsim.report.folder.ReportFolderError` unless ``overwrite``; then oodsim's files
-    are written over, and nothing else is deleted. A report interrupted before its end leaves
+    :class:`~oodsim.report.folder.ReportFolderError` unless ``overwrite``; then the files of
+    the report there are written over, and nothing else is replaced or deleted. A folder
+    holding a file the report writes (``summary.md``, a figure) that its marker does not list
+    is refused whatever ``overwrite`` says. A report interrupted before its end leaves
     a marker that says so (:func:`~oodsim.report.folder.is_complete`) and lists what it wrote.
     """
     if pairing != "both" and pairing not in PAIRINGS:
