@@ -516,6 +516,34 @@ def test_a_report_of_few_seeds_has_no_blank_tables_and_says_n_too_small(
         assert_png(tmp_path / line[line.index("(") + 1 : -1])
 
 
+def test_a_report_of_one_method_says_why_it_compares_none(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The probe: results of the default ``detectors = ["msp"]`` with 3 seeds or more stopped
+    the report with ``ValueError: a comparison needs at least 2 methods, got ['msp']``,
+    leaving an incomplete marker (``oodsim run --report`` failed after its compute). Now the
+    parts that compare methods are one line each, saying why, and the report is complete."""
+    saved = _saved(tmp_path, "one", n_seeds=6, failed=(), methods=("msp",))
+    assert cli_main(["report", str(saved)]) == 0, capsys.readouterr().err
+    folder = tmp_path / "one.report"
+    text = (folder / "summary.md").read_text()
+    assert is_complete(folder)
+    why = "Not computed: the results have one method (msp); {} compare methods."
+    win = text[text.index("## Win probability") : text.index("## Paired comparisons")]
+    assert why.format("win probabilities") in win
+    paired = text[text.index("## Paired comparisons") : text.index("## Sources of variance")]
+    assert why.format("paired comparisons and the seeds needed for power") in paired
+    assert "## Seeds needed" not in text
+    figures = [line for line in text.splitlines() if line.startswith("![")]
+    assert figures == [
+        "![forest](forest.png)",
+        "![distributions](distributions.png)",
+        "![running_mean](running_mean.png)",
+    ]
+    for name in ("forest", "distributions", "running_mean"):
+        assert_png(folder / f"{name}.png")
+
+
 def test_the_win_table_has_every_method(tmp_path: Path) -> None:
     methods = ("msp", "temperature", "odin", "entropy", "max_logit", "energy", "knn", "vim")
     results = make_results(n_seeds=8, methods=methods)

@@ -19,6 +19,8 @@ from oodsim.stats import as_score, compare, variance_components
 #: Paired comparisons and power from this many seeds on: with two, the paired t test has one
 #: degree of freedom (t quantile 12.7) and power takes an SD of one degree of freedom as truth.
 MIN_PAIRED_SEEDS = 3
+#: Win probabilities, paired comparisons and power compare methods: from this many on.
+MIN_METHODS = 2
 
 
 def _wins(results: xr.Dataset | xr.DataArray, opts: ReportOptions) -> xr.Dataset | None:
@@ -27,6 +29,8 @@ def _wins(results: xr.Dataset | xr.DataArray, opts: ReportOptions) -> xr.Dataset
     score = as_score(results)
     ood = ood_metrics(score)
     if n_scored(score) < opts.k or not ood or resamples_one_test_set(results):
+        return None
+    if score.sizes["method"] < MIN_METHODS:
         return None
     return win_intervals(results, ood, opts.k, opts.n_draws, opts.rng, opts.pairings)
 
@@ -56,8 +60,13 @@ class Analyses:
 
 
 def run_analyses(results: xr.Dataset | xr.DataArray, opts: ReportOptions) -> Analyses:
+    """The analyses the report shows, each None where it shows none: win probabilities and
+    paired comparisons need :data:`MIN_METHODS` methods, comparisons also
+    :data:`MIN_PAIRED_SEEDS` scored seeds."""
+    score = as_score(results)
     comparable = opts.metric is not None and not resamples_one_test_set(results)
-    paired = comparable and n_scored(as_score(results)) >= MIN_PAIRED_SEEDS
+    several = score.sizes["method"] >= MIN_METHODS
+    paired = comparable and several and n_scored(score) >= MIN_PAIRED_SEEDS
     comparison = (
         compare(results, opts.metric, alpha=opts.alpha, adjust=opts.adjust) if paired else None
     )

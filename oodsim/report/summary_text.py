@@ -10,7 +10,13 @@ import numpy as np
 import xarray as xr
 
 from oodsim.metrics import higher_is_better
-from oodsim.report.analyses import MIN_PAIRED_SEEDS, Analyses, ReportOptions, resamples_one_test_set
+from oodsim.report.analyses import (
+    MIN_METHODS,
+    MIN_PAIRED_SEEDS,
+    Analyses,
+    ReportOptions,
+    resamples_one_test_set,
+)
 from oodsim.report.comparisons import (
     adjust_name,
     paired_table,
@@ -52,6 +58,17 @@ def _accuracy_line(est: xr.Dataset) -> list[str]:
     return [f"- classifier accuracy: {value} (the same for every detector; not plotted)"]
 
 
+def _one_method(score: xr.DataArray, what: str) -> str | None:
+    """The line shown instead of ``what`` (which compares methods) when the results have
+    fewer than :data:`MIN_METHODS` methods; None otherwise."""
+    methods = method_names(score)
+    if len(methods) >= MIN_METHODS:
+        return None
+    return (
+        f"Not computed: the results have one method ({', '.join(methods)}); {what} compare methods."
+    )
+
+
 def _win_text(
     results: xr.Dataset | xr.DataArray,
     k: int,
@@ -63,6 +80,8 @@ def _win_text(
 ) -> str:
     """The win-probability section of ``summary.md``: what was drawn, then the table."""
     score = as_score(results)
+    if one := _one_method(score, "win probabilities"):
+        return one
     n = n_scored(score)  # failed and excluded seeds enter no draw
     if n < k:
         return too_small(f"the results have {n} scored seeds, fewer than k = {k}")
@@ -116,6 +135,8 @@ def _comparison_lines(
     lines = ["## Paired comparisons", ""]
     if opts.metric is None:
         return [*lines, "Not computed: the results have no OOD metric.", ""]
+    if one := _one_method(as_score(results), "paired comparisons and the seeds needed for power"):
+        return [*lines, one, ""]
     if done.comparison is None:
         n = n_scored(as_score(results))
         reason = (
