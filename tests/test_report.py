@@ -29,7 +29,7 @@ from oodsim.report import (
     write_report,
 )
 from oodsim.report.folder import is_report_file, write_file
-from oodsim.report.summary import NO_FIGURES
+from oodsim.report.summary import NO_FIGURES, NOTHING_TO_DRAW
 from oodsim.results import save_results
 from oodsim.stats import StopDecision, estimate
 from tests.conftest import digits_toml, signalled
@@ -542,6 +542,24 @@ def test_a_report_of_one_method_says_why_it_compares_none(
     ]
     for name in ("forest", "distributions", "running_mean"):
         assert_png(folder / f"{name}.png")
+
+
+@pytest.mark.parametrize("levels", [None, ("0", "1", "2")])
+def test_a_report_without_a_scored_seed_draws_nothing_and_says_why(
+    tmp_path: Path, levels: tuple[str, ...] | None
+) -> None:
+    """The probe: a report with figures of results whose every seed failed (or was excluded)
+    stopped with ``ValueError: need at least one array to concatenate`` in the running-mean
+    plot's axis limits. Now the report is written, without a figure, and says why; the plot
+    alone draws empty axes."""
+    results = make_results(n_seeds=3, failed=(0, 1, 2), levels=levels)
+    folder = tmp_path / "report"
+    text = write_report(results, folder, n_draws=100).read_text()
+    assert "0 in the estimates, 3 excluded" in text and is_complete(folder)
+    figures = text[text.index("## Figures") :]
+    assert NOTHING_TO_DRAW in figures and "![" not in figures
+    assert not list(folder.rglob("*.png"))
+    assert_png(plot_running_mean(results, tmp_path / "running_mean.png", "auroc"))
 
 
 def test_the_win_table_has_every_method(tmp_path: Path) -> None:

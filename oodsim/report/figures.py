@@ -176,8 +176,9 @@ def save(fig: Figure, path: str | Path) -> Path:
 
 
 def limits(values: Iterable[np.ndarray], bounds: tuple[float, float] | None) -> tuple:
-    """Axis limits around the finite ``values`` with a 5% margin, inside ``bounds``."""
-    finite = np.concatenate([np.asarray(v, dtype=float).ravel() for v in values])
+    """Axis limits around the finite ``values`` with a 5% margin, inside ``bounds``; ``bounds``
+    (else 0 to 1) when there are none (every seed failed, nothing drawn)."""
+    finite = np.concatenate([np.empty(0), *(np.asarray(v, dtype=float).ravel() for v in values)])
     finite = finite[np.isfinite(finite)]
     if finite.size == 0:
         return bounds or (0.0, 1.0)

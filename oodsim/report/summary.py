@@ -29,7 +29,7 @@ from oodsim.report.hooks import report_hooks
 from oodsim.report.plots import plot_distributions, plot_forest, plot_running_mean
 from oodsim.report.sources import plot_variance_sources
 from oodsim.report.summary_text import summary_text
-from oodsim.results.access import default_metric, ood_metrics
+from oodsim.results.access import default_metric, n_scored, ood_metrics
 from oodsim.stats import PAIRINGS, as_score
 
 #: write_report draws every metric's distribution only up to this many panels.
@@ -44,6 +44,11 @@ _MAX_CELLS = 12
 #: what the summary says where its figures would be, when none were drawn
 NO_FIGURES = (
     "Not drawn (`figures=False`, `oodsim report --no-figures`); the tables hold every number."
+)
+#: ... and when no seed has scores to draw (every one failed or was excluded)
+NOTHING_TO_DRAW = (
+    "Not drawn: no seed has scores (every seed failed or was excluded, see above), so every "
+    "figure would be empty."
 )
 
 
@@ -150,7 +155,8 @@ def write_report(
     independent and the paired draws side by side, each with a bootstrap interval over the
     seeds, :func:`oodsim.stats.win.win_probability_intervals`) or one of them.
     ``source``: the results' path, named in the summary. ``figures=False`` writes the
-    Markdown alone (every table, no PNG): seconds instead of about two per figure.
+    Markdown alone (every table, no PNG): seconds instead of about two per figure. Results
+    without a scored seed (every one failed or excluded) get no figure, and a line saying why.
 
     ``out_dir`` gets a :data:`~oodsim.report.folder.REPORT_MARKER` naming the results. A folder
     holding a report of the same results (same spec key) is refreshed: files of the old report
@@ -174,17 +180,18 @@ def write_report(
     opts = ReportOptions(metric, k, alpha, n_draws, rng, pairings, adjust)
     shown, note = _shown(results)
     done = run_analyses(results, opts)  # once, for the tables and the figures alike
-    written = _figures(shown, out, opts, done) if figures else []
+    drawn = figures and n_scored(score) > 0
+    written = _figures(shown, out, opts, done) if drawn else []
     lines = summary_text(results, opts, source, done, shown)
     lines += ["", "## Figures", ""]
-    if figures:
+    if drawn:
         lines += [note, ""] if note else []
         lines += [f"![{p.stem}]({p.name})" for p in written]
     else:
-        lines.append(NO_FIGURES)
+        lines.append(NOTHING_TO_DRAW if figures else NO_FIGURES)
     files = report_hooks(results).files  # the protocol's own files (severity's levels)
     if isinstance(results, xr.Dataset) and files is not None:
-        extra, extra_lines = files(results, out, metric or "auroc", figures)
+        extra, extra_lines = files(results, out, metric or "auroc", drawn)
         written += extra
         lines += extra_lines
     text = "\n".join(lines) + "\n"
