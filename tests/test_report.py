@@ -297,6 +297,22 @@ def test_cli_report_writes_each_results_into_its_own_folder(
     assert "energy" in (tmp_path / "first.report" / "summary.md").read_text()
 
 
+@pytest.mark.parametrize(("inside", "argument"), [("", "."), ("score", "..")])
+def test_cli_report_of_the_current_folder_is_written_beside_the_results(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, inside: str, argument: str
+) -> None:
+    """The probe: ``cd r.zarr && oodsim report .`` failed with ``ValueError: PosixPath('.')
+    has an empty name``, the default report folder being named after the results path. The
+    path is now resolved first: the report goes to ``r.report`` beside the results."""
+    saved = _saved(tmp_path, "r", n_seeds=4, failed=())
+    monkeypatch.chdir(saved / inside)
+    assert cli_main(["report", argument, "--no-figures"]) == 0
+    summary = (tmp_path / "r.report" / "summary.md").read_text()
+    assert f"- results: `{saved}`" in summary
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["r.report", "r.zarr"]
+    assert report_folder(saved / inside / argument) == tmp_path / "r.report"
+
+
 def test_write_report_refuses_a_folder_of_other_files_and_never_deletes_them(
     tmp_path: Path,
 ) -> None:

@@ -29,13 +29,14 @@ EXIT_SIGINT, EXIT_SIGTERM = 128 + signal.SIGINT, 128 + signal.SIGTERM
 
 def _cmd_report(args: argparse.Namespace) -> int:
     # loaded by the command that needs it, so `oodsim --help` stays fast
-    from oodsim.report import report_folder
+    from oodsim.report.folder import named, report_folder
     from oodsim.results import open_results
 
-    results = open_results(args.results, trust=args.trust)
-    out = Path(args.out) if args.out else report_folder(args.results)
+    source = named(args.results)  # `oodsim report .` inside r.zarr: its name, r.zarr
+    results = open_results(source, trust=args.trust)
+    out = Path(args.out) if args.out else report_folder(source)
     path = write_report_telling(
-        results, out, overwrite=args.overwrite, source=args.results, figures=args.figures
+        results, out, overwrite=args.overwrite, source=source, figures=args.figures
     )
     print(f"report written to {path}")
     return 0

@@ -52,10 +52,18 @@ class ReportFolderError(OodsimError, FileExistsError):
     """A report folder that holds something other than a report of the same results."""
 
 
+def named(path: str | Path) -> Path:
+    """``path``, resolved when it has no name of its own (``.``, ``..``, ``r.zarr/..``): the
+    folder it names, as the system takes it, so that a name can be derived from it."""
+    path = Path(path)
+    return path.resolve() if path.name in ("", "..") else path
+
+
 def report_folder(results_path: str | Path) -> Path:
     """Where ``oodsim report`` writes the report of the results at ``results_path`` by default:
-    ``results/foo.zarr`` → ``results/foo.report`` (another name gets ``.report`` appended)."""
-    path = Path(results_path)
+    ``results/foo.zarr`` → ``results/foo.report`` (another name gets ``.report`` appended);
+    ``.`` inside ``foo.zarr`` → ``../foo.report`` (:func:`named`)."""
+    path = named(results_path)
     name = path.stem if path.suffix == ".zarr" else path.name
     return path.with_name(f"{name}.report")
 
