@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import signal
 import sys
 from pathlib import Path
@@ -576,6 +577,32 @@ def test_a_report_without_a_scored_seed_draws_nothing_and_says_why(
     assert NOTHING_TO_DRAW in figures and "![" not in figures
     assert not list(folder.rglob("*.png"))
     assert_png(plot_running_mean(results, tmp_path / "running_mean.png", "auroc"))
+
+
+@pytest.mark.parametrize("levels", [None, ("0", "1", "2")])
+def test_a_label_with_a_pipe_keeps_every_markdown_table_whole(
+    tmp_path: Path, levels: tuple[str, ...] | None
+) -> None:
+    """The probe: a detector labelled ``a|b`` split its cell in two in every Markdown table of
+    ``summary.md`` (``| a|b | 0.6120 [–, –] | 1 |``: one cell more than the header). Every
+    table cell the report writes now escapes ``|`` as ``\\|``."""
+    methods = ("msp", {"name": "odin", "label": "a|b"})
+    results = make_results(n_seeds=6, failed=(), methods=methods, levels=levels)
+    text = write_report(results, tmp_path, n_draws=100, figures=False).read_text()
+    severity = tmp_path / "severity" / "severity_summary.md"
+    text += severity.read_text() if levels else ""
+    rows = [line for line in text.splitlines() if line.startswith("|")]
+    assert not any("a|b" in row for row in rows)
+    assert sum("a\\|b" in row for row in rows) >= (10 if levels is None else 4)
+    tables: list[list[int]] = [[]]
+    for line in text.splitlines():  # cells per row, split at pipes that are not escaped
+        if line.startswith("|"):
+            tables[-1].append(len(re.split(r"(?<!\\)\|", line)) - 2)
+        elif tables[-1]:
+            tables.append([])
+    assert len(tables) > 3
+    for widths in tables:
+        assert widths == widths[:1] * len(widths), widths
 
 
 def test_the_win_table_has_every_method(tmp_path: Path) -> None:

@@ -35,6 +35,7 @@ from oodsim.report.figures import (
     suptitle,
 )
 from oodsim.report.folder import write_file
+from oodsim.report.tables import markdown_row
 from oodsim.results.access import as_score, as_text, method_names, scored
 
 
@@ -204,9 +205,9 @@ def plot_correlation(
 def _markdown(table: xr.DataArray, name: str, digits: int = 3) -> str:
     """A (method, severity) array as a Markdown table."""
     levels = [str(s) for s in table["severity"].values]
-    lines = [f"| {name} | " + " | ".join(levels) + " |", "|---|" + "---:|" * len(levels)]
+    lines = [markdown_row([name, *levels]), "|---|" + "---:|" * len(levels)]
     for method, row in zip(table["method"].values, table.transpose("method", "severity").values):
-        lines.append(f"| {method} | " + " | ".join(f"{v:.{digits}f}" for v in row) + " |")
+        lines.append(markdown_row([method, *(f"{v:.{digits}f}" for v in row)]))
     return "\n".join(lines)
 
 

@@ -46,11 +46,23 @@ def fmt(value: float, digits: int = 3) -> str:
     return "–" if value is None or not np.isfinite(value) else f"{value:.{digits}f}"
 
 
+def markdown_cell(value: object) -> str:
+    """``value`` as the text of a Markdown table cell: a ``|`` in it (a detector label
+    ``a|b``) escaped as ``\\|``, which would otherwise end the cell and break the table."""
+    return str(value).replace("|", "\\|")
+
+
+def markdown_row(cells: Sequence[object]) -> str:
+    """One row of a Markdown table, every cell through :func:`markdown_cell`."""
+    return "| " + " | ".join(markdown_cell(c) for c in cells) + " |"
+
+
 def render(header: Sequence[str], rows: Sequence[Sequence[str]], markdown: bool) -> str:
-    """A Markdown table or an aligned plain-text table."""
+    """A Markdown table (its cells escaped: :func:`markdown_cell`) or an aligned plain-text
+    table."""
     if markdown:
-        lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
-        lines += ["| " + " | ".join(row) + " |" for row in rows]
+        lines = [markdown_row(header), "|" + "|".join("---" for _ in header) + "|"]
+        lines += [markdown_row(row) for row in rows]
         return "\n".join(lines)
     widths = [max(len(str(c)) for c in col) for col in zip(header, *rows, strict=True)]
     row_format = "  ".join(f"{{:<{w}}}" for w in widths)
