@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import json
 import os
 import signal
@@ -151,6 +152,15 @@ def signalled(
             os.killpg(process.pid, signal.SIGKILL)
             process.communicate()
     return process, output
+
+
+def drop_file_permission_override() -> None:
+    """Root ignores permission bits through CAP_DAC_OVERRIDE / CAP_DAC_READ_SEARCH: drop both
+    from the bounding set (a ``preexec_fn``: in the child, before exec), so that the exec'd
+    process is refused writes to a ``chmod 555`` folder like any user."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    for capability in (1, 2):  # CAP_DAC_OVERRIDE, CAP_DAC_READ_SEARCH
+        libc.prctl(24, capability, 0, 0, 0)  # PR_CAPBSET_DROP; harmless where not root
 
 
 def small_digits(n_seeds: int = 4, **changes) -> ExperimentSpec:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import re
 import signal
+import subprocess
 import sys
 from pathlib import Path
 
@@ -33,7 +34,7 @@ from oodsim.report.folder import is_report_file, write_file
 from oodsim.report.summary import NO_FIGURES, NOTHING_TO_DRAW
 from oodsim.results import save_results
 from oodsim.stats import StopDecision, estimate
-from tests.conftest import digits_toml, signalled
+from tests.conftest import digits_toml, drop_file_permission_override, signalled
 from tests.factories import METRICS, synthetic_results
 
 
@@ -489,6 +490,56 @@ def test_run_refuses_a_foreign_report_folder_before_computing(
     assert cli_main(args) == 2
     assert "is not an oodsim report" in capsys.readouterr().err
     assert not cache.exists() and (folder / "mine.txt").read_text() == "not oodsim's"
+
+
+@pytest.mark.parametrize("where", ["below a file", "under /proc"])
+def test_run_refuses_a_report_folder_it_cannot_write_before_computing(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], where: str
+) -> None:
+    """The probe: ``oodsim run SPEC --report afile/sub`` (or ``/proc/rep``) computed every
+    seed, then failed with a raw ``NotADirectoryError`` (``FileNotFoundError``). It is now
+    refused in one line before any compute, as ``--report afile`` was."""
+    if where == "under /proc" and not Path("/proc").is_dir():
+        pytest.skip("no /proc file system here")
+    parent = Path("/proc") if where == "under /proc" else tmp_path / "afile"
+    if where == "below a file":
+        parent.write_text("mine")
+    folder, cache = parent / "sub", tmp_path / "cache"
+    spec_path = digits_toml(tmp_path / "s.toml", 2)
+    args = ["run", str(spec_path), "--cache", str(cache), "--report", str(folder), "--quiet"]
+    assert cli_main(args) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"oodsim: error: cannot write the report to {folder / 'summary.md'}: ")
+    assert err.count("\n") == 1 and not cache.exists() and not folder.exists()
+
+
+def test_run_refuses_a_read_only_report_folder_before_computing(tmp_path: Path) -> None:
+    """A real ``chmod 555`` parent of ``--report``: the run used to compute, then fail with a
+    raw ``PermissionError``; now one line, exit code 2, no cache created."""
+    parent, cache = tmp_path / "ro", tmp_path / "cache"
+    parent.mkdir()
+    spec_path = digits_toml(tmp_path / "s.toml", 2)
+    command = [sys.executable, "-m", "oodsim.cli", "run", str(spec_path), "--quiet"]
+    command += ["--cache", str(cache), "--report", str(parent / "rep")]
+    parent.chmod(0o555)
+    try:
+        done = subprocess.run(
+            command,
+            capture_output=True,
+            text=True,
+            timeout=300,
+            preexec_fn=drop_file_permission_override,
+        )
+    finally:
+        parent.chmod(0o755)
+    if done.returncode == 0:
+        pytest.skip("this process can still write a chmod 555 folder (capabilities kept)")
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.strip().splitlines() == [
+        f"oodsim: error: cannot write the report to {parent / 'rep' / 'summary.md'}: cannot "
+        f"create files in {parent} (Permission denied); choose a writable output path"
+    ]
+    assert list(parent.iterdir()) == [] and not cache.exists()
 
 
 def _tables(text: str) -> list[list[list[str]]]:

@@ -25,7 +25,7 @@ import numpy as np
 import xarray as xr
 
 from oodsim.errors import OodsimError
-from oodsim.results import MANIFEST
+from oodsim.results import MANIFEST, check_writable
 from oodsim.stats import as_score
 from oodsim.store.fs import owned, read_json, what_is, write_replacing
 
@@ -221,10 +221,11 @@ def _results_around(folder: Path, results: Path | None) -> Path | None:
 def _check(
     folder: Path, marker: dict[str, Any], overwrite: bool, results: Path | None = None
 ) -> dict[str, Any] | None:
-    """Refuse a folder in results and one holding files a report writes that oodsim did not,
-    even with ``overwrite``; a file, a folder of other things and a report of other results
-    unless ``overwrite`` (reading only); return the marker of the report already there (None
-    if none, {} if unreadable)."""
+    """Refuse a folder in results, one holding files a report writes that oodsim did not, and
+    one that cannot be written (a file on the way, a read-only folder, ``/proc``), even with
+    ``overwrite``; a file, a folder of other things and a report of other results unless
+    ``overwrite`` (changing nothing: writability is tried with a file made and removed);
+    return the marker of the report already there (None if none, {} if unreadable)."""
     inside = _results_around(folder, results)
     if inside is not None:
         raise ReportFolderError(
@@ -234,8 +235,13 @@ def _check(
         )
     if folder.exists() and not folder.is_dir():
         raise ReportFolderError(f"{folder} is a file, not a report folder; choose another folder")
-    if not folder.exists():
-        return None
+    old = _check_contents(folder, marker, overwrite) if folder.exists() else None
+    check_writable(folder / "summary.md", "the report")
+    return old
+
+
+def _check_contents(folder: Path, marker: dict[str, Any], overwrite: bool) -> dict[str, Any] | None:
+    """The part of :func:`_check` that reads an existing ``folder``."""
     old = _read_marker(folder)
     _refuse_foreign_files(folder, old)
     how = "use --overwrite (overwrite=True) to write into it anyway, or choose another folder"
@@ -257,7 +263,9 @@ def check_report_folder(
 ) -> None:
     """Before a run computes anything: raise :class:`ReportFolderError` if the report of
     ``spec``'s results could not be written into ``folder`` (see :func:`claim`), or if
-    ``folder`` is in ``results``, where the run will write its results."""
+    ``folder`` is in ``results``, where the run will write its results;
+    :class:`~oodsim.results.OutputError` if ``folder`` cannot be written (a file on the way,
+    a read-only folder)."""
     marker = {"results_key": spec.key, "experiment": spec.name}
     _check(Path(folder), marker, overwrite, Path(results) if results is not None else None)
 
