@@ -309,7 +309,9 @@ GRID_OF_20001 = f'{{ name = "temperature", temperature = [{TEMPERATURES}] }}'
         ),
         (BASE.replace("width = 16", "width = 100000"), r"model\.width: 100000 .*at most 4,096"),
         (
-            BASE.replace('arch = "small_cnn"', 'arch = "wrn40_2"\nparams = { depth = 600004 }'),
+            BASE.replace("width = 16\n", "").replace(  # wrn40_2 takes no width
+                'arch = "small_cnn"', 'arch = "wrn40_2"\nparams = { depth = 600004 }'
+            ),
             r"model\.params\.depth: 600004 .*at most 1,000 layers",
         ),
         (
