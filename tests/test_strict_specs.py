@@ -590,3 +590,12 @@ def test_seed_values_keep_their_order_and_a_range_compares_like_its_tuple() -> N
             seeds=SeedsSpec(n=3),
             stopping=StoppingSpec(rule="ci_width", max_seeds=4),
         )
+
+
+def test_a_spec_file_with_a_byte_order_mark_reads_as_without(tmp_path: Path) -> None:
+    """Some Windows editors save UTF-8 with a byte order mark: it was refused as
+    "Invalid statement (at line 1, column 1)"."""
+    text = (ROOT / "specs" / "digits.toml").read_text()
+    marked = tmp_path / "marked.toml"
+    marked.write_bytes(b"\xef\xbb\xbf" + text.encode())
+    assert oodsim.load(marked) == oodsim.load(ROOT / "specs" / "digits.toml")

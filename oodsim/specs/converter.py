@@ -248,7 +248,9 @@ def _spec_text(path: Path) -> str:
         raise SpecError(
             "spec file", str(path), f"a TOML file of at most {SPEC_LIMIT >> 20} MiB"
         ) from None
-    return data.decode("utf-8")
+    # utf-8-sig: a byte order mark, which some Windows editors write, was a syntax error
+    # ("Invalid statement (at line 1, column 1)"); TOML files are UTF-8 either way
+    return data.decode("utf-8-sig")
 
 
 def unstructure(spec: Any) -> Any:
