@@ -13,8 +13,10 @@ from pathlib import Path
 
 import pytest
 
+import oodsim
 from oodsim.cli import main as cli_main
 from oodsim.cli.main import parser
+from oodsim.errors import SpecError
 from tests.conftest import ROOT, children, digits_toml, signalled, wait_for
 
 #: what a stopped run prints once, with the number of seeds found complete in the store
@@ -173,3 +175,26 @@ def _running_in_session(session: int) -> list[str]:
         ["ps", "-s", str(session), "-o", "stat=,pid=,args="], capture_output=True, text=True
     )
     return [line for line in listed.stdout.splitlines() if not line.lstrip().startswith("Z")]
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["run", "specs/digits.toml", "--cache", ""],
+        ["run", "specs/digits.toml", "--out", " "],
+        ["run", "specs/digits.toml", "--report", ""],
+        ["cache", "ls", "--cache", ""],
+        ["report", "results/x.zarr", "--out", ""],
+    ],
+)
+def test_an_empty_path_option_is_refused_not_read_as_the_default(
+    argv: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`--cache "$CACHE"` with the variable unset ran on the default cache (a probe's run
+    wrote into ~/.cache/oodsim); the Python API's cache="" is refused the same way."""
+    with pytest.raises(SystemExit) as caught:
+        cli_main(argv)
+    assert caught.value.code == 2
+    assert "an empty path (an unset variable?)" in capsys.readouterr().err
+    with pytest.raises(SpecError, match="cache: '' is not allowed"):
+        oodsim.run(oodsim.load(ROOT / "specs" / "digits.toml"), cache="", progress=False)

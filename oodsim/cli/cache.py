@@ -6,6 +6,7 @@ import argparse
 import math
 from typing import TYPE_CHECKING
 
+from oodsim.cli.options import path_text
 from oodsim.errors import SpecError, telling_interrupt
 
 if TYPE_CHECKING:  # the store loads with the command that needs it (a fast --help)
@@ -96,7 +97,9 @@ def add_cache_command(commands: argparse._SubParsersAction) -> None:
     ):
         action = actions.add_parser(name, help=text, description=text)
         action.add_argument(
-            "--cache", help="store root (default: $OODSIM_CACHE, else the project's cache/)"
+            "--cache",
+            type=path_text,
+            help="store root (default: $OODSIM_CACHE, else the project's cache/)",
         )
         if name == "verify":
             action.add_argument(

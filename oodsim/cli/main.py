@@ -18,7 +18,7 @@ from types import FrameType
 
 from oodsim.cli.cache import add_cache_command
 from oodsim.cli.imagenet_o import add_command as add_imagenet_o
-from oodsim.cli.options import add_trust
+from oodsim.cli.options import add_trust, path_text
 from oodsim.cli.reporting import write_report_telling
 from oodsim.cli.run import add_run_options, cmd_run
 from oodsim.errors import DEBUG_ENV, OodsimError, telling_interrupt
@@ -112,7 +112,9 @@ def parser() -> argparse.ArgumentParser:
     report = commands.add_parser("report", help=text, description=text)
     report.add_argument("results", help="results written by `oodsim run`")
     report.add_argument(
-        "--out", help="report folder (default: the results' name with .report: results/x.report)"
+        "--out",
+        type=path_text,
+        help="report folder (default: the results' name with .report: results/x.report)",
     )
     report.add_argument(
         "--overwrite",

@@ -14,3 +14,13 @@ def add_trust(parser: argparse.ArgumentParser) -> None:
         help="open results that have no checksum manifest (written before oodsim wrote one, "
         "or whose manifest was deleted) without checking them",
     )
+
+
+def path_text(text: str) -> str:
+    """A path option's value: an empty one (``--cache "$CACHE"`` with the variable unset) is
+    refused, not read as "the default", which silently wrote where nobody asked."""
+    if not text.strip():
+        raise argparse.ArgumentTypeError(
+            "an empty path (an unset variable?); leave the option out for its default"
+        )
+    return text

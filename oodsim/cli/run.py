@@ -6,6 +6,7 @@ import argparse
 import time
 from pathlib import Path
 
+from oodsim.cli.options import path_text
 from oodsim.cli.reporting import write_report_telling
 from oodsim.cli.summary import (
     print_failures,
@@ -37,11 +38,13 @@ def add_run_options(command: argparse.ArgumentParser) -> None:
     )
     command.add_argument(
         "--cache",
+        type=path_text,
         help="store root (default: $OODSIM_CACHE, else the cache/ folder of the spec's project; "
         "see docs/caching.md)",
     )
     command.add_argument(
         "--out",
+        type=path_text,
         help="where to write results (default: $OODSIM_RESULTS/<name>.zarr, else "
         "results/<name>.zarr of the spec's project)",
     )
@@ -56,7 +59,9 @@ def add_run_options(command: argparse.ArgumentParser) -> None:
         help="metric of the printed tables, one of the spec's metrics (default: auroc, else the "
         "spec's first OOD metric)",
     )
-    command.add_argument("--report", help="also write plots and a summary into this folder")
+    command.add_argument(
+        "--report", type=path_text, help="also write plots and a summary into this folder"
+    )
     command.add_argument(
         "--overwrite",
         action="store_true",

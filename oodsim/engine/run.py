@@ -27,7 +27,7 @@ from oodsim.engine.placement import place
 from oodsim.engine.progress import Progress, interrupted_message
 from oodsim.engine.stopping import check_stopping
 from oodsim.engine.submitter import Submitter
-from oodsim.errors import OodsimError
+from oodsim.errors import OodsimError, SpecError
 from oodsim.protocols import bind
 from oodsim.results import (
     ForeignOutput,
@@ -103,6 +103,8 @@ def run(
     )
     stream = (sys.stderr if progress is True else progress) or None
     tracker = Progress(len(seeds), stream, unit=job.unit)
+    if cache is not None and not str(cache).strip():  # an unset variable: not "the default"
+        raise SpecError("cache", cache, "a folder path (None for the default)")
     root = cache if cache is not None else default_root()  # looks for the project once
     with tracker.telling(f"interrupted before any of its {job.unit} started; nothing was computed"):
         if out is not None:
