@@ -41,7 +41,7 @@ from oodsim.store import META_DIGEST, QUARANTINE_PREFIX, CorruptEntryWarning, St
 from oodsim.store.arrays import ARRAYS_ZIP
 from oodsim.store.digests import file_checksums, file_sizes, meta_digest
 from oodsim.store.locks import _start_time
-from tests.conftest import ROOT, digits_toml, small_digits
+from tests.conftest import ROOT, digits_toml, drop_file_permission_override, small_digits
 
 N_SEEDS = 2
 HOST = socket.gethostname()
@@ -498,16 +498,6 @@ def test_a_file_where_the_locks_folder_belongs_is_moved_aside(
 # --------------------------------------------------------------------------- read-only folders
 
 
-def _drop_file_permission_override() -> None:
-    """As root, drop CAP_DAC_OVERRIDE and CAP_DAC_READ_SEARCH from the bounding set, so the
-    exec'd process is refused writes to read-only folders like any user."""
-    import ctypes
-
-    libc = ctypes.CDLL(None, use_errno=True)
-    for capability in (1, 2):
-        libc.prctl(24, capability, 0, 0, 0)  # PR_CAPBSET_DROP; harmless where not root
-
-
 def _permissions_apply(folder: Path) -> bool:
     """Whether a process started like the test's is refused writes in a read-only folder."""
     folder.mkdir()
@@ -515,7 +505,7 @@ def _permissions_apply(folder: Path) -> bool:
     try:
         probe = subprocess.run(
             [sys.executable, "-c", f"open({str(folder / 'x')!r}, 'w')"],
-            preexec_fn=_drop_file_permission_override,
+            preexec_fn=drop_file_permission_override,
             capture_output=True,
             timeout=60,
         )
@@ -541,7 +531,7 @@ def test_a_corrupt_entry_that_cannot_be_moved_aside_is_one_clear_error(
             capture_output=True,
             text=True,
             timeout=180,  # the bug this guards against was a worker spinning forever
-            preexec_fn=_drop_file_permission_override,
+            preexec_fn=drop_file_permission_override,
             cwd=ROOT,
         )
     finally:
@@ -590,7 +580,7 @@ def test_the_store_reports_rather_than_spins_when_an_entry_or_lock_cannot_move(
             capture_output=True,
             text=True,
             timeout=60,
-            preexec_fn=_drop_file_permission_override,
+            preexec_fn=drop_file_permission_override,
             cwd=ROOT,
         )
     finally:

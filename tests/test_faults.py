@@ -4,7 +4,6 @@ stale locks, a full or read-only cache, diverging training. See docs/reliability
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import io
 import json
 import math
@@ -45,6 +44,7 @@ from tests.conftest import (
     cli_run_on,
     dask_cli_cluster,
     digits_toml,
+    drop_file_permission_override,
     small_digits,
     wait_for,
 )
@@ -469,14 +469,6 @@ def test_full_cache_fails_at_the_write_with_a_clear_error_and_no_entry(tmp_path:
     assert not (tmp_path / "r.zarr").exists()
 
 
-def _drop_file_permission_override() -> None:
-    """Root ignores permission bits through CAP_DAC_OVERRIDE / CAP_DAC_READ_SEARCH: drop both
-    from the bounding set so the exec'd process is refused writes like any user."""
-    libc = ctypes.CDLL(None, use_errno=True)
-    for capability in (1, 2):  # CAP_DAC_OVERRIDE, CAP_DAC_READ_SEARCH
-        libc.prctl(24, capability, 0, 0, 0)  # PR_CAPBSET_DROP; harmless where not root
-
-
 def test_read_only_cache_fails_before_any_compute(tmp_path: Path) -> None:
     cache = tmp_path / "cache"
     cache.mkdir()
@@ -484,9 +476,7 @@ def test_read_only_cache_fails_before_any_compute(tmp_path: Path) -> None:
     spec_path = digits_toml(tmp_path / "s.toml", 2)
     started = time.monotonic()
     out = ("--out", str(tmp_path / "r.zarr"))  # never the user's results/ (the main job's)
-    run = run_quietly(
-        spec_path, cache, *out, timeout=120, preexec_fn=_drop_file_permission_override
-    )
+    run = run_quietly(spec_path, cache, *out, timeout=120, preexec_fn=drop_file_permission_override)
     cache.chmod(0o755)
     assert run.returncode == 2, run.stderr
     assert f"cache directory {cache} is not writable" in run.stderr

@@ -8,7 +8,6 @@ constructors (``tests.factories.synthetic_results``, ``save_results``).
 
 from __future__ import annotations
 
-import ctypes
 import json
 import os
 import re
@@ -43,7 +42,7 @@ from oodsim.results import (
 from oodsim.specs import load_spec
 from oodsim.store import META_DIGEST, Store
 from oodsim.store.digests import meta_digest
-from tests.conftest import ROOT, digits_toml, small_digits, wait_for
+from tests.conftest import ROOT, digits_toml, drop_file_permission_override, small_digits, wait_for
 from tests.factories import synthetic_results
 
 
@@ -209,15 +208,6 @@ def test_an_unwritable_output_location_fails_before_compute(tmp_path: Path, wher
     assert not out.parent.exists()
 
 
-def _drop_file_permission_override() -> None:
-    """Root ignores permission bits through CAP_DAC_OVERRIDE / CAP_DAC_READ_SEARCH: drop both
-    from the bounding set (in the child, before exec) so the exec'd process is refused writes
-    like any user (as in test_faults.py)."""
-    libc = ctypes.CDLL(None, use_errno=True)
-    for capability in (1, 2):  # CAP_DAC_OVERRIDE, CAP_DAC_READ_SEARCH
-        libc.prctl(24, capability, 0, 0, 0)  # PR_CAPBSET_DROP; harmless where not root
-
-
 def test_a_read_only_folder_fails_before_compute(tmp_path: Path) -> None:
     """A real ``chmod 555`` folder, ``oodsim run --out`` into it: one line, exit code 2, no
     cache created (so nothing computed)."""
@@ -232,7 +222,7 @@ def test_a_read_only_folder_fails_before_compute(tmp_path: Path) -> None:
             capture_output=True,
             text=True,
             timeout=120,
-            preexec_fn=_drop_file_permission_override,
+            preexec_fn=drop_file_permission_override,
         )
     finally:
         folder.chmod(0o755)
@@ -244,6 +234,48 @@ def test_a_read_only_folder_fails_before_compute(tmp_path: Path) -> None:
         f"{folder} (Permission denied); choose a writable output path"
     ]
     assert list(folder.iterdir()) == [] and not cache.exists()
+
+
+def test_replacing_read_only_older_results_writes_the_new_ones_and_keeps_the_old(
+    tmp_path: Path,
+) -> None:
+    """Older results made read-only (``chmod -R a-w``): the new results were swapped in, and
+    then deleting the old ones ended the run with a raw PermissionError, exit 2."""
+    out = tmp_path / "r.zarr"
+    save_results(synthetic_results(2), out)
+    folders = [out, *(p for p in out.rglob("*") if p.is_dir())]
+    script = (
+        "import warnings, sys\n"
+        "from oodsim.results import save_results, open_results\n"
+        "from tests.factories import synthetic_results\n"
+        "with warnings.catch_warnings(record=True) as caught:\n"
+        "    warnings.simplefilter('always')\n"
+        f"    save_results(synthetic_results(3), {str(out)!r})\n"
+        f"print(open_results({str(out)!r}).sizes['seed'])\n"
+        "print([str(w.message) for w in caught])\n"
+    )
+    for folder in folders:
+        folder.chmod(0o555)
+    try:
+        done = subprocess.run(
+            [sys.executable, "-c", script],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            cwd=ROOT,
+            preexec_fn=drop_file_permission_override,
+        )
+    finally:
+        for folder in [*tmp_path.rglob("*"), tmp_path]:
+            if folder.is_dir():
+                folder.chmod(0o755)
+    if done.returncode == 0 and "kept" not in done.stdout:
+        pytest.skip("this process can still delete from a chmod 555 folder (capabilities kept)")
+    assert done.returncode == 0, done.stderr
+    seeds, messages = done.stdout.strip().splitlines()
+    assert seeds == "3"  # the new results, whole
+    assert "the results these replaced: they cannot be deleted" in messages
+    assert open_results(out).sizes["seed"] == 3
 
 
 def test_replacing_older_results_of_the_same_spec_works_and_is_atomic(tmp_path: Path) -> None:

@@ -148,9 +148,19 @@ def _exchange(a: Path, b: Path) -> bool:
 
 def _discard(folder: Path) -> None:
     """Delete a replaced results store: only the files oodsim wrote, then the folders they
-    leave empty. Anything else stays (with a warning), so nothing oodsim did not write is lost."""
-    for file in written_files(folder):
-        file.unlink(missing_ok=True)
+    leave empty. Anything else stays (with a warning), so nothing oodsim did not write is lost;
+    so does a store that cannot be deleted (made read-only): the new results are in place, and
+    the run ended with a PermissionError after writing them."""
+    try:
+        for file in written_files(folder):
+            file.unlink(missing_ok=True)
+    except OSError as error:
+        warnings.warn(
+            f"kept {folder}, the results these replaced: they cannot be deleted "
+            f"({error.strerror or error}); delete the folder yourself",
+            stacklevel=3,
+        )
+        return
     for sub in sorted((p for p in folder.rglob("*") if p.is_dir()), reverse=True):
         with contextlib.suppress(OSError):
             sub.rmdir()
