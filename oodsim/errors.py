@@ -87,7 +87,9 @@ class UnknownNameError(SpecError, KeyError):
         known = sorted(known)
         close = difflib.get_close_matches(str(value), known, n=1)
         hint = f"Did you mean {close[0]!r}?" if close else ""
-        super().__init__(field, value, "one of " + ", ".join(map(repr, known)), hint)
+        # an empty registry (an architecture that takes no parameters) has nothing to offer
+        allowed = "one of " + ", ".join(map(repr, known)) if known else f"no {field} (it has none)"
+        super().__init__(field, value, allowed, hint)
 
     def __str__(self) -> str:  # KeyError would otherwise quote the message
         return self.args[0]

@@ -143,6 +143,9 @@ def test_wrn40_2_is_the_openood_backbone() -> None:
 def test_params_are_checked_against_the_builder_at_construction() -> None:
     with pytest.raises(UnknownNameError, match=r"'deph' .*Did you mean 'depth'\?"):
         ModelSpec(arch="wrn40_2", params={"deph": 16})
+    # an architecture that takes none: the message ended "expected one of " with nothing
+    with pytest.raises(UnknownNameError, match=r"'foo' .*expected no arch 'small_cnn' param"):
+        ModelSpec(arch="small_cnn", params={"foo": 1})
     with pytest.raises(SpecError, match=r"arch 'wrn40_2' parameter depth: 'x' .*an integer"):
         ModelSpec(arch="wrn40_2", params={"depth": "x"})
     with pytest.raises(SpecError, match=r"depth: \[16, 22\] .*one value \(not a list\)"):
