@@ -33,18 +33,23 @@ from oodsim.store.fs import owned, read_json, what_is, write_replacing
 REPORT_MARKER = ".oodsim-report.json"
 #: The largest report marker read (it lists the files of one report).
 MARKER_LIMIT = 16 << 20
+SUMMARY = "summary.md"
+#: figure → its file: :mod:`oodsim.report.summary` names the files it writes from here
+FIGURE_FILES = {
+    name: f"{name}.png"
+    for name in (
+        "forest",
+        "distributions",
+        "paired_differences",
+        "running_mean",
+        "win_probability",
+        "variance_sources",
+    )
+}
 #: The files a report writes at the top of its folder (``summary.md`` and the figures of
 #: :mod:`oodsim.report.summary`); severity results add ``.md`` and ``.png`` files under
 #: :data:`_SEVERITY`.
-REPORT_FILES = (
-    "summary.md",
-    "forest.png",
-    "distributions.png",
-    "paired_differences.png",
-    "running_mean.png",
-    "win_probability.png",
-    "variance_sources.png",
-)
+REPORT_FILES = (SUMMARY, *FIGURE_FILES.values())
 _SEVERITY = "severity"
 
 
@@ -236,7 +241,7 @@ def _check(
     if folder.exists() and not folder.is_dir():
         raise ReportFolderError(f"{folder} is a file, not a report folder; choose another folder")
     old = _check_contents(folder, marker, overwrite) if folder.exists() else None
-    check_writable(folder / "summary.md", "the report")
+    check_writable(folder / SUMMARY, "the report")
     return old
 
 

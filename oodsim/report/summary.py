@@ -24,7 +24,14 @@ from oodsim.report.comparisons import (
     plot_paired_differences,
 )
 from oodsim.report.decisions import plot_win_probability
-from oodsim.report.folder import claim, finish, marker_for, write_file
+from oodsim.report.folder import (
+    FIGURE_FILES,
+    SUMMARY,
+    claim,
+    finish,
+    marker_for,
+    write_file,
+)
 from oodsim.report.hooks import report_hooks
 from oodsim.report.plots import plot_distributions, plot_forest, plot_running_mean
 from oodsim.report.sources import plot_variance_sources
@@ -64,10 +71,10 @@ def _figures(
     if metric is None:
         return []
     shown_metrics = ood if len(ood) * _n_cells(score) <= _MAX_PANELS else [metric]
-    distributions = plot_distributions(results, out / "distributions.png", shown_metrics)
+    distributions = plot_distributions(results, out / FIGURE_FILES["distributions"], shown_metrics)
     if resamples_one_test_set(results):  # the spread of the replicates only
         return [distributions]
-    figures = [plot_forest(results, out / "forest.png", shown_metrics), distributions]
+    figures = [plot_forest(results, out / FIGURE_FILES["forest"], shown_metrics), distributions]
     shown = {d: score[d].values for d in score.dims if d not in ("seed", "method", "metric")}
     if done.comparison is not None:
         comparison = done.comparison.sel(
@@ -76,19 +83,19 @@ def _figures(
         figures.append(
             plot_paired_differences(
                 results,
-                out / "paired_differences.png",
+                out / FIGURE_FILES["paired_differences"],
                 metric,
                 opts.alpha,
                 opts.adjust,
                 comparison=comparison,
             )
         )
-    figures.append(plot_running_mean(results, out / "running_mean.png", metric))
+    figures.append(plot_running_mean(results, out / FIGURE_FILES["running_mean"], metric))
     if done.wins is not None:  # a k-seed experiment needs k seeds to draw from
         figures.append(
             plot_win_probability(
                 results,
-                out / "win_probability.png",
+                out / FIGURE_FILES["win_probability"],
                 metric,
                 k,
                 opts.n_draws,
@@ -100,7 +107,7 @@ def _figures(
     if done.sources is not None and isinstance(results, xr.Dataset):
         figures.append(
             plot_variance_sources(
-                results, out / "variance_sources.png", metric, components=done.sources
+                results, out / FIGURE_FILES["variance_sources"], metric, components=done.sources
             )
         )
     return figures
@@ -195,6 +202,6 @@ def write_report(
         written += extra
         lines += extra_lines
     text = "\n".join(lines) + "\n"
-    path = write_file(out / "summary.md", lambda tmp: tmp.write_text(text, encoding="utf-8"))
+    path = write_file(out / SUMMARY, lambda tmp: tmp.write_text(text, encoding="utf-8"))
     finish(out, marker, [*written, path], previous)
     return path
