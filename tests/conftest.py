@@ -163,6 +163,26 @@ def drop_file_permission_override() -> None:
         libc.prctl(24, capability, 0, 0, 0)  # PR_CAPBSET_DROP; harmless where not root
 
 
+def run_denied(command: list[str], folder: Path, timeout: float) -> subprocess.CompletedProcess:
+    """``command`` run with ``folder`` made read-only (``chmod 555``) and root's permission
+    override dropped (:func:`drop_file_permission_override`), ``folder`` writable again
+    afterwards; the test is skipped where the process could still write there."""
+    folder.chmod(0o555)
+    try:
+        done = subprocess.run(
+            command,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            preexec_fn=drop_file_permission_override,
+        )
+    finally:
+        folder.chmod(0o755)
+    if done.returncode == 0:
+        pytest.skip("this process can still write a chmod 555 folder (capabilities kept)")
+    return done
+
+
 def small_digits(n_seeds: int = 4, **changes) -> ExperimentSpec:
     """The shipped digits spec, shrunk so one simulation trains in about a second (MSP only)."""
     spec = load_spec(ROOT / "specs" / "digits.toml")

@@ -248,16 +248,7 @@ def test_cli_command_runs_folders_and_logits(folders, tmp_path, capsys) -> None:
     main = _cli()
     args = main.parse_args(
         [
-            "imagenet-o",
-            "--model",
-            "timm:test_resnet",
-            "--random-weights",
-            "--image-size",
-            "32",
-            "--id-root",
-            str(id_root),
-            "--ood-root",
-            str(ood_root),
+            *_tiny_model(id_root, ood_root),
             "--save-logits",
             str(tmp_path / "l"),
             "--json",

@@ -42,7 +42,14 @@ from oodsim.results import (
 from oodsim.specs import load_spec
 from oodsim.store import META_DIGEST, Store
 from oodsim.store.digests import meta_digest
-from tests.conftest import ROOT, digits_toml, drop_file_permission_override, small_digits, wait_for
+from tests.conftest import (
+    ROOT,
+    digits_toml,
+    drop_file_permission_override,
+    run_denied,
+    small_digits,
+    wait_for,
+)
 from tests.factories import synthetic_results
 
 
@@ -214,20 +221,12 @@ def test_a_read_only_folder_fails_before_compute(tmp_path: Path) -> None:
     folder, cache = tmp_path / "ro", tmp_path / "cache"
     folder.mkdir()
     spec = digits_toml(tmp_path / "s.toml", 1)
-    folder.chmod(0o555)
-    try:
-        done = subprocess.run(
-            [str(Path(sysconfig.get_path("scripts")) / "oodsim"), "run", str(spec), "--quiet"]
-            + ["--cache", str(cache), "--out", str(folder / "r.zarr")],
-            capture_output=True,
-            text=True,
-            timeout=120,
-            preexec_fn=drop_file_permission_override,
-        )
-    finally:
-        folder.chmod(0o755)
-    if done.returncode == 0:
-        pytest.skip("this process can still write a chmod 555 folder (capabilities kept)")
+    done = run_denied(
+        [str(Path(sysconfig.get_path("scripts")) / "oodsim"), "run", str(spec), "--quiet"]
+        + ["--cache", str(cache), "--out", str(folder / "r.zarr")],
+        folder,
+        timeout=120,
+    )
     assert done.returncode == 2, done.stderr
     assert done.stderr.strip().splitlines() == [
         f"oodsim: error: cannot write results to {folder / 'r.zarr'}: cannot create files in "

@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import re
 import signal
-import subprocess
 import sys
 from pathlib import Path
 
@@ -34,7 +33,7 @@ from oodsim.report.folder import is_report_file, write_file
 from oodsim.report.summary import NO_FIGURES, NOTHING_TO_DRAW
 from oodsim.results import save_results
 from oodsim.stats import StopDecision, estimate
-from tests.conftest import digits_toml, drop_file_permission_override, signalled
+from tests.conftest import digits_toml, run_denied, signalled
 from tests.factories import METRICS, synthetic_results
 
 
@@ -521,19 +520,7 @@ def test_run_refuses_a_read_only_report_folder_before_computing(tmp_path: Path) 
     spec_path = digits_toml(tmp_path / "s.toml", 2)
     command = [sys.executable, "-m", "oodsim.cli", "run", str(spec_path), "--quiet"]
     command += ["--cache", str(cache), "--report", str(parent / "rep")]
-    parent.chmod(0o555)
-    try:
-        done = subprocess.run(
-            command,
-            capture_output=True,
-            text=True,
-            timeout=300,
-            preexec_fn=drop_file_permission_override,
-        )
-    finally:
-        parent.chmod(0o755)
-    if done.returncode == 0:
-        pytest.skip("this process can still write a chmod 555 folder (capabilities kept)")
+    done = run_denied(command, parent, timeout=300)
     assert done.returncode == 2, done.stderr
     assert done.stderr.strip().splitlines() == [
         f"oodsim: error: cannot write the report to {parent / 'rep' / 'summary.md'}: cannot "
