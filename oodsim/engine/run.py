@@ -112,8 +112,9 @@ def run(
         check_not_results(root)
         store = Store(root)
         job.preflight(store)  # it only reads: a seed's checks as a worker would run them
-        check_room(store.root, (kind for t in job.plan(seeds[0]) for kind, _ in t.entries))
+        kinds = [kind for task in job.plan(seeds[0]) for kind, _ in task.entries]
         layout = job.layout()
+        check_room(store.root, kinds)
     sequential = spec.stopping.rule != "fixed"
     results: list[SeedResult] = []
     decision = None

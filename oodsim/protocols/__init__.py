@@ -163,10 +163,10 @@ def load(path: str | Path) -> Any:
 def bind(spec: Any) -> Protocol:
     """The protocol of ``spec`` (a spec, or the path of a spec file: :func:`load`), built from
     it: the one object a run holds. A file's protocol is the one it names."""
-    if isinstance(spec, str | Path):
-        protocol, spec = _read(Path(spec))
-        return protocol(spec)
-    return protocol_of(spec)(spec)
+    if not isinstance(spec, str | Path):
+        return protocol_of(spec)(spec)
+    protocol, spec = _read(Path(spec))
+    return protocol(spec)
 
 
 def _read(path: Path) -> tuple[type[Protocol], Any]:
