@@ -116,16 +116,17 @@ def test_cluster_and_address_that_differ_are_one_error_line(
 
 @pytest.mark.parametrize(
     ("signum", "group", "code"),
-    [(signal.SIGINT, True, 130), (signal.SIGTERM, False, 143)],
-    ids=["ctrl-c", "kill"],
+    [(signal.SIGINT, True, 130), (signal.SIGTERM, False, 143), (signal.SIGHUP, True, 129)],
+    ids=["ctrl-c", "kill", "terminal-closed"],
 )
 def test_a_signal_stops_a_run_with_one_resume_line_and_nothing_after(
     tmp_path: Path, signum: int, group: bool, code: int
 ) -> None:
-    """Ctrl-C in a terminal (SIGINT to the run's whole process group, its workers included)
-    and ``kill`` (SIGTERM to the driver alone, whose workers are still busy) stop a run on a
-    local cluster the same way: the resume line once, no third-party log lines, and the exit
-    code of the signal."""
+    """Ctrl-C in a terminal (SIGINT to the run's whole process group, its workers included),
+    ``kill`` (SIGTERM to the driver alone, whose workers are still busy) and a terminal that
+    closes (SIGHUP to the whole group: the driver used to die of it at once, leaving its locks,
+    half-written files and batch jobs) stop a run on a local cluster the same way: the resume
+    line once, no third-party log lines, and the exit code of the signal."""
     spec = digits_toml(tmp_path / "spec.toml", 6)
     cache = tmp_path / "cache"
     run = [*OODSIM, "run", str(spec), "--workers", "2", "--cache", str(cache)]
@@ -139,6 +140,22 @@ def test_a_signal_stops_a_run_with_one_resume_line_and_nothing_after(
     assert output.count(RESUME) == 1, output
     noise = [line for line in output.splitlines() if any(word in line for word in NOISE)]
     assert not noise, output
+
+
+def test_a_run_under_nohup_goes_on_after_its_terminal_closes(tmp_path: Path) -> None:
+    """``nohup oodsim run ...`` ignores SIGHUP, and so does the run: it is not turned into an
+    interrupt as it is for a run in a terminal; its workers ignore it too."""
+    spec = digits_toml(tmp_path / "spec.toml", 4)
+    cache = tmp_path / "cache"
+    run = ["nohup", *OODSIM, "run", str(spec), "--workers", "2", "--cache", str(cache)]
+    driver, output = signalled(
+        [*run, "--out", str(tmp_path / "r.zarr")],
+        lambda _: any(cache.glob("checkpoint/*/*/meta.json")),
+        signum=signal.SIGHUP,
+    )
+    assert driver.returncode == 0, output
+    assert "4 simulations in" in output and RESUME not in output, output
+    assert oodsim.open_results(tmp_path / "r.zarr").sizes["seed"] == 4
 
 
 def _fork_server(driver: subprocess.Popen) -> bool:

@@ -1,8 +1,8 @@
 """The oodsim command: run (any protocol's spec), report, cache ls|verify|gc,
 imagenet21k-classes, imagenet-o (one model or saved logits); severity is an alias of run.
 
-Ctrl-C (SIGINT) and SIGTERM stop a run the same way: finished work stays in the store, one line
-says how to resume, and the exit code is 130 or 143.
+Ctrl-C (SIGINT), SIGTERM and SIGHUP (the terminal closed) stop a run the same way: finished
+work stays in the store, one line says how to resume, and the exit code is 130, 143 or 129.
 """
 
 from __future__ import annotations
@@ -23,8 +23,9 @@ from oodsim.cli.reporting import write_report_telling
 from oodsim.cli.run import add_run_options, cmd_run
 from oodsim.errors import DEBUG_ENV, OodsimError, telling_interrupt
 
-#: exit codes of a command stopped by Ctrl-C (SIGINT) or SIGTERM: 128 + the signal's number
-EXIT_SIGINT, EXIT_SIGTERM = 128 + signal.SIGINT, 128 + signal.SIGTERM
+#: exit code of a command stopped by Ctrl-C (SIGINT): 128 + the signal's number, as for SIGTERM
+#: (143) and SIGHUP (129)
+EXIT_SIGINT = 128 + signal.SIGINT
 
 
 def _cmd_report(args: argparse.Namespace) -> int:
@@ -150,44 +151,67 @@ def parser() -> argparse.ArgumentParser:
 class Terminated(KeyboardInterrupt):
     """SIGTERM, raised like Ctrl-C's KeyboardInterrupt so that a run stops the same way."""
 
+    signum = signal.SIGTERM
 
-def _terminate(signum: int, frame: FrameType | None) -> None:
-    """The SIGTERM handler while a command runs; a second SIGTERM ends the process at once."""
-    signal.signal(signal.SIGTERM, signal.SIG_DFL)
-    raise Terminated
+
+class HungUp(Terminated):
+    """SIGHUP (the terminal closed, an ssh session dropped), raised like SIGTERM: the run
+    releases its locks, removes its half-written files and cancels its batch jobs; before,
+    it died at once and left them."""
+
+    signum = signal.SIGHUP
+
+
+#: the signals a command turns into an interrupt, with the error each one raises
+_RAISED: dict[int, type[Terminated]] = {signal.SIGTERM: Terminated, signal.SIGHUP: HungUp}
+
+
+def _stop(signum: int, frame: FrameType | None) -> None:
+    """The handler of SIGTERM and SIGHUP while a command runs; a second one of the same
+    signal ends the process at once."""
+    signal.signal(signum, signal.SIG_DFL)
+    raise _RAISED[signum]
 
 
 @contextlib.contextmanager
-def _sigterm_as_interrupt() -> Iterator[None]:
+def _signals_as_interrupt() -> Iterator[None]:
     """While a command runs, SIGTERM (``kill``, a batch system's cancel) raises
-    :class:`Terminated`; the handler before is restored after (the main thread only)."""
+    :class:`Terminated` and SIGHUP :class:`HungUp`; the handlers before are restored after
+    (the main thread only). A SIGHUP that is ignored (``nohup oodsim run ...``) stays
+    ignored: the run goes on after its terminal closes, as the user asked."""
+    before: dict[int, object] = {}
     try:
-        before = signal.signal(signal.SIGTERM, _terminate)
+        for signum in _RAISED:
+            if signal.getsignal(signum) is not signal.SIG_IGN:
+                before[signum] = signal.signal(signum, _stop)
     except ValueError:  # not the main thread: signals are not ours to handle
         yield
         return
     try:
         yield
     finally:
-        signal.signal(signal.SIGTERM, before)
+        for signum, handler in before.items():
+            signal.signal(signum, handler)
 
 
 def main(argv: list[str] | None = None) -> int:
     """Run one command; every error is one ``oodsim: error: ...`` line and exit code 2
-    (``--debug`` shows the traceback instead). Ctrl-C exits with 130, SIGTERM with 143."""
+    (``--debug`` shows the traceback instead). Ctrl-C exits with 130, SIGTERM with 143, SIGHUP
+    with 129."""
     try:
         args = parser().parse_args(argv)
     except KeyboardInterrupt:  # Ctrl-C as the command starts: one line, not a traceback
         print("oodsim: interrupted as it started; nothing was done", file=sys.stderr)
         return EXIT_SIGINT
     try:
-        with _sigterm_as_interrupt(), _debug_env(args.debug):
+        with _signals_as_interrupt(), _debug_env(args.debug):
             return args.func(args)
     except KeyboardInterrupt as error:
         # what the interrupt left, said by the code it stopped (oodsim.errors.tell_interrupt)
-        for note in getattr(error, "__notes__", ()):
-            print(note, file=sys.stderr)
-        return EXIT_SIGTERM if isinstance(error, Terminated) else EXIT_SIGINT
+        with contextlib.suppress(OSError):  # after SIGHUP the terminal may be gone
+            for note in getattr(error, "__notes__", ()):
+                print(note, file=sys.stderr)
+        return 128 + error.signum if isinstance(error, Terminated) else EXIT_SIGINT
     except BrokenPipeError:  # `oodsim cache ls | head`: the reader left, nothing to report
         sys.stderr.close()
         return 0

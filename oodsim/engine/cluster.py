@@ -118,8 +118,10 @@ def private_options() -> dict[str, Any]:
 def dask_setup(worker: Any) -> None:
     """Dask's preload hook, run in each worker of oodsim's local cluster as it starts: Ctrl-C in
     a terminal reaches every process of the command, and a worker would die of it with a
-    traceback; the driver, which gets it too, stops the workers itself."""
+    traceback; the driver, which gets it too, stops the workers itself. The same holds for
+    SIGHUP, which the shell sends every process of the command when its terminal closes."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGHUP, signal.SIG_IGN)
 
 
 @contextlib.contextmanager

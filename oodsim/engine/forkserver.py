@@ -89,8 +89,10 @@ def start() -> None:
     left = [nanny.TRIM_VARIABLE] if nanny.dasks_trim_in_environ() else []
     with _environment(spawned, without=left):
         # the fork server starts the resource tracker, whose start unblocks Ctrl-C in this
-        # thread (its own shield, bpo-33613): started first, it leaves ours alone
-        multiprocessing.resource_tracker.ensure_running()
+        # thread (its own shield, bpo-33613, which leaves SIGHUP to ours): started first, in
+        # a block of its own, it leaves the fork server's shield alone
+        with signals.shielded():
+            multiprocessing.resource_tracker.ensure_running()
         with signals.shielded():
             multiprocessing.forkserver.ensure_running()
 

@@ -1,4 +1,4 @@
-"""Ctrl-C and SIGTERM while a local cluster starts or closes.
+"""Ctrl-C, SIGTERM and SIGHUP while a local cluster starts or closes.
 
 A terminal sends Ctrl-C to every process of the command. While oodsim's local cluster started
 (about 3 s), a Ctrl-C left tracebacks after the resume line: the fork server, still importing
@@ -7,7 +7,8 @@ close the workers it had begun to start (they printed tracebacks once the driver
 distributed's exit hook failed on them). A second Ctrl-C while a stopped run closed its cluster
 cut the close short: the run took 12 s to exit instead of 2.
 
-- :func:`shielded` starts a process that Ctrl-C never reaches, from its first instruction;
+- :func:`shielded` starts a process that Ctrl-C and SIGHUP never reach, from its first
+  instruction;
 - :func:`held` handles a signal that arrives while a cluster starts once it has started,
   where it can be closed;
 - :func:`holding` lets a run that stops close its cluster before another signal acts.
@@ -26,8 +27,9 @@ from collections.abc import Callable, Iterator
 from types import FrameType
 from typing import Any
 
-#: the signals that stop a run (Ctrl-C; SIGTERM, which ``oodsim run`` turns into an interrupt)
-STOPPING = (signal.SIGINT, signal.SIGTERM)
+#: the signals that stop a run (Ctrl-C; SIGTERM and SIGHUP, which ``oodsim run`` turns into an
+#: interrupt)
+STOPPING = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
 Handler = Callable[[int, FrameType | None], Any]
 
@@ -36,19 +38,26 @@ def _main_thread() -> bool:
     return threading.current_thread() is threading.main_thread()
 
 
+#: the signals a process started in :func:`shielded` never gets: Ctrl-C, and the SIGHUP that
+#: the shell sends every process of the command when its terminal closes
+SHIELDED = (signal.SIGINT, signal.SIGHUP)
+
+
 @contextlib.contextmanager
 def shielded() -> Iterator[None]:
-    """Ctrl-C never reaches a process started in the block, and is not lost here: SIGINT is
-    blocked in this thread for the block, and a process inherits the blocked signal across
-    ``exec`` (and the processes it forks), so one sent to it waits, undelivered, until the
-    process ignores it (Python's fork server does once its imports are done). Here a Ctrl-C
-    that arrives meanwhile is handled as usual (by another thread's signal delivery, or at
-    the block's end). It used to be ignored here for the block: a Ctrl-C in those
-    milliseconds was lost, and a run under load went on computing (a flaky test showed it)."""
+    """Ctrl-C and SIGHUP never reach a process started in the block, and are not lost here:
+    they are blocked in this thread for the block, and a process inherits blocked signals
+    across ``exec`` (and the processes it forks), so one sent to it waits, undelivered, until
+    the process ignores it (Python's fork server does for Ctrl-C once its imports are done) or
+    forever. Here one that arrives meanwhile is handled as usual (by another thread's signal
+    delivery, or at the block's end). Ctrl-C used to be ignored here for the block: a Ctrl-C
+    in those milliseconds was lost, and a run under load went on computing (a flaky test
+    showed it). A closed terminal's SIGHUP killed the fork server and the resource tracker,
+    which printed tracebacks and could no longer clean up."""
     if not _main_thread() or not hasattr(signal, "pthread_sigmask"):
         yield
         return
-    before = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    before = signal.pthread_sigmask(signal.SIG_BLOCK, set(SHIELDED))
     try:
         yield
     finally:
