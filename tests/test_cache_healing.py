@@ -602,6 +602,39 @@ def test_the_store_reports_rather_than_spins_when_an_entry_or_lock_cannot_move(
 # --------------------------------------------------------------------------- verify --repair, gc
 
 
+def test_cache_gc_says_what_it_could_not_remove(copy: Path, tmp_path: Path) -> None:
+    """A stale lock in a locks folder this user cannot write: ``oodsim cache gc`` names it and
+    exits 1; it used to say ``removed 0 leftovers`` and exit 0 (a probe on a read-only
+    mount), as if the cache were clean."""
+    if not _permissions_apply(tmp_path / "probe"):
+        pytest.skip("this process ignores permission bits and cannot drop that privilege")
+    locks = copy / "locks"
+    locks.mkdir(exist_ok=True)
+    garbage = locks / f"{OUTPUTS}-garbage.lock"
+    garbage.write_bytes(b"\x00garbage")  # not a lock, and old: stale
+    os.utime(garbage, (0, 0))
+    command = [sys.executable, "-m", "oodsim.cli", "cache", "gc", "--cache", str(copy)]
+    locks.chmod(0o555)
+    try:
+        done = subprocess.run(
+            command,
+            capture_output=True,
+            text=True,
+            timeout=120,
+            preexec_fn=drop_file_permission_override,
+        )
+    finally:
+        locks.chmod(0o755)
+    lines = done.stdout.strip().splitlines()
+    assert done.returncode == 1 and "Traceback" not in done.stderr, done.stderr
+    assert lines[0] == f"could not remove {garbage}: Permission denied", lines
+    assert lines[-1].startswith("removed 0 leftovers") and "1 could not be removed" in lines[-1]
+    assert f"make {copy} writable" in lines[-1]
+    assert garbage.exists()
+    assert cli_main(["cache", "gc", "--cache", str(copy)]) == 0  # writable again: removed
+    assert not garbage.exists()
+
+
 def _tamper_layout(cache: Path, outside: Path) -> dict[str, Path]:
     """A file in place of a key folder, a prefix folder and a kind folder; garbage locks; a
     quarantine leftover with a read-only folder inside; links to a folder outside the cache

@@ -85,7 +85,7 @@ def test_gc_never_removes_the_temporary_folder_of_a_live_writer(tmp_path: Path) 
         time.sleep(0.01)
     (tmp,) = [p for p in folder.iterdir() if p.name.startswith(".tmp-")]
     os.utime(tmp, (time.time() - 3600,) * 2)
-    assert Store(tmp_path).gc(older_than=0) == []
+    assert Store(tmp_path).gc(older_than=0).removed == []
     process.join(120)
     assert process.exitcode == 0
     assert Store(tmp_path).verify() == [] and Store(tmp_path).has("outputs", KEY)
@@ -109,10 +109,10 @@ def test_kill_between_write_and_rename_leaves_no_visible_entry(tmp_path: Path) -
     assert store.get("outputs", KEY) is None
     leftovers = [p for p in folder.iterdir()]
     assert leftovers and all(p.name.startswith(".tmp-") for p in leftovers)
-    assert store.gc(older_than=0) == []  # younger than the heartbeat window: could be live
+    assert store.gc(older_than=0).removed == []  # younger than the heartbeat window: could be live
     for leftover in leftovers:
         os.utime(leftover, (time.time() - STALE_LOCK_SECONDS - 1,) * 2)
-    assert store.gc(older_than=0) and not any(folder.iterdir())
+    assert store.gc(older_than=0).removed and not any(folder.iterdir())
     store.put("outputs", KEY, _arrays())  # the next run recomputes it
     assert store.has("outputs", KEY)
 

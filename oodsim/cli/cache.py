@@ -66,11 +66,20 @@ def _act(args: argparse.Namespace, store: Store) -> int:
                 print(f"  left in place: {kind}/{key}: {problem} (oodsim cache verify --repair)")
         return 1 if any(m.left for m in report.values()) else 0
     elif args.action == "gc":
-        removed = store.gc(older_than=args.older_than)
+        collected = store.gc(older_than=args.older_than)
+        for path, reason in collected.left:
+            print(f"could not remove {path}: {reason}")
         print(
-            f"removed {len(removed)} leftovers (interrupted writes, stale or malformed locks, "
-            "objects out of place)"
+            f"removed {len(collected.removed)} leftovers (interrupted writes, stale or malformed "
+            "locks, objects out of place)"
+            + (
+                f"; {len(collected.left)} could not be removed (make {store.root} writable, "
+                "or run as its owner)"
+                if collected.left
+                else ""
+            )
         )
+        return 1 if collected.left else 0
     return 0
 
 

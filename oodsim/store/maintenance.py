@@ -13,7 +13,7 @@ import contextlib
 import os
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import attrs
@@ -181,45 +181,39 @@ class Maintenance:
                     found_problems.append((path, problem))
         return found_problems
 
-    def gc(self, *, older_than: float = 3600.0) -> list[Path]:
+    def gc(self, *, older_than: float = 3600.0) -> Collected:
         """Remove what can block or clutter a run: locks of dead holders and malformed locks,
         misplaced objects (a file or link where a folder belongs; a link is removed, never its
         target), quarantine leftovers, and temporary leftovers of interrupted writes that are
         at least ``older_than`` seconds old. A temporary folder younger than
         :data:`STALE_LOCK_SECONDS`, or of a key whose lock a live process holds, is a write in
         progress and is kept whatever ``older_than`` says (removing it used to abort the run
-        writing it). Returns the paths removed."""
-        removed: list[Path] = []
+        writing it). Returns what was removed and what could not be (a read-only cache: it
+        used to be skipped without a word, and ``oodsim cache gc`` said it removed nothing)."""
+        collected = Collected()
         if not self.root.is_dir():
-            return removed
+            return collected
         self.ensure_ours()
         now = time.time()
         locks = self.root / LOCKS
-        if what_is(locks) not in ("folder", "missing") and _removed(locks):
-            removed.append(locks)
+        if what_is(locks) not in ("folder", "missing"):
+            collected.drop(locks)
         for path in listing(locks):
             if STALE_MARK in path.name:  # an aside of a broken lock: restored or dropped within
                 age = abs(now - _changed(path))  # microseconds; its ctime is its rename
-                if age >= min(older_than, WRITE_GRACE_SECONDS) and _removed(path):
-                    removed.append(path)
+                if age >= min(older_than, WRITE_GRACE_SECONDS):
+                    collected.drop(path)
             elif why_stale(path):
-                with contextlib.suppress(OSError):
-                    break_lock(path)
-                    removed.append(path)
+                collected.drop(path, break_lock)
         for path, _, role in self._walk():
             if role == "misplaced" or (role == "tmp" and path.name.startswith(QUARANTINE_PREFIX)):
-                if _removed(path):
-                    removed.append(path)
+                collected.drop(path)
             elif role == "tmp":
                 with contextlib.suppress(OSError):
                     age = abs(now - os.lstat(path).st_mtime)
-                    if (
-                        age >= max(older_than, STALE_LOCK_SECONDS)
-                        and not self._being_written(path)
-                        and _removed(path)
-                    ):
-                        removed.append(path)
-        return removed
+                    if age >= max(older_than, STALE_LOCK_SECONDS) and not self._being_written(path):
+                        collected.drop(path)
+        return collected
 
     def _being_written(self, tmp: Path) -> bool:
         """Whether the temporary folder ``tmp`` of a write (``.tmp-<key>-<pid>-<id>``, beside
@@ -234,6 +228,26 @@ class Maintenance:
     def stale_locks(self) -> list[Path]:
         """Lock files whose holder is gone, and malformed ones (see :mod:`oodsim.store.locks`)."""
         return [p for p in listing(self.root / LOCKS) if STALE_MARK not in p.name and why_stale(p)]
+
+
+@attrs.define
+class Collected:
+    """What :meth:`Maintenance.gc` removed, and what it could not remove with the reason."""
+
+    removed: list[Path] = attrs.field(factory=list)
+    left: list[tuple[Path, str]] = attrs.field(factory=list)
+
+    def drop(self, path: Path, how: Callable[[Path], None] = remove) -> None:
+        """Remove ``path`` with ``how``, recording it as removed or left (a path already gone
+        was removed by someone else: neither)."""
+        try:
+            how(path)
+        except FileNotFoundError:
+            return
+        except OSError as error:
+            self.left.append((path, error.strerror or str(error)))
+            return
+        self.removed.append(path)
 
 
 def _changed(path: Path) -> float:
