@@ -36,7 +36,7 @@ from oodsim.report.figures import (
 )
 from oodsim.report.folder import write_file
 from oodsim.report.tables import markdown_row
-from oodsim.results.access import as_score, as_text, method_names, scored
+from oodsim.results.access import as_score, method_names, scored, scored_seeds
 
 
 def _levels(results: xr.Dataset) -> list[str]:
@@ -48,7 +48,7 @@ def _n_seeds(results: xr.Dataset) -> int:
     if "seed" not in results.dims:
         return 1
     if "failure" in results:
-        return int((as_text(results["failure"]) == "").sum())
+        return int(scored_seeds(results).sum())
     return results.sizes["seed"]
 
 

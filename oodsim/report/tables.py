@@ -25,6 +25,7 @@ from oodsim.results.access import (
     metrics_of,
     n_scored,
     ood_metrics,
+    scored_seeds,
     select_metric,
 )
 from oodsim.stats import (
@@ -155,9 +156,10 @@ def exclusion_effect_table(
     degenerate = failure.copy(data=excluded_seeds(failure.values))
     if not bool(degenerate.any()):
         return None
+    ok = scored_seeds(results)
     score = results["score"].sel({"metric": metric})
-    kept = score.where(failure == "")
-    scored = score.where((failure == "") | degenerate)
+    kept = score.where(ok)
+    scored = score.where(ok | degenerate)
     others = [d for d in score.dims if d not in ("seed", "method")]
     rows = []
     for method in method_names(score):
@@ -166,7 +168,7 @@ def exclusion_effect_table(
         rows.append(
             [method, fmt(without, digits), fmt(with_, digits), fmt(with_ - without, digits)]
         )
-    n_kept, n_all = int((failure == "").sum()), int(((failure == "") | degenerate).sum())
+    n_kept, n_all = int(ok.sum()), int((ok | degenerate).sum())
     header = [
         "method",
         f"without ({n_kept} seeds)",

@@ -45,8 +45,14 @@ def scored(results: xr.Dataset, name: str) -> xr.DataArray:
         )
     values = _distinct_seeds(_in_memory(results[name]))
     if "failure" in results.data_vars and "seed" in values.dims:
-        values = values.where(as_text(results["failure"]) == "")
+        values = values.where(scored_seeds(results))
     return values
+
+
+def scored_seeds(results: xr.Dataset) -> xr.DataArray:
+    """True for each seed whose ``failure`` is empty: neither failed nor excluded as
+    degenerate, so it enters the estimates."""
+    return as_text(results["failure"]) == ""
 
 
 def as_text(values: xr.DataArray) -> xr.DataArray:

@@ -128,14 +128,14 @@ def bootstrap_interval(results: Any, confidence: float = 0.95) -> Any:
     """
     import xarray as xr  # only analyses of finished results need these, never a worker's task
 
-    from oodsim.results.access import as_text
+    from oodsim.results.access import scored_seeds
     from oodsim.stats.intervals import percentile_interval
 
     check_confidence(confidence)
     if results.attrs.get("protocol") != NAME:
         raise SpecError("results", results.attrs.get("protocol"), "results of an ImageNet-O run")
     boot = bool(json.loads(results.attrs["spec"])["bootstrap"])
-    ok = as_text(results["failure"]) == ""
+    ok = scored_seeds(results)
     score = results["score"].where(ok)
     if "full_score" in results.data_vars:
         full = results["full_score"].where(ok).max("seed", skipna=True)
