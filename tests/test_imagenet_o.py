@@ -258,6 +258,9 @@ def test_cli_command_runs_folders_and_logits(folders, tmp_path, capsys) -> None:
     assert args.func(args) == 0
     assert "chance 33.33 %" in capsys.readouterr().out
     first = json.loads((tmp_path / "r.json").read_text())
+    outside = tmp_path / "outside.json"
+    outside.write_text("{}")
+    (tmp_path / "linked.json").symlink_to(outside)  # replaced, never written through
     args = main.parse_args(
         [
             "imagenet-o",
@@ -265,10 +268,14 @@ def test_cli_command_runs_folders_and_logits(folders, tmp_path, capsys) -> None:
             str(tmp_path / "l" / "id_logits.npy"),
             "--ood-logits",
             str(tmp_path / "l" / "ood_logits.npy"),
+            "--json",
+            str(tmp_path / "linked.json"),
         ]
     )
     assert args.func(args) == 0
     assert f"AUPR {100 * first['aupr']:.2f} %" in capsys.readouterr().out
+    assert outside.read_text() == "{}" and not (tmp_path / "linked.json").is_symlink()
+    assert json.loads((tmp_path / "linked.json").read_text())["aupr"] == first["aupr"]
     args = main.parse_args(
         [
             "imagenet-o",

@@ -153,6 +153,26 @@ def test_class_table_csv(default_filter: ic.FilterResult, tmp_path: Path) -> Non
     assert sum(row["kept"] == "true" for row in rows) == len(default_filter.kept)
 
 
+def test_class_table_never_writes_through_a_link(
+    default_filter: ic.FilterResult, tmp_path: Path
+) -> None:
+    """Links at the table's path and at ``<path>.tmp`` (the fixed temporary name it used to
+    write through, into whatever file the link named) are replaced, their targets untouched."""
+    outside = tmp_path / "outside.txt"
+    outside.write_text("someone else's file")
+    path = tmp_path / "classes.csv"
+    for link in (path, tmp_path / "classes.csv.tmp"):
+        link.symlink_to(outside)
+    ic.write_class_table(default_filter, path)
+    assert outside.read_text() == "someone else's file"
+    assert not path.is_symlink() and path.read_text().startswith("wnid,lemma,kept,reason")
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        "classes.csv",
+        "classes.csv.tmp",
+        "outside.txt",
+    ]
+
+
 def test_env_var_picks_the_wordnet_folder(tmp_path: Path, monkeypatch) -> None:
     monkeypatch.setenv(wn.ENV_VAR, str(tmp_path))
     assert wn.resolve_root() == tmp_path

@@ -15,6 +15,7 @@ from typing import Any
 
 from oodsim.cli.options import add_trust
 from oodsim.errors import SpecError, telling_interrupt
+from oodsim.store.fs import write_replacing
 
 #: printed names of the metrics of :func:`oodsim.protocols.imagenet_o.evaluate_logits`
 _NAMES = {"aupr": "AUPR", "ap": "AP", "auroc": "AUROC", "fpr95": "FPR@95TPR"}
@@ -56,8 +57,9 @@ def _cmd_imagenet_o(args: argparse.Namespace) -> int:
     with telling_interrupt("oodsim: interrupted; no ImageNet-O numbers were computed"):
         result = _numbers(args)
     print(format_line(result))
-    if args.json:
-        Path(args.json).write_text(json.dumps(result, indent=2) + "\n")
+    if args.json:  # whole or not at all; a link there is replaced, never written through
+        text = json.dumps(result, indent=2) + "\n"
+        write_replacing(Path(args.json), lambda tmp: tmp.write_text(text))
     return 0
 
 

@@ -19,6 +19,7 @@ from pathlib import Path
 
 from oodsim.data.wordnet import WordNet, load_wordnet, wnid_to_offset
 from oodsim.errors import DataNotFoundError, SpecError
+from oodsim.store.fs import write_replacing
 
 REASON_KINDS = (
     "id_class",
@@ -123,23 +124,24 @@ class FilterResult:
 
 
 def write_class_table(result: FilterResult, path: str | os.PathLike[str]) -> Path:
-    """Write one row per candidate: ``wnid, lemma, kept, reason`` (reason empty when kept)."""
+    """Write one row per candidate: ``wnid, lemma, kept, reason`` (reason empty when kept).
+    Written into a new temporary sibling and renamed onto ``path``
+    (:func:`~oodsim.store.fs.write_replacing`): an interrupted write leaves no half table, and
+    a link at ``path`` or at a fixed ``<path>.tmp`` is never written through (the fixed name
+    used to be)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    try:
-        with tmp.open("w", newline="", encoding="utf-8") as handle:
+
+    def write(tmp: Path) -> None:
+        with tmp.open("x", newline="", encoding="utf-8") as handle:
             writer = csv.writer(handle)
             writer.writerow(["wnid", "lemma", "kept", "reason"])
             for wnid in result.candidates:
                 reason = result.excluded.get(wnid, "")
                 lemma = result.lemmas.get(wnid, "")
                 writer.writerow([wnid, lemma, str(not reason).lower(), reason])
-        tmp.replace(path)
-    except BaseException:  # an interrupted or failed write leaves no half table beside it
-        tmp.unlink(missing_ok=True)
-        raise
-    return path
+
+    return write_replacing(path, write)
 
 
 def _checked(wordnet: WordNet, wnids: Iterable[str], name: str) -> tuple[str, ...]:
