@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import shutil
 import warnings
 from pathlib import Path
@@ -439,6 +440,12 @@ def _text_file(folder: Path) -> None:
     (folder / "id_logits.npy").write_text('[dataset]\nname = "digits"\n')
 
 
+def _fifo(folder: Path) -> None:
+    """A named pipe in place of the ID logits (``--id-logits <(...)`` in a shell)."""
+    (folder / "id_logits.npy").unlink()
+    os.mkfifo(folder / "id_logits.npy")
+
+
 @pytest.mark.parametrize(
     ("make", "extra", "message"),
     [
@@ -467,14 +474,21 @@ def _text_file(folder: Path) -> None:
             "id_logits: '{id}' is not allowed; expected a .npy array of numbers. It holds Python "
             "objects, which oodsim never unpickles",
         ),
+        (
+            _fifo,
+            [],
+            "id_logits: '{id}' is not allowed; expected a .npy array file (numpy.save). It is "
+            "a FIFO",
+        ),
     ],
-    ids=["negative-seed", "complex-logits", "text-file", "object-array"],
+    ids=["negative-seed", "complex-logits", "text-file", "object-array", "fifo"],
 )
 def test_a_seed_or_logits_that_cannot_work_are_one_line(
     tmp_path, capsys, make, extra, message
 ) -> None:
     """Before: ``ValueError: expected non-negative integer`` (which option?), a ComplexWarning
-    and numbers of the real parts, and ``This file contains pickled (object) data``."""
+    and numbers of the real parts, ``This file contains pickled (object) data``, and for a
+    FIFO ``logits file ... does not exist`` (it is there: it is not a regular file)."""
     files = _logit_files(tmp_path)
     if make is not None:
         make(tmp_path)

@@ -210,8 +210,11 @@ def evaluate_logit_files(
 def _read_logits(path: Path, name: str) -> np.ndarray:
     """The array of a ``.npy`` file (never unpickled); a :class:`SpecError` naming ``name`` for
     a file that is not a ``.npy`` file of numbers."""
-    if not path.is_file():
-        raise DataNotFoundError(f"logits file {path} does not exist")
+    if not path.is_file():  # (a link to a file is one)
+        if not path.exists():
+            raise DataNotFoundError(f"logits file {path} does not exist")
+        found = described(what_is(path.resolve()))  # a folder, a FIFO (never opened: it waits)
+        raise SpecError(name, str(path), "a .npy array file (numpy.save)", f"It is {found}")
     with open(path, "rb") as handle:
         if handle.read(len(np.lib.format.MAGIC_PREFIX)) != np.lib.format.MAGIC_PREFIX:
             raise SpecError(
