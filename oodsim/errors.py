@@ -4,11 +4,17 @@ from __future__ import annotations
 
 import contextlib
 import difflib
+import warnings
 from collections.abc import Iterable, Iterator
+from pathlib import Path
 
 #: Set (by ``oodsim --debug``) to keep the tracebacks that oodsim otherwise leaves out, e.g.
 #: the local workers' own log of a failed task.
 DEBUG_ENV = "OODSIM_DEBUG"
+
+
+#: oodsim's own code: a warning raised from here is oodsim's to word (:func:`one_line_warnings`)
+PACKAGE = Path(__file__).resolve().parent
 
 
 #: The longest name a detector, architecture or dataset may be registered under.
@@ -102,3 +108,34 @@ class ClusterError(OodsimError):
 class StoreError(OodsimError):
     """The cache directory cannot be used (not writable, full, corrupt beyond repair, or not
     an oodsim cache at all)."""
+
+
+_PYTHON_FORMAT = warnings.formatwarning
+
+
+def format_warning(
+    message: Warning | str,
+    category: type[Warning],
+    filename: str,
+    lineno: int,
+    line: str | None = None,
+) -> str:
+    """A warning raised in oodsim's own code as one line, ``oodsim: warning: ...``, where
+    Python's format prints the file, line and source line (``warnings.warn(``) after the
+    message: two lines a user of the command cannot act on. Warnings from elsewhere (a
+    script, torch) keep Python's format. ``warnings.formatwarning`` in the ``oodsim`` command
+    (:func:`one_line_warnings`) and in its local workers."""
+    if Path(filename).resolve().is_relative_to(PACKAGE):
+        return f"oodsim: warning: {message}\n"
+    return _PYTHON_FORMAT(message, category, filename, lineno, line)
+
+
+@contextlib.contextmanager
+def one_line_warnings() -> Iterator[None]:
+    """:func:`format_warning` formats the warnings shown in the block."""
+    before = warnings.formatwarning
+    warnings.formatwarning = format_warning
+    try:
+        yield
+    finally:
+        warnings.formatwarning = before

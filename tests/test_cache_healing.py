@@ -546,6 +546,25 @@ def test_a_corrupt_entry_that_cannot_be_moved_aside_is_one_clear_error(
     heals(cluster_address, copy, clean)  # the fix applied: the next run heals
 
 
+@pytest.mark.parametrize("workers", ["1", "2"], ids=["in-process", "local-cluster"])
+def test_the_command_says_a_corrupt_entry_was_recomputed_in_one_line(
+    copy: Path, tmp_path: Path, workers: str
+) -> None:
+    """``oodsim run`` on a cache with a corrupt checkpoint: the warning is one line, from the
+    driver or from a local worker. It was Python's two, the second the source line
+    ``warnings.warn(`` of oodsim's store, which a user cannot act on."""
+    flip_a_byte(arrays_file(entry(copy, CHECKPOINT)))
+    spec_path = digits_toml(tmp_path / "s.toml", N_SEEDS)
+    command = [sys.executable, "-m", "oodsim.cli", "run", str(spec_path), "--quiet"]
+    command += ["--workers", workers, "--cache", str(copy)]
+    run = subprocess.run(command, capture_output=True, text=True, timeout=300, cwd=ROOT)
+    assert run.returncode == 0, run.stderr
+    lines = run.stderr.strip().splitlines()
+    assert len(lines) == 1, run.stderr
+    assert lines[0].startswith(f"oodsim: warning: corrupt cache entry {CHECKPOINT}/")
+    assert lines[0].endswith("moved aside, it will be recomputed"), lines[0]
+
+
 def test_the_store_reports_rather_than_spins_when_an_entry_or_lock_cannot_move(
     tmp_path: Path,
 ) -> None:

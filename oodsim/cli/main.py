@@ -21,7 +21,7 @@ from oodsim.cli.imagenet_o import add_command as add_imagenet_o
 from oodsim.cli.options import add_trust, path_text
 from oodsim.cli.reporting import write_report_telling
 from oodsim.cli.run import add_run_options, cmd_run
-from oodsim.errors import DEBUG_ENV, OodsimError, telling_interrupt
+from oodsim.errors import DEBUG_ENV, OodsimError, one_line_warnings, telling_interrupt
 
 #: exit code of a command stopped by Ctrl-C (SIGINT): 128 + the signal's number, as for SIGTERM
 #: (143) and SIGHUP (129)
@@ -204,7 +204,7 @@ def main(argv: list[str] | None = None) -> int:
         print("oodsim: interrupted as it started; nothing was done", file=sys.stderr)
         return EXIT_SIGINT
     try:
-        with _signals_as_interrupt(), _debug_env(args.debug):
+        with _signals_as_interrupt(), _debug_env(args.debug), one_line_warnings():
             return args.func(args)
     except KeyboardInterrupt as error:
         # what the interrupt left, said by the code it stopped (oodsim.errors.tell_interrupt)

@@ -29,6 +29,7 @@ import shutil
 import signal
 import tempfile
 import uuid
+import warnings
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -37,7 +38,7 @@ from oodsim.engine import forkserver, gpu, jobqueue, nanny, signals
 from oodsim.engine.address import LOCAL_SECURITY, connect_client
 from oodsim.engine.guard import check_main_guard
 from oodsim.engine.work import Shipped, quiet_own_failures
-from oodsim.errors import ClusterError, SpecError
+from oodsim.errors import ClusterError, SpecError, format_warning
 from oodsim.specs.cluster import ClusterSpec
 
 LOCAL_WORKER_TIMEOUT = 120.0  # seconds without any worker before a local run gives up
@@ -119,9 +120,11 @@ def dask_setup(worker: Any) -> None:
     """Dask's preload hook, run in each worker of oodsim's local cluster as it starts: Ctrl-C in
     a terminal reaches every process of the command, and a worker would die of it with a
     traceback; the driver, which gets it too, stops the workers itself. The same holds for
-    SIGHUP, which the shell sends every process of the command when its terminal closes."""
+    SIGHUP, which the shell sends every process of the command when its terminal closes.
+    oodsim's warnings (a corrupt cache entry recomputed) print as one line, as in the driver."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGHUP, signal.SIG_IGN)
+    warnings.formatwarning = format_warning
 
 
 @contextlib.contextmanager
