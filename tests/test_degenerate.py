@@ -174,6 +174,7 @@ def test_run_summary_names_degenerate_seeds(
     spec_path = digits_toml(tmp_path / "s.toml", 2, lr="1e-7", max_epochs="1")
     assert cli_run_on(cluster_address, spec_path, tmp_path) == 0
     out = capsys.readouterr().out
+    assert out.startswith("No estimates: none of the 2 seeds has a score (each one failed or")
     assert "2 of 2 simulations excluded from the estimates above:" in out
     assert "2 x degenerate: classifier not above chance" in out
     for seed in (0, 1):

@@ -136,11 +136,16 @@ def format_summary_table(
     """Plain-text table of mean [confidence interval] per method × metric (rows also split
     by ood / severity / dataset / model when they vary); the CLI prints it."""
     score = as_score(results)
+    n = n_scored(score)
+    if n == 0:  # a table of dashes said nothing of why
+        seeds = score.sizes.get("seed", 1)
+        return (
+            f"No estimates: none of the {seeds} seeds has a score (each one failed or was "
+            "excluded; the results' failure says why)"
+        )
     note = fixed_note(score, ("seed", "method", "metric"))
     est = estimate(results, confidence=confidence)
-    title = f"Mean [{interval_name(est)}] over {n_scored(score)} seeds" + (
-        f" ({note})" if note else ""
-    )
+    title = f"Mean [{interval_name(est)}] over {n} seeds" + (f" ({note})" if note else "")
     table = estimate_table(est, metrics_of(score, None), markdown=False, digits=digits)
     return title + "\n" + table
 
