@@ -13,6 +13,9 @@ class Periodic:
 
     #: The thread's name (shown by debuggers and ``py-spy``).
     thread_name = "oodsim-periodic"
+    #: Seconds the exit waits for a round in progress (None: until it ends); the daemon thread
+    #: ends by itself after it.
+    join_timeout: float | None = None
 
     def __init__(self, interval: float) -> None:
         self.interval = interval
@@ -33,4 +36,4 @@ class Periodic:
 
     def __exit__(self, *exc: object) -> None:
         self._stop.set()
-        self._thread.join()
+        self._thread.join(self.join_timeout)

@@ -191,6 +191,71 @@ def test_a_refused_slurm_job_is_one_line(
     assert err[0].startswith("oodsim: error: submitting slurm jobs failed: sbatch: error:")
 
 
+#: seconds a run that must stop by itself may take: the watch of a SLURM cluster's jobs first
+#: asks squeue after 10 s without a worker (oodsim.engine.job_watch.FIRST_LOOK)
+STOP_TIMEOUT = 120
+
+
+def refused(process: subprocess.Popen) -> str:
+    """The one error line of a :func:`cli_run` that must stop by itself with exit code 2 (a
+    run that waits forever fails the test after :data:`STOP_TIMEOUT` seconds)."""
+    try:
+        out, err = process.communicate(timeout=STOP_TIMEOUT)
+    except subprocess.TimeoutExpired:
+        process.send_signal(signal.SIGINT)  # oodsim cancels its jobs on Ctrl-C
+        out, err = process.communicate(timeout=60)
+        pytest.fail(f"the run was still waiting after {STOP_TIMEOUT} s: {err[-3000:]}")
+    lines = err.strip().splitlines()
+    assert process.returncode == 2 and len(lines) == 1, err[-3000:] or out[-3000:]
+    return lines[0]
+
+
+def _queued(ids: set[str]) -> set[str]:
+    """The jobs of ``ids`` that SLURM still has pending or running."""
+    listed = subprocess.run(["squeue", "-h", "-o", "%i"], capture_output=True, text=True)
+    return ids & set(listed.stdout.split())
+
+
+@pytest.mark.skipif(
+    not _slurm_running(), reason="no SLURM here (sbatch not on PATH or sinfo fails)"
+)
+def test_slurm_jobs_that_all_fail_stop_the_run(tmp_path: Path) -> None:
+    """The probe: jobs whose prologue fails (a job script that exits at once) end without a
+    worker, and the run waited forever, saying `no worker yet`. Now the run asks squeue and
+    stops, naming the jobs, their state and their logs."""
+    spec = cluster_spec_file(tmp_path, prologue='["echo failing prologue >&2; exit 3"]')
+    line = refused(cli_run(tmp_path, spec, "prologue"))
+    assert line.startswith(
+        "oodsim: error: every slurm job of the run ended without a worker joining it ("
+    ), line
+    ids = set(re.findall(r"(\d+) FAILED \(NonZeroExitCode\)", line))
+    assert len(ids) == 2, line
+    assert f" in {tmp_path}/logs " in line, line
+    log = tmp_path / "logs" / f"oodsim-worker-{min(ids)}.err"
+    assert "failing prologue" in log.read_text()
+    assert not _queued(ids)
+    assert not list((tmp_path / "shared").glob("*"))  # the credentials are gone
+
+
+@pytest.mark.skipif(
+    not _slurm_running(), reason="no SLURM here (sbatch not on PATH or sinfo fails)"
+)
+def test_slurm_jobs_that_can_never_start_stop_the_run_and_are_cancelled(tmp_path: Path) -> None:
+    """The probe: jobs asking for more cores than any node has stay pending with SLURM's
+    reason `PartitionConfig` (sbatch takes them), and the run waited forever. Now it stops,
+    naming the reason, and no job of it is left in the queue."""
+    sinfo = subprocess.run(["sinfo", "-h", "-o", "%c"], capture_output=True, text=True)
+    cores = max(int(n.rstrip("+")) for n in sinfo.stdout.split()) + 1
+    spec = cluster_spec_file(tmp_path, cores=str(cores))
+    line = refused(cli_run(tmp_path, spec, "big"))
+    assert line.startswith(
+        "oodsim: error: the slurm jobs of the run can never start as submitted: SLURM holds them"
+    ), line
+    ids = set(re.findall(r"(\d+) PENDING \(PartitionConfig\)", line))
+    assert len(ids) == 2, line
+    assert not _queued(ids)
+
+
 def _jobs_of(pid: int) -> set[int]:
     """The job processes (dask workers) that the oodsim process ``pid`` runs as local jobs."""
     return {job.pid for job in children(pid, "distributed.cli.dask_worker")}
@@ -380,7 +445,8 @@ def test_job_workers_that_never_connect_are_told_then_stop_the_run(tmp_path: Pat
     )
     assert done.returncode == 2, done.stderr[-3000:]
     lines = done.stderr.strip().splitlines()
-    assert any("no worker yet" in line and "log_directory" in line for line in lines), lines
+    told = "no worker yet (0:1"  # from 10 s on; local jobs have no queue and write no logs
+    assert any(told in line and "the local jobs' workers have not" in line for line in lines)
     assert lines[-1].startswith("oodsim: error: the Dask cluster has had no worker for 14 s")
     assert "Traceback" not in done.stderr
 

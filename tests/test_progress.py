@@ -161,3 +161,19 @@ def test_without_a_worker_the_line_says_so_not_that_the_work_is_quiet(
     progress.no_worker(0.0)  # the workers have connected
     progress.waiting()
     assert "; nothing heard from the work for" in _lines(stream)[-1], _lines(stream)
+
+
+def test_the_no_worker_line_names_a_queue_only_for_a_job_cluster() -> None:
+    """The probe: a run on a scheduler's address without workers said `a job cluster's jobs
+    may be queued (squeue, qstat)`. Only a job cluster's line names its queue (the hint of
+    oodsim.engine.job_watch, what squeue says of its jobs)."""
+    stream = io.StringIO()
+    progress = Progress(2, stream, interval=0.0)
+    progress.no_worker(60.0)  # a local cluster, a scheduler's address
+    line = _lines(stream)[-1]
+    assert line.endswith("; no worker yet (1:00): the cluster's workers have not connected"), line
+    progress.no_worker(70.0, "squeue says of the slurm jobs: 57 PENDING (Priority)")
+    line = _lines(stream)[-1]
+    assert line.endswith(
+        "no worker yet (1:10): squeue says of the slurm jobs: 57 PENDING (Priority)"
+    )

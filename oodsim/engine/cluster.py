@@ -37,6 +37,7 @@ from typing import Any
 from oodsim.engine import forkserver, gpu, jobqueue, nanny, signals
 from oodsim.engine.address import LOCAL_SECURITY, connect_client
 from oodsim.engine.guard import check_main_guard
+from oodsim.engine.job_watch import JobWatch
 from oodsim.engine.work import Shipped, quiet_own_failures
 from oodsim.errors import ClusterError, SpecError, format_warning
 from oodsim.specs.cluster import ClusterSpec
@@ -264,8 +265,9 @@ def _submit_failure(error: BaseException) -> str:
 @contextlib.contextmanager
 def _job_cluster(spec: ClusterSpec) -> Iterator[Any]:
     """A cluster whose workers are ``spec.n_jobs`` batch jobs (dask-jobqueue), secured with TLS
-    and temporary credentials; jobs that end while it runs are submitted again; on exit (an
-    error and Ctrl-C too) every job is cancelled and the credentials are deleted."""
+    and temporary credentials; jobs that end while it runs are submitted again, and jobs that
+    will never give a worker stop the run (:mod:`oodsim.engine.job_watch`); on exit (an error
+    and Ctrl-C too) every job is cancelled and the credentials are deleted."""
     # distributed loads only when a cluster is needed (cached runs start none)
     import dask.config
     from distributed.security import Security
@@ -292,7 +294,9 @@ def _job_cluster(spec: ClusterSpec) -> Iterator[Any]:
                     raise ClusterError(
                         f"submitting {spec.kind} jobs failed: {_submit_failure(error)}"
                     ) from None
-            with jobqueue.JobKeeper(cluster):
+            # the keeper resubmits jobs that lost their workers; the watch stops a run whose
+            # jobs will never give one (all ended, or held for a reason that never clears)
+            with jobqueue.JobKeeper(cluster) as keeper, JobWatch(cluster, spec, keeper.seen):
                 yield cluster
     finally:
         if cluster is not None:

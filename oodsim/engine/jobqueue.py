@@ -286,11 +286,13 @@ class JobKeeper(Periodic):
         if not (lost or closed):
             return
         for name in [*lost, *closed]:
-            self.seen.discard(name)
             self.missing.pop(name, None)
         self.replaced += len(lost) + len(closed)
         logger.info("oodsim: jobs %s ended; submitting them again", sorted(lost + closed))
-        cluster.sync(_replace, cluster, lost)
+        try:
+            cluster.sync(_replace, cluster, lost)
+        finally:  # only now: until its new job is in, the JobWatch leaves it alone
+            self.seen.difference_update([*lost, *closed])
 
 
 async def _replace(cluster: Any, lost: list[str]) -> None:

@@ -14,6 +14,7 @@ from concurrent.futures import CancelledError
 from typing import Any
 
 from oodsim.engine.inprocess import is_deferred
+from oodsim.engine.job_watch import watch_of
 from oodsim.errors import ClusterError
 
 
@@ -21,13 +22,15 @@ def as_landed(
     futures: Sequence[Any],
     worker_timeout: float | None,
     poll: float = 2.0,
-    no_worker: Callable[[float], None] | None = None,
+    no_worker: Callable[[float, str], None] | None = None,
 ) -> Iterator[Any]:
     """Futures as they finish; a cluster without any worker for ``worker_timeout`` seconds
-    raises :class:`ClusterError` instead of waiting forever (finished work stays cached).
-    While it has none, ``no_worker(seconds)`` is told how long that has been (a job cluster
-    whose jobs are queued, or fail before their worker starts, used to wait in silence), and
-    ``no_worker(0.0)`` once it has workers again."""
+    raises :class:`ClusterError` instead of waiting forever (finished work stays cached), and
+    so does a job cluster whose jobs will never give a worker (:mod:`oodsim.engine.job_watch`).
+    While it has none, ``no_worker(seconds, hint)`` is told how long that has been and what
+    its jobs' batch system says (a job cluster whose jobs are queued, or fail before their
+    worker starts, used to wait in silence), and ``no_worker(0.0, "")`` once it has workers
+    again."""
     if is_deferred(futures):  # in-process tasks: computed here, one by one, in order
         for future in futures:
             future.compute()
@@ -52,18 +55,24 @@ def as_landed(
                 "run again to resume"
             ) from None
         yield from done
-        if done or not pending or (worker_timeout is None and no_worker is None):
+        if done or not pending:
             idle_since = None
             continue
         client = next(iter(pending)).client
+        watch = watch_of(client)  # a job cluster's jobs, as its batch system says
+        if watch is not None and watch.verdict is not None:
+            raise ClusterError(watch.verdict)
+        if worker_timeout is None and no_worker is None:
+            idle_since = None
+            continue
         if client.nthreads():
             if idle_since is not None and no_worker is not None:
-                no_worker(0.0)  # the workers are back
+                no_worker(0.0, "")  # the workers are back
             idle_since = None
         elif idle_since is None:
             idle_since = time.monotonic()
         elif no_worker is not None:
-            no_worker(time.monotonic() - idle_since)
+            no_worker(time.monotonic() - idle_since, watch.hint if watch is not None else "")
         if (
             idle_since is not None
             and worker_timeout is not None

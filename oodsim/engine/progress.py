@@ -106,20 +106,17 @@ class Progress:
             )
             self._show(now)
 
-    def no_worker(self, seconds: float) -> None:
+    def no_worker(self, seconds: float, hint: str = "") -> None:
         """The cluster has had no worker for ``seconds`` (0: it has workers again): say so on
-        the status line, with where to look (job workers may be queued, or fail before they
-        connect)."""
+        the status line, with ``hint``, where to look (a job cluster's: what its batch system
+        says of its jobs, :mod:`oodsim.engine.job_watch`)."""
         now = time.perf_counter()
         with self._lock:
             self.workerless = seconds >= NO_WORKER_NOTICE  # 0: the workers are there
             if self.ended or not self.workerless:
                 return
-            self.working = (
-                f"no worker yet ({clock(seconds)}): the cluster's workers have not connected; "
-                "a job cluster's jobs may be queued (squeue, qstat) or failing: see their "
-                "log_directory"
-            )
+            why = hint or "the cluster's workers have not connected"
+            self.working = f"no worker yet ({clock(seconds)}): {why}"
             self._show(now)
 
     def stopped(self, reason: str) -> None:

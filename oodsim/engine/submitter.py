@@ -161,7 +161,7 @@ class Submitter(contextlib.ExitStack):
         return futures
 
     def collect(
-        self, batch: Sequence[int], no_worker: Callable[[float], None] | None = None
+        self, batch: Sequence[int], no_worker: Callable[[float, str], None] | None = None
     ) -> Iterator[tuple[SeedResult, bool]]:
         """The results of a submitted ``batch`` as they come, each with whether it was scored
         here, from the cache: those seeds first, then the others as their scoring lands
