@@ -256,6 +256,21 @@ def test_slurm_jobs_that_can_never_start_stop_the_run_and_are_cancelled(tmp_path
     assert not _queued(ids)
 
 
+def test_a_run_whose_every_seed_killed_its_worker_is_an_error(tmp_path: Path) -> None:
+    """The probe: jobs of `memory = "200MB"` (each worker's nanny kills it at 95 % of its
+    share) failed every seed, and the run printed a table of dashes and exited 0. A run
+    where no seed was scored and each one's worker died is the environment's failure: one
+    line that names the memory, exit code 2, no results."""
+    spec = cluster_spec_file(tmp_path, n_seeds=1, memory='"200MB"')
+    line = refused(cli_run(tmp_path, spec, "mem", "--cluster", "local-jobs"))
+    assert line.startswith(
+        "oodsim: error: 1 of 1 simulations failed, none was scored: each one's worker process "
+        "died each of the 4 times it ran the seed's"
+    ), line
+    assert "the local-jobs jobs' memory (200MB a job for 1 worker process(es))" in line
+    assert not (tmp_path / "mem" / "r.zarr").exists()
+
+
 def _jobs_of(pid: int) -> set[int]:
     """The job processes (dask workers) that the oodsim process ``pid`` runs as local jobs."""
     return {job.pid for job in children(pid, "distributed.cli.dask_worker")}

@@ -6,7 +6,15 @@ from __future__ import annotations
 import pytest
 
 from oodsim.artifacts.tasks import SeedFailed, stored
-from oodsim.results import CRASH, DEGENERATE, FAILURE_KINDS, LOST_ENTRY, failure_kind
+from oodsim.engine.submitter import worker_died
+from oodsim.results import (
+    CRASH,
+    DEGENERATE,
+    FAILURE_KINDS,
+    LOST_ENTRY,
+    WORKER_DIED,
+    failure_kind,
+)
 from oodsim.store import Store
 
 
@@ -35,5 +43,19 @@ def test_a_degenerate_seed_is_an_exclusion_not_a_crash():
 def test_anything_else_is_a_crash_and_no_failure_is_none():
     assert failure_kind("training diverged: loss is nan at epoch 2") is CRASH
     assert failure_kind("") is None
-    assert [k.name for k in FAILURE_KINDS] == ["degenerate", "lost_entry", "crash"]
+    assert [k.name for k in FAILURE_KINDS] == ["degenerate", "lost_entry", "worker_died", "crash"]
     assert sum(k.excluded for k in FAILURE_KINDS) == 1 and sum(k.heals for k in FAILURE_KINDS) == 1
+
+
+def test_a_worker_that_died_is_a_crash_of_its_own_kind():
+    """A seed whose work killed its worker on every try fails as a crash does (a report
+    counts it as failed, nothing heals it); its kind tells the engine that the environment
+    may be at fault (a run where it befalls every seed stops, see test_clusters.py)."""
+    from distributed import KilledWorker
+
+    message = worker_died(KilledWorker("oodsim-task-ab", "tls://127.0.0.1:1", 3))
+    assert message is not None
+    assert message.startswith("its worker process died each of the 4 times it ran the seed")
+    kind = failure_kind(message)
+    assert kind is WORKER_DIED and kind.meaning == CRASH.meaning
+    assert not kind.excluded and not kind.heals

@@ -27,9 +27,10 @@ from oodsim.engine.placement import place
 from oodsim.engine.progress import Progress, interrupted_message
 from oodsim.engine.stopping import check_stopping
 from oodsim.engine.submitter import Submitter
-from oodsim.errors import OodsimError, SpecError
+from oodsim.errors import ClusterError, OodsimError, SpecError
 from oodsim.protocols import bind
 from oodsim.results import (
+    WORKER_DIED,
     ForeignOutput,
     SeedResult,
     build,
@@ -154,6 +155,7 @@ def run(
         if decision is not None and decision.stop and len(results) < len(seeds):
             submitter.cancel()
             tracker.stopped(f"stopped after {len(results)} {job.unit}: {decision.reason}")
+    _check_some_scored(results, where.jobs, job.unit)
     extra: dict[str, Any] = {"wall_seconds": round(time.perf_counter() - started, 3)}
     if decision is not None:
         extra["stopping"] = json.dumps(decision.as_dict())
@@ -212,6 +214,30 @@ def _collect(
         tracker.update(result.failed, cached=cached)
     order = {seed: i for i, seed in enumerate(batch)}
     return sorted(results, key=lambda r: order[r.seed])
+
+
+def _check_some_scored(results: Sequence[SeedResult], jobs: ClusterSpec | None, unit: str) -> None:
+    """A run whose every seed failed because its work killed every worker that ran it is the
+    environment's failure, not data: :class:`~oodsim.engine.ClusterError`, and no results.
+    The probe: SLURM jobs of ``memory = "200MB"`` (each worker's nanny kills it at 95 % of its
+    share) failed all 4 seeds that way, and the run printed a table of dashes and exited 0.
+    A run where some seeds were scored (or failed for reasons of their own) is data as ever:
+    each such seed is a failure in ``results.failure``."""
+    if not results or any(failure_kind(r.failure) is not WORKER_DIED for r in results):
+        return
+    if jobs is not None and jobs.is_jobs:
+        share = f"{jobs.memory} a job for {jobs.worker_processes} worker process(es)"
+        likely = f"the {jobs.kind} jobs' memory ({share}): raise [cluster] memory"
+    else:
+        likely = "the workers' memory (on oodsim's local cluster: run fewer, --workers)"
+    n = len(results)
+    died = WORKER_DIED.detail(results[0].failure).split(";")[0]
+    raise ClusterError(
+        f"{n} of {n} {unit} failed, none was scored: each one's worker process died {died}. "
+        f"Most likely the cause is {likely}; else a crash in native code "
+        "(oodsim.engine.work.run_seed runs a seed in one process, where it shows). No results "
+        "were written; finished work is cached"
+    )
 
 
 def _check(spec: Any, result: SeedResult) -> SeedResult:

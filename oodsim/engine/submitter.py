@@ -23,7 +23,7 @@ from oodsim.engine.placement import Placement
 from oodsim.engine.work import SCORE_KEY_PREFIX, TASK_KEY_PREFIX, Shipped, run_task, score_seed
 from oodsim.heartbeat import TOPIC, Listener
 from oodsim.protocols.base import Protocol, Task
-from oodsim.results import SeedResult, failure_kind
+from oodsim.results import WORKER_DIED, SeedResult, failure_kind
 from oodsim.store import Store
 
 #: task keys remembered as complete in the store before the set is emptied (memory bound)
@@ -297,8 +297,8 @@ def worker_died(error: BaseException) -> str | None:
     if not isinstance(error, KilledWorker):
         return None
     what = "scoring" if str(error.task).startswith(SCORE_KEY_PREFIX) else "task"
-    return (
-        f"its worker process died each of the {error.allowed_failures + 1} times it ran the "
+    return WORKER_DIED.message(
+        f"each of the {error.allowed_failures + 1} times it ran the "
         f"seed's {what}: killed by the system (out of memory?) or a crash in native code (a "
         "plug-in's?); oodsim.engine.work.run_seed runs it in one process, where the crash shows"
     )

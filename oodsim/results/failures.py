@@ -9,6 +9,9 @@ from prefixes scattered over the code:
   ``on_failure = "abort"`` goes on and reports show its effect;
 - ``lost_entry``: an entry the seed read had vanished or was corrupt (moved aside on read):
   nothing about the seed itself, so the engine computes it once more in the same run;
+- ``worker_died``: the seed's work killed every worker process that ran it (the system's
+  out-of-memory killer, a crash in native code): a crash, which the engine also reads as the
+  environment's fault when it befalls every seed of a run;
 - ``crash``: anything else (diverged training, non-finite κ, an error of a plug-in).
 """
 
@@ -62,10 +65,11 @@ LOST_ENTRY = FailureKind(
     suffix=" is missing or corrupt in the store; run again to recompute it",
     heals=True,
 )
+WORKER_DIED = FailureKind("worker_died", "failed", prefix="its worker process died ")
 CRASH = FailureKind("crash", "failed")
 
 #: every kind, the one a message matches first; :data:`CRASH` takes the rest
-FAILURE_KINDS: tuple[FailureKind, ...] = (DEGENERATE, LOST_ENTRY, CRASH)
+FAILURE_KINDS: tuple[FailureKind, ...] = (DEGENERATE, LOST_ENTRY, WORKER_DIED, CRASH)
 
 
 def failure_kind(failure: str) -> FailureKind | None:
