@@ -43,6 +43,7 @@ SLOW_MODULES = frozenset(
         "test_engine",
         "test_faults",
         "test_forkserver",
+        "test_frozen_scheduler",
         "test_guard",
         "test_imagenet_o",
         "test_inprocess",

@@ -95,6 +95,10 @@ WORKER_PRELOAD = __name__
 QUIET_TIMEOUT = 5.0
 #: seconds the close of the run's own local cluster may take (its workers end with the driver)
 CLOSE_TIMEOUT = 30.0
+#: seconds each request to a shared scheduler (an ``address``) may take while the run ends:
+#: one that does not answer (stopped or hung; a network that drops its packets) held a run
+#: stopped by Ctrl-C or SIGTERM forever after its resume line
+SHARED_CLOSE_TIMEOUT = 3.0
 
 
 def private_options() -> dict[str, Any]:
@@ -358,8 +362,22 @@ def _workers_set_up(client: Any, shipped: Shipped, *, shared: bool) -> Iterator[
         yield
     finally:
         if shared:  # the scheduler keeps its plugins: leave it as it was found
-            with contextlib.suppress(Exception):
-                client.unregister_worker_plugin(name)
+            _unregister(client, name)
+
+
+def _unregister(client: Any, name: str) -> None:
+    """Unregister the worker plugin ``name`` from ``client``'s scheduler within
+    :data:`SHARED_CLOSE_TIMEOUT`: one that does not answer keeps it, and the run ends anyway
+    (``Client.unregister_worker_plugin`` takes no timeout, and waited forever for a stopped
+    scheduler)."""
+    try:
+        client.sync(
+            client.scheduler.unregister_worker_plugin,
+            name=name,
+            callback_timeout=SHARED_CLOSE_TIMEOUT,
+        )
+    except Exception as error:
+        logging.getLogger(__name__).debug("the worker plugin %s stays: %r", name, error)
 
 
 def _quiet(client: Any, local: bool) -> None:
@@ -388,8 +406,12 @@ def _client(
     from distributed import Client
 
     if address:
-        with connect_client(address) as client:
+        client = connect_client(address)
+        try:
             yield client, False
+        finally:  # bounded (Client's own close waits up to 20 s, and raises then)
+            with contextlib.suppress(Exception):
+                client.close(timeout=SHARED_CLOSE_TIMEOUT)
         return
     if jobs is not None and jobs.is_jobs:
         check_jobs(jobs)
