@@ -177,3 +177,24 @@ def test_the_no_worker_line_names_a_queue_only_for_a_job_cluster() -> None:
     assert line.endswith(
         "no worker yet (1:10): squeue says of the slurm jobs: 57 PENDING (Priority)"
     )
+
+
+def test_a_silent_scheduler_is_told_not_blamed_on_the_work(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A stopped (SIGSTOP) scheduler at ``--cluster ADDRESS``: the line said that nothing was
+    heard from the work, which may be stuck, and repeated it forever. It now says that the
+    scheduler does not answer, and when the run stops; the quiet notice does not take its
+    place, and once the scheduler answers again, a silent stretch is told again."""
+    monkeypatch.setattr(progress_module, "QUIET_NOTICE", 0.0)
+    stream = io.StringIO()
+    progress = Progress(2, stream, interval=0.0)
+    progress.unanswered(42.0, 300.0)
+    progress.waiting()
+    assert _lines(stream)[-1].endswith(
+        "; the Dask scheduler has not answered for 0:42 (stopped or hung, or a network that "
+        "drops its packets); the run stops after 5:00 without an answer"
+    ), _lines(stream)
+    progress.unanswered(0.0, 300.0)  # it answers again
+    progress.waiting()
+    assert "; nothing heard from the work for" in _lines(stream)[-1], _lines(stream)

@@ -43,7 +43,8 @@ class Deferred:
         except Exception as error:
             self._error, self.status = error, "error"
 
-    def result(self) -> Any:
+    def result(self, timeout: float | None = None) -> Any:
+        """The task's result, computed here (``timeout``: as a Dask future takes it)."""
         self.compute()
         if self.status == "cancelled":
             raise RuntimeError("the task was cancelled")

@@ -16,6 +16,7 @@ import attrs
 
 from oodsim.engine.cluster import LOCAL_WORKER_TIMEOUT, check_jobs
 from oodsim.engine.guard import check_main_guard
+from oodsim.engine.landing import SCHEDULER_SILENT_TIMEOUT, configured_scheduler_timeout
 from oodsim.errors import SpecError
 from oodsim.limits import over
 from oodsim.specs.cluster import ClusterSpec, resolve_cluster, runs_in_process
@@ -26,13 +27,15 @@ class Placement:
     """Where a run computes: in this process (``in_process``), on the scheduler at
     ``address``, on a cluster of batch ``jobs``, or on a new local cluster of ``n_workers``
     processes (None: one a core). ``worker_timeout``: seconds without any worker, while
-    work is pending, before the run stops (None: it waits)."""
+    work is pending, before the run stops (None: it waits); ``scheduler_timeout``: seconds
+    without an answer from the scheduler, while work is pending, before the run stops."""
 
     in_process: bool = False
     address: str | None = None
     jobs: ClusterSpec | None = None
     n_workers: int | None = None
     worker_timeout: float | None = None
+    scheduler_timeout: float = SCHEDULER_SILENT_TIMEOUT
 
 
 def place(
@@ -77,4 +80,5 @@ def place(
         # local processes (a local cluster, or local jobs: no batch queue to wait in) start
         # within seconds; a batch system's jobs may queue for hours, so they get no default
         worker_timeout = LOCAL_WORKER_TIMEOUT
-    return Placement(in_process, address, jobs, n_workers, worker_timeout)
+    silent = configured_scheduler_timeout()  # $OODSIM_SCHEDULER_TIMEOUT, checked before compute
+    return Placement(in_process, address, jobs, n_workers, worker_timeout, silent)

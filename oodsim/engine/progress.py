@@ -53,6 +53,7 @@ class Progress:
         self.eta = ""
         self.working = ""  # the latest heartbeat (or notice), in words
         self.workerless = False  # the cluster has no worker (said by no_worker)
+        self.unheard = False  # the scheduler does not answer (said by unanswered)
         self.news = self.started  # when a heartbeat or a seed last arrived
         self.latest = ""  # the latest heartbeat, in words
         self.ended = False
@@ -72,7 +73,7 @@ class Progress:
             self.failed += failed
             if not cached:
                 self.finished.append(now)
-            self.news, self.working, self.workerless = now, "", False
+            self.news, self.working, self.workerless, self.unheard = now, "", False, False
             self.eta = self._time_left(slots) if self.stream is not None else ""
             self._show(now, final=self.done == self.total)
 
@@ -82,7 +83,7 @@ class Progress:
         with self._lock:
             if self.ended or self.done == self.total:
                 return
-            self.news, self.workerless = now, False
+            self.news, self.workerless, self.unheard = now, False, False
             self.working = self.latest = describe(message)
             self._show(now)
 
@@ -96,8 +97,8 @@ class Progress:
         now = time.perf_counter()
         with self._lock:
             quiet = now - self.news
-            if self.ended or self.workerless or quiet < QUIET_NOTICE:
-                return  # (without a worker, the line says so: no_worker)
+            if self.ended or self.workerless or self.unheard or quiet < QUIET_NOTICE:
+                return  # (without a worker or an answer, the line says so: no_worker...)
             last = f" (the last: {self.latest})" if self.latest else ""
             self.working = (
                 f"nothing heard from the work for {clock(quiet)}{last}; a long step sends no "
@@ -117,6 +118,24 @@ class Progress:
                 return
             why = hint or "the cluster's workers have not connected"
             self.working = f"no worker yet ({clock(seconds)}): {why}"
+            self._show(now)
+
+    def unanswered(self, seconds: float, limit: float) -> None:
+        """The scheduler has not answered for ``seconds`` (0: it answers again), and the run
+        stops after ``limit``: say so, rather than that the work may be stuck (a stopped
+        scheduler was blamed on the work, with a line repeated forever)."""
+        now = time.perf_counter()
+        with self._lock:
+            if self.unheard and seconds <= 0:  # it answers again: the work's news is back
+                self.working = self.latest
+            self.unheard = seconds > 0
+            if self.ended or not self.unheard:
+                return
+            self.working = (
+                f"the Dask scheduler has not answered for {clock(seconds)} (stopped or hung, or "
+                f"a network that drops its packets); the run stops after {clock(limit)} without "
+                "an answer"
+            )
             self._show(now)
 
     def stopped(self, reason: str) -> None:

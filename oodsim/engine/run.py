@@ -208,8 +208,8 @@ def _collect(
 ) -> list[SeedResult]:
     """The results of one batch, in seed order, each checked and counted as it comes."""
     results = []
-    no_worker = tracker.no_worker if tracker.stream is not None else None
-    for result, cached in submitter.collect(batch, no_worker):
+    told = (tracker.no_worker, tracker.unanswered) if tracker.stream is not None else ()
+    for result, cached in submitter.collect(batch, *told):
         results.append(_check(spec, result))
         tracker.update(result.failed, cached=cached)
     order = {seed: i for i, seed in enumerate(batch)}

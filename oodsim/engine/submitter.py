@@ -18,7 +18,7 @@ from typing import Any
 
 from oodsim.engine.cluster import cluster_client
 from oodsim.engine.inprocess import InProcess
-from oodsim.engine.landing import as_landed
+from oodsim.engine.landing import ANSWER_TIMEOUT, as_landed, gathered
 from oodsim.engine.placement import Placement
 from oodsim.engine.work import SCORE_KEY_PREFIX, TASK_KEY_PREFIX, Shipped, run_task, score_seed
 from oodsim.heartbeat import TOPIC, Listener
@@ -84,9 +84,10 @@ class Submitter(contextlib.ExitStack):
         cluster started)."""
         if self.client is None or self.where.in_process:
             return 1
-        try:
-            return max(1, sum(self.client.nthreads().values()))
-        except Exception:  # a closing client: the estimate is only a status line
+        try:  # bounded: a scheduler that does not answer is told while the run waits
+            threads = self.client.nthreads(callback_timeout=ANSWER_TIMEOUT)
+            return max(1, sum(threads.values()))
+        except Exception:  # a closing client, a silent scheduler: it is only an estimate
             return 1
 
     def _done(self, task: Task) -> bool:
@@ -161,12 +162,15 @@ class Submitter(contextlib.ExitStack):
         return futures
 
     def collect(
-        self, batch: Sequence[int], no_worker: Callable[[float, str], None] | None = None
+        self,
+        batch: Sequence[int],
+        no_worker: Callable[[float, str], None] | None = None,
+        unanswered: Callable[[float, float], None] | None = None,
     ) -> Iterator[tuple[SeedResult, bool]]:
         """The results of a submitted ``batch`` as they come, each with whether it was scored
         here, from the cache: those seeds first, then the others as their scoring lands
-        (``no_worker``: see :func:`~oodsim.engine.landing.as_landed`). A seed that lost an
-        entry meanwhile is healed (:meth:`heal`)."""
+        (``no_worker``, ``unanswered``: see :func:`~oodsim.engine.landing.as_landed`). A seed
+        that lost an entry meanwhile is healed (:meth:`heal`)."""
         for seed in batch:
             if self.scoring.get(seed) is None:
                 if self.listener is not None:
@@ -175,8 +179,23 @@ class Submitter(contextlib.ExitStack):
         running = [seed for seed in batch if self.scoring.get(seed) is not None]
         seed_of = {id(self.scoring[seed]): seed for seed in running}
         futures = [self.scoring[seed] for seed in running]
-        for future in as_landed(futures, self.where.worker_timeout, no_worker=no_worker):
+        for future in self._landed(futures, no_worker, unanswered):
             yield self.heal(self.landed(future, seed_of[id(future)])), False
+
+    def _landed(
+        self,
+        futures: Sequence[Any],
+        no_worker: Callable[[float, str], None] | None = None,
+        unanswered: Callable[[float, float], None] | None = None,
+    ) -> Iterator[Any]:
+        """:func:`~oodsim.engine.landing.as_landed` with this run's timeouts."""
+        return as_landed(
+            futures,
+            self.where.worker_timeout,
+            no_worker=no_worker,
+            unanswered=unanswered,
+            scheduler_timeout=self.where.scheduler_timeout,
+        )
 
     def stored(self, results: Sequence[SeedResult]) -> int:
         """How many of the seeds reached have every entry in the store, given the ``results``
@@ -216,7 +235,7 @@ class Submitter(contextlib.ExitStack):
         future = self._submit([seed])[seed]
         if future is None:  # complete again (another process computed it meanwhile)
             return self.score_here(seed)
-        return self.landed(next(iter(as_landed([future], self.where.worker_timeout))), seed)
+        return self.landed(next(iter(self._landed([future]))), seed)
 
     def landed(self, future: Any, seed: int) -> SeedResult:
         """The result of ``seed``'s scoring ``future``. Work that killed its worker on every
@@ -224,13 +243,17 @@ class Submitter(contextlib.ExitStack):
         as any error of a seed does, instead of ending the run with distributed's
         ``KilledWorker``: the other seeds go on."""
         try:
-            return future.result()
+            return self._result(future)
         except Exception as error:
             died = worker_died(error)
             if died is None:
                 raise
             # scored as a seed whose task failed: its coordinates, with that failure
             return self.score_here(seed, (died, ()))
+
+    def _result(self, future: Any) -> Any:
+        """The result of a finished ``future``, fetched within the run's scheduler timeout."""
+        return gathered(future, self.where.scheduler_timeout)
 
     def _failed(self, task_key: str) -> bool:
         """Whether a task of this run failed for a reason of its own: it finished with such a
@@ -242,7 +265,7 @@ class Submitter(contextlib.ExitStack):
             return True
         if future is None or future.status != "finished":
             return False
-        kind = failure_kind(future.result()[0])
+        kind = failure_kind(self._result(future)[0])
         return kind is not None and not kind.heals
 
     def release(self) -> None:
@@ -256,7 +279,7 @@ class Submitter(contextlib.ExitStack):
             for key in self.seed_tasks.pop(seed, ()):
                 future = self.tasks.get(key)
                 if future is not None and future.status == "finished":
-                    self.events += future.result()[1]
+                    self.events += self._result(future)[1]
                     del self.tasks[key]
 
     def task_events(self) -> list[tuple[str, str, str]]:
@@ -264,7 +287,7 @@ class Submitter(contextlib.ExitStack):
         events = list(self.events)
         for future in [*self.replaced, *self.tasks.values()]:
             if future.status == "finished":
-                events += future.result()[1]
+                events += self._result(future)[1]
         return events
 
     def cancel(self) -> None:
