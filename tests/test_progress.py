@@ -198,3 +198,27 @@ def test_a_silent_scheduler_is_told_not_blamed_on_the_work(
     progress.unanswered(0.0, 300.0)  # it answers again
     progress.waiting()
     assert "; nothing heard from the work for" in _lines(stream)[-1], _lines(stream)
+
+
+def test_a_silent_run_tells_each_stall_once() -> None:
+    """``--quiet`` (``progress=False``): no status line, but a stall is told once on the
+    notices' stream, and again only after it has ended and another began; a quiet run on a
+    queue that never gave a worker used to wait without a word."""
+    notices = io.StringIO()
+    progress = Progress(2, None, interval=0.0, notices=notices)
+    progress.no_worker(5.0)  # not yet a stall
+    progress.no_worker(12.0, "squeue says of the slurm jobs: 57 PENDING (Priority)")
+    progress.no_worker(14.0, "squeue says of the slurm jobs: 57 PENDING (Priority)")
+    assert notices.getvalue().splitlines() == [
+        "oodsim: no worker yet (0:12): squeue says of the slurm jobs: 57 PENDING (Priority)"
+    ]
+    progress.no_worker(0.0)  # the workers came
+    progress.unanswered(30.0, 300.0)
+    progress.unanswered(32.0, 300.0)
+    progress.update(failed=False, cached=False)
+    progress.no_worker(11.0)
+    assert notices.getvalue().splitlines()[1:] == [
+        "oodsim: the Dask scheduler has not answered for 0:30 (stopped or hung, or a network "
+        "that drops its packets); the run stops after 5:00 without an answer",
+        "oodsim: no worker yet (0:11): the cluster's workers have not connected",
+    ]

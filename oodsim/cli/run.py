@@ -48,7 +48,9 @@ def add_run_options(command: argparse.ArgumentParser) -> None:
         help="where to write results (default: $OODSIM_RESULTS/<name>.zarr, else "
         "results/<name>.zarr of the spec's project)",
     )
-    command.add_argument("--quiet", action="store_true", help="no progress line")
+    command.add_argument(
+        "--quiet", action="store_true", help="no progress line (a stall is still told, once)"
+    )
     command.add_argument(
         "--worker-timeout",
         type=float,

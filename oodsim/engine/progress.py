@@ -30,6 +30,10 @@ QUIET_NOTICE = 120.0
 class Progress:
     """Status of a run, printed to ``stream`` (None: silent).
 
+    A silent run still tells a stall on ``notices``, once each (no worker for a while, a
+    scheduler that does not answer): ``oodsim run --quiet`` on a queue that never gave a
+    worker used to wait for hours without a word.
+
     On a terminal one line is rewritten in place; in logs a line is printed at most every
     ``interval`` seconds and at the end. ``slots`` says how many seeds run at once (the
     cluster's threads), for the time left; it is asked only from the driver's thread, and never
@@ -43,8 +47,11 @@ class Progress:
         interval: float = 5.0,
         unit: str = "seeds",
         slots: Callable[[], int] = lambda: 1,
+        notices: TextIO | None = None,
     ) -> None:
         self.total, self.stream, self.interval, self.unit = total, stream, interval, unit
+        self.notices = notices
+        self.noticed = False  # a silent run told the stall it is in
         self.slots = slots
         self.done = self.cached = self.failed = 0
         self.started = time.perf_counter()
@@ -74,6 +81,7 @@ class Progress:
             if not cached:
                 self.finished.append(now)
             self.news, self.working, self.workerless, self.unheard = now, "", False, False
+            self.noticed = False
             self.eta = self._time_left(slots) if self.stream is not None else ""
             self._show(now, final=self.done == self.total)
 
@@ -115,10 +123,12 @@ class Progress:
         with self._lock:
             self.workerless = seconds >= NO_WORKER_NOTICE  # 0: the workers are there
             if self.ended or not self.workerless:
+                self.noticed = self.noticed and self.unheard
                 return
             why = hint or "the cluster's workers have not connected"
             self.working = f"no worker yet ({clock(seconds)}): {why}"
             self._show(now)
+            self._notice()
 
     def unanswered(self, seconds: float, limit: float) -> None:
         """The scheduler has not answered for ``seconds`` (0: it answers again), and the run
@@ -130,6 +140,7 @@ class Progress:
                 self.working = self.latest
             self.unheard = seconds > 0
             if self.ended or not self.unheard:
+                self.noticed = self.noticed and self.workerless
                 return
             self.working = (
                 f"the Dask scheduler has not answered for {clock(seconds)} (stopped or hung, or "
@@ -137,6 +148,7 @@ class Progress:
                 "an answer"
             )
             self._show(now)
+            self._notice()
 
     def stopped(self, reason: str) -> None:
         """End the status line early (a stopping rule fired or the run was interrupted)."""
@@ -185,6 +197,12 @@ class Progress:
         except KeyboardInterrupt as error:
             self.interrupted(error, reason)
             raise
+
+    def _notice(self) -> None:
+        """In a silent run, tell the stall on the status line's place once, on ``notices``."""
+        if self.stream is None and self.notices is not None and not self.noticed:
+            self.noticed = True
+            print(f"oodsim: {self.working}", file=self.notices, flush=True)
 
     def _show(self, now: float, final: bool = False) -> None:
         if self.stream is None or self.ended:

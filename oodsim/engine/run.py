@@ -103,7 +103,8 @@ def run(
         worker_timeout=worker_timeout,
     )
     stream = (sys.stderr if progress is True else progress) or None
-    tracker = Progress(len(seeds), stream, unit=job.unit)
+    # a silent run still tells a stall (no worker, a scheduler that does not answer), once
+    tracker = Progress(len(seeds), stream, unit=job.unit, notices=None if stream else sys.stderr)
     if cache is not None and not str(cache).strip():  # an unset variable: not "the default"
         raise SpecError("cache", cache, "a folder path (None for the default)")
     root = cache if cache is not None else default_root()  # looks for the project once
@@ -208,8 +209,7 @@ def _collect(
 ) -> list[SeedResult]:
     """The results of one batch, in seed order, each checked and counted as it comes."""
     results = []
-    told = (tracker.no_worker, tracker.unanswered) if tracker.stream is not None else ()
-    for result, cached in submitter.collect(batch, *told):
+    for result, cached in submitter.collect(batch, tracker.no_worker, tracker.unanswered):
         results.append(_check(spec, result))
         tracker.update(result.failed, cached=cached)
     order = {seed: i for i, seed in enumerate(batch)}
