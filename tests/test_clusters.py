@@ -486,14 +486,20 @@ def test_job_workers_that_never_connect_are_told_then_stop_the_run(
             r"cluster\.log_directory: '/proc/nope/logs' is not allowed; expected a folder the "
             r"jobs can write their logs in",
         ),
+        (
+            {"interface": '"eth9"'},
+            r"cluster\.interface: 'eth9' is not allowed; expected a network interface of this "
+            r"machine: .*lo.*\. The scheduler listens on it here",
+        ),
     ],
-    ids=["missing-python", "bad-log-directory"],
+    ids=["missing-python", "bad-log-directory", "missing-interface"],
 )
 def test_a_local_jobs_table_that_cannot_work_is_one_line_before_compute(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], table: dict, pattern: str
 ) -> None:
     """The probe: a missing `python` gave a tornado traceback, then `TypeError`; a bad
-    `log_directory` three "Exception ignored" tracebacks."""
+    `log_directory`, or an `interface` this machine lacks (`RuntimeError: Cluster failed to
+    start`), three "Exception ignored" tracebacks."""
     spec = cluster_spec_file(tmp_path, **table)
     cache = tmp_path / "cache"
     args = ["run", str(spec), "--cache", str(cache), "--out", str(tmp_path / "r.zarr")]

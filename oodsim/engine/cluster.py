@@ -213,8 +213,26 @@ def check_jobs(spec: ClusterSpec) -> None:
             spec.python,
             "a Python interpreter that exists and can be run here (local jobs start it)",
         )
+    if spec.interface:
+        _check_interface(spec.interface)
     if spec.log_directory:
         _check_log_directory(Path(spec.log_directory).expanduser())
+
+
+def _check_interface(name: str) -> None:
+    """The scheduler listens on ``interface`` here, on the driver's machine: a name this
+    machine lacks failed as the cluster started (``RuntimeError: Cluster failed to start``,
+    then tracebacks of dask-jobqueue's credential files)."""
+    import psutil  # distributed's dependency, loaded only for a job cluster
+
+    found = sorted(psutil.net_if_addrs())
+    if name not in found:
+        raise SpecError(
+            "cluster.interface",
+            name,
+            "a network interface of this machine: " + ", ".join(found),
+            "The scheduler listens on it here, the workers on their nodes",
+        )
 
 
 def _runnable(program: str) -> bool:
