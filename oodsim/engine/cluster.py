@@ -45,6 +45,20 @@ from oodsim.specs.cluster import ClusterSpec
 LOCAL_WORKER_TIMEOUT = 120.0  # seconds without any worker before a local run gives up
 
 
+# seconds each start of a local worker process may take: Dask's ``death_timeout`` of its
+# nanny, which bounds the nanny's start with its worker's, and each restart of the worker by
+# the nanny (nothing else, in distributed 2026.8: a worker that loses its scheduler closes at
+# once anyway). A worker process that hung as it started (stopped, stuck on a file system)
+# held ``LocalCluster(...)`` forever, or, restarted, its nanny. Forked workers register in
+# seconds (the fork server's imports, about 5 s of CPU, come before the first): two minutes is
+# generous on a loaded machine. A cluster whose workers do not all start stops the run with a
+# ClusterError, one that started some of them too: nothing has run yet, and a machine where a
+# worker cannot start in two minutes wants looking at rather than a run on fewer workers. A
+# nanny whose restarted worker does not start closes, the process killed (engine.local_nanny),
+# and the run goes on with the other workers (``worker_timeout`` ends a run with none left).
+LOCAL_START_TIMEOUT = 120.0
+
+
 LOCAL_HOST = "127.0.0.1"  # a local cluster never listens on a network interface
 
 
@@ -89,6 +103,15 @@ NO_PROFILER = {"distributed.worker.profile.enabled": False}
 #: this module as Dask's ``preload`` option names it: the workers of oodsim's local cluster run
 #: its :func:`dask_setup` when they start
 WORKER_PRELOAD = __name__
+
+
+#: what a run whose local cluster did not start says (with LOCAL_START_TIMEOUT)
+NOT_STARTED = (
+    "the local Dask cluster did not start: a worker process had not started after {:.0f} s "
+    "(stopped, or stuck: a file system that hangs, a machine out of memory); nothing was "
+    "computed and no worker process is left. Check the machine (free memory, processes in "
+    "state T or D, the cache and data folders) and run again"
+)
 
 
 #: seconds an interrupted run waits for its local workers to stop logging before it closes them
@@ -140,6 +163,13 @@ def _local_cluster(n_workers: int | None) -> Iterator[Any]:
     from dask.utils import parse_timedelta
     from distributed import LocalCluster
 
+    # it subclasses distributed's Nanny (loaded only when a cluster is needed)
+    from oodsim.engine.local_nanny import LocalNanny, quiet_given_up_starts
+
+    quiet_given_up_starts()
+
+    # every nanny of the cluster: a bounded start of its worker process, killed if it does not
+    starting = {"death_timeout": LOCAL_START_TIMEOUT}
     private = private_options()
     # kept for the cluster's lifetime: a worker that the nanny restarts reads it again, and
     # the cluster reads the lost-worker timeout each time it loses one
@@ -159,18 +189,23 @@ def _local_cluster(n_workers: int | None) -> Iterator[Any]:
         # a cluster interrupted while it starts cannot close its workers: Ctrl-C waits until
         # it has started (a second one does not), and then closes it (oodsim.engine.signals)
         with signals.held():
-            cluster = gpu.cuda_cluster(private, n_workers)
-            if cluster is None:
-                # CPU workers fork from a server that imported torch once (engine.forkserver)
-                forked = stack.enter_context(forkserver.forking())
-                cluster = LocalCluster(
-                    n_workers=n_workers or os.cpu_count() or 1,
-                    threads_per_worker=1,
-                    processes=True,
-                    silence_logs=logging.ERROR,
-                    **private,
-                    **forked,
-                )
+            try:
+                cluster = gpu.cuda_cluster({**private, **starting}, n_workers, nanny=LocalNanny)
+                if cluster is None:
+                    # CPU workers fork from a server that imported torch once (engine.forkserver)
+                    forked = stack.enter_context(forkserver.forking())
+                    cluster = LocalCluster(
+                        n_workers=n_workers or os.cpu_count() or 1,
+                        threads_per_worker=1,
+                        processes=True,
+                        silence_logs=logging.ERROR,
+                        worker_class=LocalNanny,
+                        **starting,
+                        **private,
+                        **forked,
+                    )
+            except TimeoutError:  # a nanny's start (distributed closed the cluster)
+                raise ClusterError(NOT_STARTED.format(LOCAL_START_TIMEOUT)) from None
             stack.callback(_close_local, cluster)
         LOCAL_SECURITY[cluster.scheduler_address] = cluster.security
         try:

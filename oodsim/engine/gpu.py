@@ -63,7 +63,11 @@ def _worker_names(devices: Sequence[str]) -> list[str]:
 
 
 def cuda_cluster(
-    private: dict[str, Any], n_workers: int | None, gpus: Sequence[str] | None = None
+    private: dict[str, Any],
+    n_workers: int | None,
+    gpus: Sequence[str] | None = None,
+    *,
+    nanny: type | None = None,
 ) -> Any | None:
     """A ``distributed.SpecCluster`` of CUDA workers (one thread each; one per GPU, or
     ``n_workers`` over the GPUs in turn), or None without a GPU or without dask-cuda (the
@@ -73,7 +77,9 @@ def cuda_cluster(
     (``security``, ``protocol``, ``host``, ``dashboard_address``, ``scheduler_kwargs``; see
     :func:`oodsim.engine.cluster.private_options`); any other option in it (``preload_nanny``)
     goes to every worker's nanny, as ``LocalCluster`` passes it on. ``gpus`` (ids as in
-    ``CUDA_VISIBLE_DEVICES``) defaults to :func:`visible_gpus`.
+    ``CUDA_VISIBLE_DEVICES``) defaults to :func:`visible_gpus`. ``nanny``: the class of the
+    workers' nannies (default: distributed's ``Nanny``; oodsim's local cluster passes
+    :class:`~oodsim.engine.local_nanny.LocalNanny`).
     """
     if gpus is None:  # installing dask-cuda (the extra [gpu]) is how a user opts in
         if importlib.util.find_spec("dask_cuda") is None:
@@ -111,7 +117,7 @@ def cuda_cluster(
     cublas = os.environ.get("CUBLAS_WORKSPACE_CONFIG", CUBLAS_WORKSPACE_CONFIG)
     workers = {
         name: {
-            "cls": Nanny,
+            "cls": nanny or Nanny,
             "options": {
                 **common,
                 "env": {
