@@ -58,6 +58,7 @@ SLOW_MODULES = frozenset(
         "test_pytorch_ood",
         "test_script_server",
         "test_severity_run",
+        "test_stalled_workers",
         "test_stopping_run",
         "test_throughput_bench",
         "test_tuning",

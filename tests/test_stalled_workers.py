@@ -104,7 +104,7 @@ def _entries(cache: Path) -> list[tuple[str, str]]:
 
 
 def test_a_worker_stopped_as_the_cluster_starts_stops_the_run_in_one_line(
-    tmp_path: Path, stall: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, stall: Path, monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture
 ) -> None:
     """The probe: a worker process stopped while the local cluster started held
     ``LocalCluster(...)`` forever (nothing printed with --quiet; the status line's "nothing
@@ -130,10 +130,11 @@ def test_a_worker_stopped_as_the_cluster_starts_stops_the_run_in_one_line(
     assert not _self_stopped(stall), "the stopped worker outlived the run"
     assert not _forked() - before, "workers outlived the run"
     assert _entries(cache) == held and Store(cache).verify() == []
+    assert "Traceback" not in capfd.readouterr().err
 
 
 def test_workers_stopped_mid_run_and_again_as_they_restart_end_the_run(
-    tmp_path: Path, stall: Path
+    tmp_path: Path, stall: Path, capfd: pytest.CaptureFixture
 ) -> None:
     """Every worker stopped once the first checkpoint is stored, and every worker its nanny
     starts in its place stopped as it starts (a machine where every worker hangs): distributed
@@ -180,3 +181,4 @@ def test_workers_stopped_mid_run_and_again_as_they_restart_end_the_run(
     assert _entries(cache), "the first checkpoint is kept"
     problems = Store(cache).verify()  # a worker stopped mid-write leaves a lock at most
     assert [(info, why) for info, why in problems if info.kind != "locks"] == []
+    assert "Traceback" not in capfd.readouterr().err  # distributed's, of the nannies
