@@ -19,6 +19,7 @@ import os
 import re
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -32,7 +33,7 @@ import pytest
 import oodsim
 from oodsim.cli import main as cli_main
 from oodsim.engine import ClusterError, jobqueue
-from oodsim.engine.cluster import check_jobs
+from oodsim.engine.job_cluster import TLS_PREFIX, check_jobs, credentials_folder
 from oodsim.errors import SpecError
 from oodsim.protocols import get_protocol
 from oodsim.specs.cluster import ClusterSpec, resolve_cluster
@@ -395,7 +396,7 @@ def test_ctrl_c_stays_a_keyboard_interrupt_with_dask_jobqueue() -> None:
     of what is cached); oodsim keeps the handler the process had."""
     code = (
         "import signal; from oodsim.specs.cluster import ClusterSpec\n"
-        "from oodsim.engine.cluster import check_jobs\n"
+        "from oodsim.engine.job_cluster import check_jobs\n"
         "before = signal.getsignal(signal.SIGINT)\n"
         "check_jobs(ClusterSpec(kind='local-jobs'))\n"
         "import dask_jobqueue\n"
@@ -507,6 +508,25 @@ def test_a_local_jobs_table_that_cannot_work_is_one_line_before_compute(
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and re.search(pattern, err[0]), err
     assert not cache.exists()
+
+
+def test_credentials_of_a_killed_run_are_removed_by_the_next(tmp_path: Path) -> None:
+    """A run killed before its cleanup (SIGKILL) left its worker TLS keys in
+    ``shared_directory`` for good; the next job-cluster run on that host removes the folders
+    of runs whose process is gone, and leaves those of live runs and of other hosts."""
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait()  # a process that was, as a killed run's driver
+    host = socket.gethostname()
+    dead = tmp_path / f"{TLS_PREFIX}{host}-{gone.pid}-k1ll3d"
+    live = tmp_path / f"{TLS_PREFIX}{host}-{os.getpid()}-l1v3"
+    other = tmp_path / f"{TLS_PREFIX}another-host-{gone.pid}-0th3r"
+    for folder in (dead, live, other):
+        folder.mkdir()
+        (folder / ".dask-jobqueue.worker.key.x").write_text("a private key")
+    spec = ClusterSpec(kind="slurm", shared_directory=str(tmp_path))
+    made = credentials_folder(spec)
+    assert made.parent == tmp_path and made.name.startswith(f"{TLS_PREFIX}{host}-{os.getpid()}-")
+    assert not dead.exists() and live.exists() and other.exists()
 
 
 # --------------------------------------------------------------------------- Ctrl-C

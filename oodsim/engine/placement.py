@@ -14,8 +14,9 @@ from typing import Any
 
 import attrs
 
-from oodsim.engine.cluster import LOCAL_WORKER_TIMEOUT, check_jobs
+from oodsim.engine.cluster import LOCAL_WORKER_TIMEOUT
 from oodsim.engine.guard import check_main_guard
+from oodsim.engine.job_cluster import check_jobs
 from oodsim.engine.landing import SCHEDULER_SILENT_TIMEOUT, configured_scheduler_timeout
 from oodsim.errors import SpecError
 from oodsim.limits import over
