@@ -4,9 +4,11 @@ to name a scheduler, and how Ctrl-C and SIGTERM stop a run (real processes, no m
 from __future__ import annotations
 
 import argparse
+import os
 import signal
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from importlib.metadata import version
 from pathlib import Path
@@ -156,6 +158,33 @@ def test_a_run_under_nohup_goes_on_after_its_terminal_closes(tmp_path: Path) -> 
     assert driver.returncode == 0, output
     assert "4 simulations in" in output and RESUME not in output, output
     assert oodsim.open_results(tmp_path / "r.zarr").sizes["seed"] == 4
+
+
+def test_a_driver_stopped_for_a_while_leaves_no_worker_tracebacks(tmp_path: Path) -> None:
+    """The driver alone stopped (SIGSTOP, as a Ctrl-Z of it alone or a machine swapping) while
+    its local workers train: each worker logged a 30-line traceback for every heartbeat its
+    scheduler, in the stopped driver, did not answer (about 180 lines a minute). Once the
+    driver goes on, the run ends as usual, without them. (Dask's connect timeout is cut to
+    2 s here, so that heartbeats fail within the test's seconds, as they do after 30 s.)"""
+    spec = digits_toml(tmp_path / "spec.toml", 4)
+    cache = tmp_path / "cache"
+    run = [*OODSIM, "run", str(spec), "--workers", "2", "--cache", str(cache), "--quiet"]
+    environment = {**os.environ, "DASK_DISTRIBUTED__COMM__TIMEOUTS__CONNECT": "2s"}
+    driver = subprocess.Popen(
+        run, stderr=subprocess.PIPE, text=True, env=environment, start_new_session=True
+    )
+    try:
+        wait_for(lambda: any(cache.glob("checkpoint/*/*/meta.json")), 300, "a checkpoint")
+        driver.send_signal(signal.SIGSTOP)
+        time.sleep(12)
+        driver.send_signal(signal.SIGCONT)
+        _, err = driver.communicate(timeout=300)
+    finally:
+        if driver.poll() is None:
+            os.killpg(driver.pid, signal.SIGKILL)
+            driver.communicate()
+    assert driver.returncode == 0, err
+    assert "during heartbeat" not in err and "Traceback" not in err, err
 
 
 def _fork_server(driver: subprocess.Popen) -> bool:
