@@ -165,18 +165,24 @@ def test_a_driver_stopped_for_a_while_leaves_no_worker_tracebacks(tmp_path: Path
     its local workers train: each worker logged a 30-line traceback for every heartbeat its
     scheduler, in the stopped driver, did not answer (about 180 lines a minute). Once the
     driver goes on, the run ends as usual, without them. (Dask's connect timeout is cut to
-    2 s here, so that heartbeats fail within the test's seconds, as they do after 30 s.)"""
+    8 s here, so that heartbeats fail within the test's 20 s stop, as they do after 30 s; the
+    workers' first connections, on a loaded machine, still have those 8 s.)"""
     spec = digits_toml(tmp_path / "spec.toml", 4)
     cache = tmp_path / "cache"
     run = [*OODSIM, "run", str(spec), "--workers", "2", "--cache", str(cache), "--quiet"]
-    environment = {**os.environ, "DASK_DISTRIBUTED__COMM__TIMEOUTS__CONNECT": "2s"}
+    environment = {**os.environ, "DASK_DISTRIBUTED__COMM__TIMEOUTS__CONNECT": "8s"}
     driver = subprocess.Popen(
         run, stderr=subprocess.PIPE, text=True, env=environment, start_new_session=True
     )
     try:
-        wait_for(lambda: any(cache.glob("checkpoint/*/*/meta.json")), 300, "a checkpoint")
+        wait_for(
+            lambda: any(cache.glob("checkpoint/*/*/meta.json")) or driver.poll() is not None,
+            300,
+            "a checkpoint",
+        )
+        assert driver.poll() is None, driver.communicate()[1]
         driver.send_signal(signal.SIGSTOP)
-        time.sleep(12)
+        time.sleep(20)
         driver.send_signal(signal.SIGCONT)
         _, err = driver.communicate(timeout=300)
     finally:
