@@ -170,6 +170,7 @@ def test_a_driver_stopped_for_a_while_leaves_no_worker_tracebacks(tmp_path: Path
     spec = digits_toml(tmp_path / "spec.toml", 4)
     cache = tmp_path / "cache"
     run = [*OODSIM, "run", str(spec), "--workers", "2", "--cache", str(cache), "--quiet"]
+    run += ["--out", str(tmp_path / "r.zarr")]  # not the session's results/ folder
     environment = {**os.environ, "DASK_DISTRIBUTED__COMM__TIMEOUTS__CONNECT": "8s"}
     driver = subprocess.Popen(
         run, stderr=subprocess.PIPE, text=True, env=environment, start_new_session=True
