@@ -8,10 +8,11 @@ import json
 import os
 import signal
 import subprocess
+import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import attrs
 import psutil
@@ -117,6 +118,32 @@ def children(pid: int, command: str) -> list[psutil.Process]:
     return found
 
 
+def in_thread(function: Callable[[], Any]) -> tuple[threading.Thread, dict[str, Any]]:
+    """Run ``function`` in a thread; its result or exception lands in the returned dict."""
+    box: dict[str, Any] = {}
+
+    def target() -> None:
+        try:
+            box["result"] = function()
+        except BaseException as error:  # re-raised by the test
+            box["error"] = error
+
+    thread = threading.Thread(target=target, daemon=True)
+    thread.start()
+    return thread, box
+
+
+def in_time(function: Callable[[], Any], timeout: float) -> Any:
+    """``function()`` in a thread, failing the test if it has not returned within ``timeout``
+    seconds (instead of hanging the test session); its error is raised here."""
+    thread, box = in_thread(function)
+    thread.join(timeout)
+    assert not thread.is_alive(), f"still running after {timeout} s (a hang)"
+    if "error" in box:
+        raise box["error"]
+    return box.get("result")
+
+
 def signalled(
     command: list[str],
     ready: Callable[[subprocess.Popen], object],
@@ -165,21 +192,32 @@ def drop_file_permission_override() -> None:
         libc.prctl(24, capability, 0, 0, 0)  # PR_CAPBSET_DROP; harmless where not root
 
 
-def run_denied(command: list[str], folder: Path, timeout: float) -> subprocess.CompletedProcess:
-    """``command`` run with ``folder`` made read-only (``chmod 555``) and root's permission
-    override dropped (:func:`drop_file_permission_override`), ``folder`` writable again
-    afterwards; the test is skipped where the process could still write there."""
-    folder.chmod(0o555)
+def run_read_only(
+    command: list[str], folders: Sequence[Path], timeout: float, cwd: Path | None = None
+) -> subprocess.CompletedProcess:
+    """``command`` run with ``folders`` made read-only (``chmod 555``) and root's permission
+    override dropped (:func:`drop_file_permission_override`), the folders writable again
+    afterwards."""
+    for folder in folders:
+        folder.chmod(0o555)
     try:
-        done = subprocess.run(
+        return subprocess.run(
             command,
             capture_output=True,
             text=True,
             timeout=timeout,
             preexec_fn=drop_file_permission_override,
+            cwd=cwd,
         )
     finally:
-        folder.chmod(0o755)
+        for folder in folders:
+            folder.chmod(0o755)
+
+
+def run_denied(command: list[str], folder: Path, timeout: float) -> subprocess.CompletedProcess:
+    """:func:`run_read_only` of one ``folder``; the test is skipped where the process could
+    still write there."""
+    done = run_read_only(command, [folder], timeout)
     if done.returncode == 0:
         pytest.skip("this process can still write a chmod 555 folder (capabilities kept)")
     return done

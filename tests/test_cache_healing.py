@@ -15,7 +15,6 @@ import shutil
 import socket
 import subprocess
 import sys
-import threading
 import time
 import warnings
 import zipfile
@@ -41,7 +40,13 @@ from oodsim.store import META_DIGEST, QUARANTINE_PREFIX, CorruptEntryWarning, St
 from oodsim.store.arrays import ARRAYS_ZIP
 from oodsim.store.digests import file_checksums, file_sizes, meta_digest
 from oodsim.store.locks import _start_time
-from tests.conftest import ROOT, digits_toml, drop_file_permission_override, small_digits
+from tests.conftest import (
+    ROOT,
+    digits_toml,
+    in_time,
+    run_read_only,
+    small_digits,
+)
 
 N_SEEDS = 2
 HOST = socket.gethostname()
@@ -96,26 +101,6 @@ def heals(address: str, cache: Path, clean: tuple[Path, Any], *, warns: bool = T
     xr.testing.assert_identical(clean[1].score, result.score)
     assert Store(cache).verify() == []
     return result
-
-
-def in_time(function: Callable[[], Any], timeout: float) -> Any:
-    """``function()`` in a thread, failing the test if it has not returned within ``timeout``
-    seconds (instead of hanging the test session)."""
-    box: dict[str, Any] = {}
-
-    def target() -> None:
-        try:
-            box["result"] = function()
-        except BaseException as error:  # re-raised below
-            box["error"] = error
-
-    thread = threading.Thread(target=target, daemon=True)
-    thread.start()
-    thread.join(timeout)
-    assert not thread.is_alive(), f"still running after {timeout} s (a hang)"
-    if "error" in box:
-        raise box["error"]
-    return box.get("result")
 
 
 # --------------------------------------------------------------------------- corrupt entries
@@ -501,16 +486,7 @@ def test_a_file_where_the_locks_folder_belongs_is_moved_aside(
 def _permissions_apply(folder: Path) -> bool:
     """Whether a process started like the test's is refused writes in a read-only folder."""
     folder.mkdir()
-    folder.chmod(0o555)
-    try:
-        probe = subprocess.run(
-            [sys.executable, "-c", f"open({str(folder / 'x')!r}, 'w')"],
-            preexec_fn=drop_file_permission_override,
-            capture_output=True,
-            timeout=60,
-        )
-    finally:
-        folder.chmod(0o755)
+    probe = run_read_only([sys.executable, "-c", f"open({str(folder / 'x')!r}, 'w')"], [folder], 60)
     return probe.returncode != 0
 
 
@@ -521,21 +497,12 @@ def test_a_corrupt_entry_that_cannot_be_moved_aside_is_one_clear_error(
         pytest.skip("this process ignores permission bits and cannot drop that privilege")
     checkpoint = entry(copy, CHECKPOINT)
     flip_a_byte(arrays_file(checkpoint))
-    checkpoint.parent.chmod(0o555)  # the entry cannot be renamed out of its folder
     spec_path = digits_toml(tmp_path / "s.toml", N_SEEDS)
     command = [sys.executable, "-m", "oodsim.cli", "run", str(spec_path), "--quiet"]
     command += ["--address", cluster_address, "--cache", str(copy), "--out", str(tmp_path / "r")]
-    try:
-        run = subprocess.run(
-            command,
-            capture_output=True,
-            text=True,
-            timeout=180,  # the bug this guards against was a worker spinning forever
-            preexec_fn=drop_file_permission_override,
-            cwd=ROOT,
-        )
-    finally:
-        checkpoint.parent.chmod(0o755)
+    # the entry cannot be renamed out of its folder; the bug this guards against was a worker
+    # spinning forever
+    run = run_read_only(command, [checkpoint.parent], timeout=180, cwd=ROOT)
     assert run.returncode == 2, run.stderr
     lines = run.stderr.strip().splitlines()
     assert len(lines) == 1 and "Traceback" not in run.stderr, run.stderr
@@ -579,8 +546,6 @@ def test_the_store_reports_rather_than_spins_when_an_entry_or_lock_cannot_move(
     locks = store.root / "locks"
     locks.mkdir()
     (locks / f"{OUTPUTS}-{key}.lock").write_text("[]")  # not a lock: stale at once
-    for folder in (path.parent, locks):
-        folder.chmod(0o555)
     code = (
         "import sys\nfrom oodsim.store import Store, StoreError\n"
         "store, key, other = Store(sys.argv[1]), sys.argv[2], sys.argv[3]\n"
@@ -593,18 +558,8 @@ def test_the_store_reports_rather_than_spins_when_an_entry_or_lock_cannot_move(
         "for call in calls:\n"
         "    try:\n        call()\n    except StoreError as error:\n        print(error)\n"
     )
-    try:
-        run = subprocess.run(
-            [sys.executable, "-c", code, str(store.root), key, other],
-            capture_output=True,
-            text=True,
-            timeout=60,
-            preexec_fn=drop_file_permission_override,
-            cwd=ROOT,
-        )
-    finally:
-        for folder in (path.parent, locks):
-            folder.chmod(0o755)
+    command = [sys.executable, "-c", code, str(store.root), key, other]
+    run = run_read_only(command, [path.parent, locks], timeout=60, cwd=ROOT)
     lines = run.stdout.strip().splitlines()
     assert run.returncode == 0 and len(lines) == 4, run.stderr
     assert "checksum mismatch" in lines[0] and "not an entry record" in lines[1]
@@ -633,17 +588,7 @@ def test_cache_gc_says_what_it_could_not_remove(copy: Path, tmp_path: Path) -> N
     garbage.write_bytes(b"\x00garbage")  # not a lock, and old: stale
     os.utime(garbage, (0, 0))
     command = [sys.executable, "-m", "oodsim.cli", "cache", "gc", "--cache", str(copy)]
-    locks.chmod(0o555)
-    try:
-        done = subprocess.run(
-            command,
-            capture_output=True,
-            text=True,
-            timeout=120,
-            preexec_fn=drop_file_permission_override,
-        )
-    finally:
-        locks.chmod(0o755)
+    done = run_read_only(command, [locks], timeout=120)
     lines = done.stdout.strip().splitlines()
     assert done.returncode == 1 and "Traceback" not in done.stderr, done.stderr
     assert lines[0] == f"could not remove {garbage}: Permission denied", lines

@@ -85,14 +85,20 @@ def cli_run(
     )
 
 
+def ended(process: subprocess.Popen, timeout: float) -> tuple[str, str]:
+    """The output and errors of a :func:`cli_run` once it has ended; the test fails if it has
+    not within ``timeout`` seconds (the run is interrupted: oodsim cancels its jobs on Ctrl-C)."""
+    try:
+        return process.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        process.send_signal(signal.SIGINT)
+        _, err = process.communicate(timeout=60)
+        pytest.fail(f"the run had not ended after {timeout} s: {err[-3000:]}")
+
+
 def finished(process: subprocess.Popen) -> Path:
     """The results folder of a :func:`cli_run` that must succeed."""
-    try:
-        out, err = process.communicate(timeout=RUN_TIMEOUT)
-    except subprocess.TimeoutExpired:
-        process.send_signal(signal.SIGINT)  # oodsim cancels its jobs on Ctrl-C
-        out, err = process.communicate(timeout=60)
-        pytest.fail(f"the run did not end within {RUN_TIMEOUT} s: {err[-3000:]}")
+    out, err = ended(process, RUN_TIMEOUT)
     assert process.returncode == 0, err[-3000:] or out[-3000:]
     return Path(process.args[process.args.index("--out") + 1])
 
@@ -200,12 +206,7 @@ STOP_TIMEOUT = 120
 def refused(process: subprocess.Popen) -> str:
     """The one error line of a :func:`cli_run` that must stop by itself with exit code 2 (a
     run that waits forever fails the test after :data:`STOP_TIMEOUT` seconds)."""
-    try:
-        out, err = process.communicate(timeout=STOP_TIMEOUT)
-    except subprocess.TimeoutExpired:
-        process.send_signal(signal.SIGINT)  # oodsim cancels its jobs on Ctrl-C
-        out, err = process.communicate(timeout=60)
-        pytest.fail(f"the run was still waiting after {STOP_TIMEOUT} s: {err[-3000:]}")
+    out, err = ended(process, STOP_TIMEOUT)
     lines = err.strip().splitlines()
     assert process.returncode == 2 and len(lines) == 1, err[-3000:] or out[-3000:]
     return lines[0]

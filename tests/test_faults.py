@@ -45,6 +45,7 @@ from tests.conftest import (
     dask_cli_cluster,
     digits_toml,
     drop_file_permission_override,
+    in_thread,
     small_digits,
     wait_for,
 )
@@ -126,21 +127,6 @@ def own_cluster(n_workers: int = 2) -> Iterator[Any]:
 
     with cluster_client(n_workers=n_workers) as client:
         yield client
-
-
-def in_thread(function: Callable[[], Any]) -> tuple[threading.Thread, dict[str, Any]]:
-    """Run ``function`` in a thread; its result or exception lands in the returned dict."""
-    box: dict[str, Any] = {}
-
-    def target() -> None:
-        try:
-            box["result"] = function()
-        except BaseException as error:  # re-raised by the test
-            box["error"] = error
-
-    thread = threading.Thread(target=target, daemon=True)
-    thread.start()
-    return thread, box
 
 
 def lock_owner(lock: Path) -> dict[str, Any] | None:

@@ -7,9 +7,8 @@ from __future__ import annotations
 
 import os
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import psutil
 import pytest
@@ -20,7 +19,7 @@ from oodsim.engine import cluster as cluster_module
 from oodsim.protocols.open_set import CHECKPOINT
 from oodsim.store import Store
 from tests import stalling_preload
-from tests.conftest import children, small_digits, wait_for
+from tests.conftest import children, in_time, small_digits, wait_for
 
 #: seconds a test waits for a run that should have ended (it hung before the fix)
 PATIENCE = 150.0
@@ -81,24 +80,6 @@ def _self_stopped(stall: Path) -> list[psutil.Process]:
     return found
 
 
-def _run_in_thread(run: Callable[[], Any]) -> dict[str, Any]:
-    """``run()`` in a thread, for at most :data:`PATIENCE` seconds: its result or error; the
-    test fails if it is still going."""
-    box: dict[str, Any] = {}
-
-    def target() -> None:
-        try:
-            box["result"] = run()
-        except BaseException as error:  # re-raised by the test
-            box["error"] = error
-
-    thread = threading.Thread(target=target, daemon=True)
-    thread.start()
-    thread.join(PATIENCE)
-    assert not thread.is_alive(), f"the run did not end within {PATIENCE:.0f} s"
-    return box
-
-
 def _entries(cache: Path) -> list[tuple[str, str]]:
     return sorted((e.kind, e.key) for e in Store(cache).entries())
 
@@ -117,13 +98,13 @@ def test_a_worker_stopped_as_the_cluster_starts_stops_the_run_in_one_line(
     held = _entries(cache)
     before = _forked()
     (stall / "first").touch()  # the first worker that starts stops itself
-    box = _run_in_thread(
-        lambda: oodsim.run(small_digits(3), n_workers=2, cache=cache, progress=False)
-    )
+    with pytest.raises(ClusterError) as caught:
+        in_time(
+            lambda: oodsim.run(small_digits(3), n_workers=2, cache=cache, progress=False),
+            PATIENCE,
+        )
     assert list(stall.glob("stopped-*")), "no worker stopped itself"
-    error = box.get("error")
-    assert isinstance(error, ClusterError), box
-    message = str(error)
+    message = str(caught.value)
     assert "\n" not in message
     assert "did not start" in message and "had not started after 15 s" in message, message
     assert "nothing was computed" in message and "Check the machine" in message, message
@@ -163,17 +144,20 @@ def test_workers_stopped_mid_run_and_again_as_they_restart_end_the_run(
 
     helper = threading.Thread(target=stop_all, daemon=True)
     helper.start()
-    with dask.config.set({"distributed.scheduler.worker-ttl": "2 s"}):
-        box = _run_in_thread(
+    with (
+        dask.config.set({"distributed.scheduler.worker-ttl": "2 s"}),
+        pytest.raises(ClusterError) as caught,
+    ):
+        in_time(
             lambda: oodsim.run(
                 small_digits(4), n_workers=2, cache=cache, progress=False, worker_timeout=5
-            )
+            ),
+            PATIENCE,
         )
     helper.join(10)
     assert stopped, "no worker was stopped"
-    error = box.get("error")
-    assert isinstance(error, ClusterError), box
-    assert "no worker for 5 s" in str(error) and "cached" in str(error)
+    error = str(caught.value)
+    assert "no worker for 5 s" in error and "cached" in error
     assert list(stall.glob("stopped-*")), "no replacement worker started (and stopped)"
     assert not _self_stopped(stall), "stopped replacements outlived the run"
     assert not _stopped(_forked() - before), "stopped workers outlived the run"
