@@ -35,8 +35,9 @@ from oodsim.engine import forkserver, gpu, nanny, signals
 from oodsim.engine.address import LOCAL_SECURITY, connect_client
 from oodsim.engine.guard import check_main_guard
 from oodsim.engine.job_cluster import NO_HTTP_ROUTES, check_jobs, job_cluster
+from oodsim.engine.quiet_logs import DroppedUnlessDebug, install
 from oodsim.engine.work import Shipped, quiet_own_failures
-from oodsim.errors import DEBUG_ENV, ClusterError, format_warning
+from oodsim.errors import ClusterError, format_warning
 from oodsim.specs.cluster import ClusterSpec
 
 LOCAL_WORKER_TIMEOUT = 120.0  # seconds without any worker before a local run gives up
@@ -146,19 +147,18 @@ def dask_setup(worker: Any) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGHUP, signal.SIG_IGN)
     warnings.formatwarning = format_warning
-    logging.getLogger("distributed.worker").addFilter(_UnansweredHeartbeats())
+    install("distributed.worker", _UnansweredHeartbeats)
 
 
-class _UnansweredHeartbeats(logging.Filter):
+class _UnansweredHeartbeats(DroppedUnlessDebug):
     """Drops a local worker's log of a heartbeat that its scheduler did not answer, unless
     ``--debug``: the scheduler lives in the driver, and a driver stopped for a while (Ctrl-Z
     of ``oodsim run`` alone, a machine under memory pressure) had each worker print a 30-line
     traceback every few seconds, about 180 lines in a minute, with nothing to act on. A
     driver that stays away is handled anyway: the workers close when it is gone."""
 
-    def filter(self, record: logging.LogRecord) -> bool:
-        unanswered = record.msg == "Failed to communicate with scheduler during heartbeat."
-        return not unanswered or bool(os.environ.get(DEBUG_ENV))
+    def drops(self, record: logging.LogRecord) -> bool:
+        return record.msg == "Failed to communicate with scheduler during heartbeat."
 
 
 @contextlib.contextmanager

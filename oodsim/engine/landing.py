@@ -102,9 +102,9 @@ def as_landed(
         watch = watch_of(client)  # a job cluster's jobs, as its batch system says
         if watch is not None and watch.verdict is not None:
             raise ClusterError(watch.verdict)
-        threads = _threads(client, deadline)
+        working = threads(client, deadline)
         now = time.monotonic()
-        if threads is None:  # no answer: a stopped or hung scheduler, or a lost network
+        if working is None:  # no answer: a stopped or hung scheduler, or a lost network
             if now - answered > scheduler_timeout:
                 raise _silent(client, scheduler_timeout, f"{len(pending)} tasks pending")
             if unanswered is not None:
@@ -116,7 +116,7 @@ def as_landed(
         answered, silent = now, False
         if worker_timeout is None and no_worker is None:
             continue
-        if threads:
+        if working:
             if idle_since is not None and no_worker is not None:
                 no_worker(0.0, "")  # the workers are back
             idle_since = None
@@ -136,7 +136,7 @@ def as_landed(
             )
 
 
-def _threads(client: Any, deadline: float) -> int | None:
+def threads(client: Any, deadline: float) -> int | None:
     """The cluster's threads, as its scheduler tells them within ``deadline`` seconds; None
     when it does not answer (or the connection to it fails)."""
     try:

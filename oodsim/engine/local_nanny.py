@@ -22,12 +22,11 @@ is left), so :func:`quiet_given_up_starts` leaves those two logs to ``--debug``.
 from __future__ import annotations
 
 import logging
-import os
 
 from distributed import Nanny
 from distributed.core import Status
 
-from oodsim.errors import DEBUG_ENV
+from oodsim.engine.quiet_logs import DroppedUnlessDebug, install
 
 #: distributed's logger of the nannies, which run in the driver's process
 LOGGER = "distributed.nanny"
@@ -46,22 +45,18 @@ class LocalNanny(Nanny):
         await super().kill(timeout=timeout, reason=reason)
 
 
-class _GivenUpStarts(logging.Filter):
+class _GivenUpStarts(DroppedUnlessDebug):
     """Drops distributed's logs of a worker start that a :class:`LocalNanny` gave up (see the
     module), unless ``--debug``."""
 
-    def filter(self, record: logging.LogRecord) -> bool:
-        if os.environ.get(DEBUG_ENV):
-            return True
+    def drops(self, record: logging.LogRecord) -> bool:
         if record.msg == "Timed out connecting Nanny '%s' to scheduler '%s'":
-            return not (record.args and isinstance(record.args[0], LocalNanny))
+            return bool(record.args) and isinstance(record.args[0], LocalNanny)
         error = record.exc_info[1] if record.exc_info else None
         restart = record.msg == "Failed to restart worker after its process exited"
-        return not (restart and isinstance(error, TimeoutError))
+        return restart and isinstance(error, TimeoutError)
 
 
 def quiet_given_up_starts() -> None:
     """Install :class:`_GivenUpStarts` on distributed's nanny logger of this process, once."""
-    logger = logging.getLogger(LOGGER)
-    if not any(isinstance(f, _GivenUpStarts) for f in logger.filters):
-        logger.addFilter(_GivenUpStarts())
+    install(LOGGER, _GivenUpStarts)

@@ -18,7 +18,7 @@ from typing import Any
 
 from oodsim.engine.cluster import cluster_client
 from oodsim.engine.inprocess import InProcess
-from oodsim.engine.landing import ANSWER_TIMEOUT, as_landed, gathered
+from oodsim.engine.landing import ANSWER_TIMEOUT, as_landed, gathered, threads
 from oodsim.engine.placement import Placement
 from oodsim.engine.work import SCORE_KEY_PREFIX, TASK_KEY_PREFIX, Shipped, run_task, score_seed
 from oodsim.heartbeat import TOPIC, Listener
@@ -85,9 +85,8 @@ class Submitter(contextlib.ExitStack):
         if self.client is None or self.where.in_process:
             return 1
         try:  # bounded: a scheduler that does not answer is told while the run waits
-            threads = self.client.nthreads(callback_timeout=ANSWER_TIMEOUT)
-            return max(1, sum(threads.values()))
-        except Exception:  # a closing client, a silent scheduler: it is only an estimate
+            return max(1, threads(self.client, ANSWER_TIMEOUT) or 0)
+        except Exception:  # a closing client: it is only an estimate
             return 1
 
     def _done(self, task: Task) -> bool:

@@ -10,7 +10,6 @@ are all cached, and for every task of an in-process run.
 from __future__ import annotations
 
 import logging
-import os
 import sys
 import time
 from typing import Any
@@ -19,7 +18,7 @@ import attrs
 
 from oodsim.data.registry import adopt_datasets, user_datasets
 from oodsim.detectors import adopt, user_detectors
-from oodsim.errors import DEBUG_ENV
+from oodsim.engine.quiet_logs import DroppedUnlessDebug, install
 from oodsim.heartbeat import working_on
 from oodsim.models.registry import adopt_architectures, user_architectures
 from oodsim.protocols import bind
@@ -72,26 +71,23 @@ TASK_KEY_PREFIX = "oodsim-"
 SCORE_KEY_PREFIX = f"{TASK_KEY_PREFIX}score-"
 
 
-class _OwnTaskFailures(logging.Filter):
+class _OwnTaskFailures(DroppedUnlessDebug):
     """Drops distributed's log of oodsim's own failed tasks: a worker's multi-line "Compute
     Failed", and the scheduler's "Task ... marked as failed because 4 workers died". The
     driver reports each failed seed in one line, and ``--debug`` keeps these logs (a task's
     traceback travels with its exception), which otherwise only repeat it above that line."""
 
-    def filter(self, record: logging.LogRecord) -> bool:
+    def drops(self, record: logging.LogRecord) -> bool:
         message = record.getMessage()
-        own = (
+        return (
             message.startswith("Compute Failed") and f"Key:       {TASK_KEY_PREFIX}" in message
         ) or (message.startswith(f"Task {TASK_KEY_PREFIX}") and "workers died" in message)
-        return not own or bool(os.environ.get(DEBUG_ENV))
 
 
 def quiet_own_failures(logger_name: str = "distributed.worker") -> None:
     """Install :class:`_OwnTaskFailures` on this process's worker (or scheduler) logger,
     once."""
-    logger = logging.getLogger(logger_name)
-    if not any(isinstance(f, _OwnTaskFailures) for f in logger.filters):
-        logger.addFilter(_OwnTaskFailures())
+    install(logger_name, _OwnTaskFailures)
 
 
 def deterministic_torch(threads: int) -> None:
