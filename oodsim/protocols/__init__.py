@@ -18,6 +18,8 @@ from importlib.metadata import EntryPoint, entry_points
 from pathlib import Path
 from typing import Any, TypeVar
 
+import attrs
+
 from oodsim.errors import SpecError, UnknownNameError
 from oodsim.protocols.base import Protocol
 from oodsim.specs import RunSpec
@@ -177,7 +179,8 @@ def _read(path: Path) -> tuple[type[Protocol], Any]:
     if not isinstance(name, str) or name not in names:
         raise SpecError("protocol", name, "one of " + ", ".join(map(repr, names)))
     protocol = get_protocol(name)
-    return protocol, protocol.from_data(data, path.parent)
+    spec = protocol.from_data(data, path.parent)
+    return protocol, attrs.evolve(spec, source=str(path.resolve()))
 
 
 __all__ = [

@@ -34,9 +34,17 @@ def _has_tables(tp: Any) -> bool:
     return _is_table(tp) or any(_has_tables(a) for a in typing.get_args(tp) if a is not Ellipsis)
 
 
+def _not_data(cls: type) -> dict[str, Any]:
+    """cattrs overrides omitting the fields of ``cls`` that are never data (metadata
+    ``data=False``: where a spec was read from): a file cannot set them, and plain data, the
+    spec JSON of results among it, never carries them."""
+    omitted = cattrs.gen.override(omit=True)
+    return {f.name: omitted for f in attrs.fields(cls) if f.metadata.get("data") is False}
+
+
 def _table_hook(cls: type) -> Callable[[Any, type], Any]:
     """Structure a table of ``cls``: unknown keys and every field error carry their path."""
-    generated = cattrs.gen.make_dict_structure_fn(cls, _converter)
+    generated = cattrs.gen.make_dict_structure_fn(cls, _converter, **_not_data(cls))
 
     def structure(value: Any, _: type) -> Any:
         if isinstance(value, cls):
@@ -101,6 +109,10 @@ for _scalar in (int, float, bool, str):
 
 
 _converter.register_structure_hook_factory(_is_table, _table_hook)
+_converter.register_unstructure_hook_factory(
+    lambda t: _is_table(t) and bool(_not_data(t)),
+    lambda cls: cattrs.gen.make_dict_unstructure_fn(cls, _converter, **_not_data(cls)),
+)
 
 
 _converter.register_structure_hook_func(
@@ -184,7 +196,9 @@ def spec_errors(what: str = "spec", rename: Callable[[str], str] | None = None) 
         for leaf, parts in leaves:
             if isinstance(leaf, cattrs.ForbiddenExtraKeysError):
                 table = rename(_path(parts))
-                allowed = [f.name for f in attrs.fields(leaf.cl)]
+                allowed = [
+                    f.name for f in attrs.fields(leaf.cl) if f.name not in _not_data(leaf.cl)
+                ]
                 field = f"{table} field" if table else "field"
                 raise UnknownNameError(field, sorted(leaf.extra_fields)[0], allowed) from None
             if isinstance(leaf, KeyError) and parts:

@@ -47,7 +47,11 @@ def check_labels(field: str, labels: Sequence[str]) -> None:
 @spec_class
 class RunSpec(Seeded, KeyedSpec):
     """What every protocol's spec has: ``name``, ``detectors``, ``metrics``, ``seeds``,
-    ``stopping``, ``on_failure`` and ``cluster`` (execution only: never in the key).
+    ``stopping``, ``on_failure`` and ``cluster`` (execution only: never in the key), and
+    ``source``: the spec file it was read from (set by :func:`oodsim.load`, kept by
+    ``attrs.evolve``; None for a spec built in Python or a shipped spec loaded by name). A run
+    finds its default cache and results folder from it (:mod:`oodsim.store.defaults`); it is
+    never in the key, in plain data or in comparisons.
 
     A subclass sets ``TAG`` and ``VERSION`` (its key's tag, and the default ``name``),
     ``DEFAULT_METRICS``, ``DEFAULT_N_SEEDS`` (None: :class:`SeedsSpec`'s 50) and, where it
@@ -71,6 +75,9 @@ class RunSpec(Seeded, KeyedSpec):
     stopping: StoppingSpec = attrs.field(factory=StoppingSpec)
     on_failure: str = attrs.field(default="record", validator=one_of("record", "abort"))
     cluster: ClusterSpec | None = attrs.field(default=None, metadata=no_key())
+    source: str | None = attrs.field(
+        default=None, eq=False, repr=False, metadata=no_key(data=False)
+    )
 
     @classmethod
     def metric_names(cls) -> Sequence[str]:
