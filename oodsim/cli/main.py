@@ -1,4 +1,4 @@
-"""The oodsim command: run (any protocol's spec), report, cache ls|verify|gc,
+"""The oodsim command: run (any protocol's spec), report, results ls, cache ls|verify|gc,
 imagenet21k-classes, imagenet-o (one model or saved logits); severity is an alias of run.
 
 Ctrl-C (SIGINT), SIGTERM and SIGHUP (the terminal closed) stop a run the same way: finished
@@ -20,6 +20,7 @@ from oodsim.cli.cache import add_cache_command
 from oodsim.cli.imagenet_o import add_command as add_imagenet_o
 from oodsim.cli.options import add_trust, path_text
 from oodsim.cli.reporting import write_report_telling
+from oodsim.cli.results import add_results_command
 from oodsim.cli.run import add_run_options, cmd_run
 from oodsim.errors import DEBUG_ENV, OodsimError, one_line_warnings, telling_interrupt
 
@@ -133,6 +134,7 @@ def parser() -> argparse.ArgumentParser:
     report.set_defaults(func=_cmd_report)
 
     add_cache_command(commands)
+    add_results_command(commands)
 
     text = "filter ImageNet-21k classes with WordNet (CSV)"
     classes = commands.add_parser("imagenet21k-classes", help=text, description=text)

@@ -9,10 +9,10 @@ from pathlib import Path
 from oodsim.cli.options import path_text
 from oodsim.cli.reporting import write_report_telling
 from oodsim.cli.summary import (
+    last_line,
     print_failures,
     print_variance_sources,
     print_win_probabilities,
-    seed_unit,
     table_metric,
 )
 from oodsim.errors import OodsimError, telling_interrupt
@@ -67,35 +67,42 @@ def add_run_options(command: argparse.ArgumentParser) -> None:
     command.add_argument(
         "--overwrite",
         action="store_true",
-        help="replace results of another spec at --out, and write --report into a folder "
-        "that holds other files or another report (refused otherwise)",
+        help="replace results of a spec of another name at --out (results of an earlier "
+        "version of the same spec are kept by key beside the new ones, without this), and "
+        "write --report into a folder that holds other files or another report (refused "
+        "otherwise)",
     )
 
 
 def cmd_run(args: argparse.Namespace) -> int:
     """Run a spec; an interrupt, whenever it comes, says in one line what it left."""
     with telling_interrupt("oodsim: interrupted before the run started; nothing was computed"):
-        # loaded by the command that needs it, so `oodsim --help` stays fast
-        from oodsim.engine import load, run
-        from oodsim.store import default_results, default_root
+        # the spec first: its errors come before the engine's imports (dask, xarray, torch)
+        from oodsim.protocols import load
 
         address, cluster = _cluster_options(args.address, args.cluster)
         spec = load(args.spec)
         metric = table_metric(spec, args.metric)
-        near = Path(args.spec).parent  # one cache and results folder per project, from any folder
-        cache = Path(args.cache) if args.cache else default_root(near)
-        new_cache = " (a new cache: it was empty)" if not cache.exists() else ""
-        out = Path(args.out) if args.out else default_results(spec.name, near)
+
+        from oodsim.engine import run
+        from oodsim.store import CacheRoot, cache_root, default_results
+
+        # one cache and results folder per project, from any folder: the spec file's project
+        # (a shipped spec by name: the working folder's), as oodsim.run finds it from Python
+        cache = (
+            CacheRoot(Path(args.cache), "--cache")
+            if args.cache
+            else cache_root(spec.source, script=None)
+        )
+        out = Path(args.out) if args.out else default_results(spec.name, _folder(spec))
         if args.report:  # refused before any compute, not after it
             # the report package (0.3 s of imports) loads here or after the run: a cached
             # rerun starts scoring without it
             from oodsim.report import check_report_folder
 
             check_report_folder(args.report, spec, overwrite=args.overwrite, results=out)
-        if not args.quiet:
-            print(_opening_line(spec, cache, out), flush=True)  # stderr: errors and progress
     started = time.perf_counter()
-    results = run(  # tells its own interrupt: on its status line, else as a note
+    results = run(  # says what it will do, then tells its own interrupt
         spec,
         address=address,
         cluster=cluster,
@@ -122,14 +129,15 @@ def cmd_run(args: argparse.Namespace) -> int:
                 results, Path(args.report), overwrite=args.overwrite, source=out
             )
             print(f"report written to {report}")
-    n_failed = int(results.attrs.get("n_failed", 0))
-    failed = f" ({n_failed} excluded)" if n_failed else ""
-    print(
-        f"\n{results.sizes['seed']} {seed_unit(results)}{failed} in {seconds:.1f} s "
-        f"(store {cache.resolve()}{new_cache}: {results.attrs['store']}); "
-        f"results written to {out}"
-    )
+    print("\n" + last_line(results, seconds, out))
     return 0
+
+
+def _folder(spec) -> Path:
+    """The folder whose project takes the results of ``spec`` (see oodsim.store.run_folder)."""
+    from oodsim.store import run_folder  # (fast --help)
+
+    return run_folder(spec.source, script=None)[0]
 
 
 class OptionConflict(OodsimError):
@@ -147,27 +155,3 @@ def _cluster_options(address: str | None, cluster: str | None) -> tuple[str | No
             "--cluster or --address, not both (--address is the old spelling of --cluster ADDRESS)"
         )
     return address, None
-
-
-def _opening_line(spec, cache: Path, out: Path) -> str:
-    """What a run is about to do, before anything heavy: the spec, the plan (seeds in the
-    cache, seeds to compute), the store it reads (with how many entries it already holds) and
-    where the results go."""
-    # (fast --help)
-    from oodsim.engine.plan import count_cached
-    from oodsim.protocols import bind
-    from oodsim.store import Store
-    from oodsim.store.layout import TMP_PREFIX, is_cache
-
-    job = bind(spec)
-    store = Store(cache)
-    entries = sum(not p.parent.name.startswith(TMP_PREFIX) for p in cache.glob("*/*/*/meta.json"))
-    held = f"{entries} entries" if entries else "empty: everything is computed"
-    if cache.is_dir() and not is_cache(cache) and any(cache.iterdir()):
-        held += "; a folder of other files, used but not marked: `oodsim cache` refuses it"
-    plan = count_cached(job, store, spec.seeds.all()[: spec.max_seeds]).describe(job.unit)
-    rule = "" if spec.stopping.rule == "fixed" else f", stopping rule {spec.stopping.rule}"
-    return (
-        f"oodsim: {spec.name} ({job.name}; {plan}{rule}); "
-        f"cache {cache.resolve()} ({held}); results to {out}"
-    )

@@ -1,7 +1,11 @@
-"""What ``oodsim run`` prints after a run: the failures, the sources of variance and the
-probability that each method wins a 5-seed paper."""
+"""What ``oodsim run`` prints after a run: the failures, the sources of variance, the
+probability that each method wins a 5-seed paper, and the last line (what was computed, reused
+and excluded, and where the results went)."""
 
 from __future__ import annotations
+
+import json
+from pathlib import Path
 
 
 def table_metric(spec, metric: str | None) -> str:
@@ -111,3 +115,40 @@ def print_win_probabilities(results, metric: str, k: int = 5) -> None:
         print("  " + PAIRING_LABELS[p].replace("k seeds", f"{k} seeds"))
     table = win_table(results, k, n_draws, 0, markdown=False, metric=metric, wins=wins)
     print("\n".join("  " + line for line in table.splitlines()))
+
+
+def last_line(results, seconds: float, out: Path) -> str:
+    """The run in one sentence: its seeds computed, reused from the cache and left out of the
+    estimates (excluded as degenerate, or failed), the store entries it computed, and where
+    its results went (with the earlier results of the spec's name, when there are some)."""
+    from oodsim.results import failure_kind  # (fast --help)
+    from oodsim.results.access import as_text
+    from oodsim.results.history import versions
+    from oodsim.store import shown
+
+    unit, n = seed_unit(results), results.sizes["seed"]
+    reused = int(results.attrs.get("n_reused", 0))
+    kinds = [failure_kind(f) for f in as_text(results["failure"]).values.tolist()]
+    excluded = sum(k is not None and k.excluded for k in kinds)
+    failed = sum(k is not None and not k.excluded for k in kinds)
+    parts = [f"{n - reused} computed", f"{reused} reused from the cache"]
+    parts += [f"{excluded} excluded ({_excluded_kinds(kinds)})"] if excluded else []
+    parts += [f"{failed} failed"] if failed else []
+    computed = json.loads(results.attrs.get("store", "{}")).get("computed", {})
+    entries = ", ".join(f"{count} {kind}" for kind, count in computed.items())
+    made = f"; store entries computed: {entries}" if entries else "; nothing computed"
+    earlier = len(versions(out)) - 1
+    history = (
+        f" ({earlier} earlier result{'s' if earlier > 1 else ''} of {out.name}: "
+        f"oodsim results ls {shown(out)})"
+        if earlier > 0
+        else ""
+    )
+    return (
+        f"{n} {unit} in {seconds:.1f} s: {', '.join(parts)}{made}. Results in {shown(out)}{history}"
+    )
+
+
+def _excluded_kinds(kinds) -> str:
+    """The kinds of the excluded seeds, e.g. "degenerate"."""
+    return ", ".join(sorted({k.name for k in kinds if k is not None and k.excluded}))

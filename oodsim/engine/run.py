@@ -23,6 +23,7 @@ import xarray as xr
 
 from oodsim.data import fingerprint
 from oodsim.engine import signals, window
+from oodsim.engine.opening import follows_line, opening_line
 from oodsim.engine.placement import place
 from oodsim.engine.progress import Progress, interrupted_message
 from oodsim.engine.stopping import check_stopping
@@ -39,8 +40,9 @@ from oodsim.results import (
     failure_kind,
     save_results,
 )
+from oodsim.results.history import Saved, read_saved
 from oodsim.specs.cluster import ClusterSpec
-from oodsim.store import Store, default_root
+from oodsim.store import CacheRoot, Store, cache_root, main_script
 from oodsim.store.plugin_sources import check_sources
 from oodsim.store.room import check_room
 
@@ -58,7 +60,7 @@ def run(
     *,
     address: str | None = None,
     n_workers: int | None = None,
-    cache: str | Path | None = None,
+    cache: str | Path | CacheRoot | None = None,
     out: str | Path | None = None,
     progress: bool | TextIO = True,
     worker_timeout: float | None = None,
@@ -76,15 +78,18 @@ def run(
     ``"in-process"``) that replaces
     the kind of the spec's ``[cluster]`` table, a whole table (a ``ClusterSpec`` or a dict),
     or a scheduler address (like ``address``, which may not be given with it). ``cache``: the
-    store root (default ``$OODSIM_CACHE``, else the ``cache/`` of the current folder's project,
-    :func:`oodsim.store.default_root`); ``out``: also save the results
-    there (zarr).
-    ``progress``: print a status line to stderr (or the given stream). ``worker_timeout``:
+    store root (default ``$OODSIM_CACHE``, else the ``cache/`` of the project of the spec's
+    file, else of the running script, else the user cache: :func:`oodsim.store.cache_root`);
+    ``out``: also save the results there (zarr).
+    ``progress``: print what the run will do (the cache and why, seeds cached and to compute,
+    where results go) and then a status line, to stderr (or the given stream). ``worker_timeout``:
     stop with :class:`~oodsim.engine.ClusterError` when the cluster has had no worker for this
     many seconds while work is pending (default: 120 s on oodsim's own local cluster; none with
     ``address`` or batch jobs, where workers may still be queued). ``out`` that holds results
-    of another spec (or anything that is not oodsim results) is refused before any compute
-    unless ``overwrite=True``; results of the same spec are replaced.
+    of the same spec is replaced; results of an earlier version of the spec (the same
+    ``name``) move beside it, kept by key (:mod:`oodsim.results.history`); results of a spec of
+    another name (or anything that is not oodsim results) are refused before any compute
+    unless ``overwrite=True``.
 
     With a sequential stopping rule, seeds go out in batches of ``stopping.batch_size``; when
     the rule fires, queued work is cancelled and the decision is recorded in
@@ -105,14 +110,17 @@ def run(
     stream = (sys.stderr if progress is True else progress) or None
     # a silent run still tells a stall (no worker, a scheduler that does not answer), once
     tracker = Progress(len(seeds), stream, unit=job.unit, notices=None if stream else sys.stderr)
-    if cache is not None and not str(cache).strip():  # an unset variable: not "the default"
-        raise SpecError("cache", cache, "a folder path (None for the default)")
-    root = cache if cache is not None else default_root()  # looks for the project once
+    located = _cache_root(cache, spec)
+    root = located.path
     with tracker.telling(f"interrupted before any of its {job.unit} started; nothing was computed"):
-        if out is not None:
-            check_out(out, spec, overwrite, root)
+        earlier = check_out(out, spec, overwrite, root) if out is not None else None
         check_not_results(root)
         store = Store(root)
+        if stream is not None:
+            saved_to = None if out is None else Path(out)
+            print(opening_line(job, store, located, saved_to), file=stream, flush=True)
+            if earlier is not None:
+                print(follows_line(spec, earlier, Path(out)), file=stream, flush=True)
         job.preflight(store)  # it only reads: a seed's checks as a worker would run them
         kinds = [kind for task in job.plan(seeds[0]) for kind, _ in task.entries]
         layout = job.layout()
@@ -157,7 +165,10 @@ def run(
             submitter.cancel()
             tracker.stopped(f"stopped after {len(results)} {job.unit}: {decision.reason}")
     _check_some_scored(results, where.jobs, job.unit)
-    extra: dict[str, Any] = {"wall_seconds": round(time.perf_counter() - started, 3)}
+    extra: dict[str, Any] = {
+        "wall_seconds": round(time.perf_counter() - started, 3),
+        "n_reused": tracker.cached,  # seeds whose every entry was in the store
+    }
     if decision is not None:
         extra["stopping"] = json.dumps(decision.as_dict())
     whole = f" (the results at {out} are whole: the earlier ones, or these)" if out else ""
@@ -172,9 +183,23 @@ def run(
     return result
 
 
-def check_out(out: str | Path, spec: Any, overwrite: bool, cache: str | Path) -> None:
+def _cache_root(cache: str | Path | CacheRoot | None, spec: Any) -> CacheRoot:
+    """The store root of a run and why it is that one: ``cache`` as given, else the default
+    of the spec's file or the running script (:func:`oodsim.store.cache_root`)."""
+    if isinstance(cache, CacheRoot):
+        return cache
+    if cache is None:
+        return cache_root(getattr(spec, "source", None), main_script())
+    if not str(cache).strip():  # an unset variable: not "the default"
+        raise SpecError("cache", cache, "a folder path (None for the default)")
+    return CacheRoot(Path(cache), "given")
+
+
+def check_out(out: str | Path, spec: Any, overwrite: bool, cache: str | Path) -> Saved | None:
     """Before any compute: ``out`` must be absent (in a folder that takes new files), an empty
-    folder, or results oodsim wrote, of this spec or, with ``overwrite``, of another one.
+    folder, or results oodsim wrote: of this spec, of an earlier version of it (the same
+    ``name``: an edited spec, whose results then move beside ``out`` by key; returned, so that
+    the run can say how the spec changed), or, with ``overwrite``, of another spec.
     Anything else (see :func:`~oodsim.results.check_output`, which also keeps ``out`` apart
     from the ``cache`` root) raises :class:`OutputExists` whatever ``overwrite`` says, and an
     output path that cannot be written raises :class:`~oodsim.results.OutputError`."""
@@ -183,11 +208,18 @@ def check_out(out: str | Path, spec: Any, overwrite: bool, cache: str | Path) ->
         key = check_output(path, cache=cache)
     except ForeignOutput as error:  # oodsim replaces only what it wrote
         raise OutputExists(str(error)) from None
-    if key is None or key == spec.key or overwrite:
-        return
+    if key is None or key == spec.key:
+        return None
+    earlier = read_saved(path)
+    if earlier is not None and earlier.name == spec.name:
+        return earlier
+    if overwrite:
+        return None
+    named = f" named {earlier.name!r}" if earlier is not None and earlier.name else ""
     raise OutputExists(
-        f"{path} holds results of another spec (key {key[:12]}); choose another output path, "
-        "or pass overwrite=True (`oodsim run --overwrite`) to replace it"
+        f"{path} holds results of another spec{named} (key {key[:12]}), not of {spec.name!r}: "
+        "choose another output path, or pass overwrite=True (`oodsim run --overwrite`) to "
+        "replace them"
     )
 
 

@@ -134,7 +134,9 @@ def format_summary_table(
     results: xr.Dataset | xr.DataArray, confidence: float = 0.95, digits: int = 3
 ) -> str:
     """Plain-text table of mean [confidence interval] per method × metric (rows also split
-    by ood / severity / dataset / model when they vary); the CLI prints it."""
+    by ood / severity / dataset / model when they vary); the CLI prints it. A metric that
+    does not depend on the detector (the classifier's ``accuracy``) is one line under the
+    table, not a column repeated per method; the interval is named once, below."""
     score = as_score(results)
     n = n_scored(score)
     if n == 0:  # a table of dashes said nothing of why
@@ -145,9 +147,27 @@ def format_summary_table(
         )
     note = fixed_note(score, ("seed", "method", "metric"))
     est = estimate(results, confidence=confidence)
-    title = f"Mean [{interval_name(est)}] over {n} seeds" + (f" ({note})" if note else "")
-    table = estimate_table(est, metrics_of(score, None), markdown=False, digits=digits)
-    return title + "\n" + table
+    metrics = metrics_of(score, None)
+    shared = [m for m in metrics if m not in ood_metrics(score) and _same_for_every_method(est, m)]
+    columns = [m for m in metrics if m not in shared] or metrics
+    lines = [f"Mean [{est.attrs['confidence']:.0%} interval] over {n} seeds"]
+    lines[0] += f" ({note})" if note else ""
+    lines += [estimate_table(est, columns, markdown=False, digits=digits)]
+    for metric in (m for m in shared if m not in columns):
+        e = select_metric(est, metric).isel(method=0)
+        lines.append(
+            f"classifier {metric} (the same for every method): {fmt(e['mean'].item(), digits)} "
+            f"[{fmt(e['lower'].item(), digits)}, {fmt(e['upper'].item(), digits)}]"
+        )
+    lines.append(f"interval: {interval_name(est)}")
+    return "\n".join(lines)
+
+
+def _same_for_every_method(est: xr.Dataset, metric: str) -> bool:
+    """Whether ``metric``'s estimate is one number, the same for every method (and cell):
+    a property of the classifier, not of the detectors."""
+    means = select_metric(est["mean"], metric).values
+    return bool(np.all(means == means.reshape(-1)[0]) or np.all(np.isnan(means)))
 
 
 def exclusion_effect_table(

@@ -12,11 +12,13 @@ import os
 import shutil
 import uuid
 import warnings
+from datetime import UTC, datetime
 from pathlib import Path
 
 import xarray as xr
 
 from oodsim.errors import OodsimError
+from oodsim.results.history import kept_path, read_saved
 from oodsim.results.manifest import (
     MANIFEST,
     MANIFEST_FORMAT,
@@ -66,10 +68,54 @@ def save_results(results: xr.Dataset, path: str | Path) -> Path:
         ) from None
     finally:
         if swapped:
-            _discard(tmp)
+            _retire(tmp, path, _spec_key(results), _spec_name(results))
         elif tmp.is_dir() and not tmp.is_symlink():
             shutil.rmtree(tmp, ignore_errors=True)  # our own unfinished store
+    _forget_kept(path, _spec_key(results))
     return path
+
+
+def _spec_key(results: xr.Dataset) -> str:
+    return str(results.attrs.get("spec_key", ""))
+
+
+def _spec_name(results: xr.Dataset) -> str | None:
+    """The spec name the results carry (in their spec JSON), None where they carry none."""
+    try:
+        name = json.loads(str(results.attrs.get("spec") or "null")).get("name")
+    except (ValueError, AttributeError):
+        return None
+    return name if isinstance(name, str) else None
+
+
+def _retire(old: Path, path: Path, key: str, name: str | None) -> None:
+    """The store that new results of spec ``key`` (named ``name``) replaced at ``path``, now
+    at ``old``: results of an earlier spec of the same name are kept by their key beside
+    ``path`` (:func:`~oodsim.results.history.kept_path`); others (the same spec's, or another
+    name's replaced with ``overwrite``) are deleted."""
+    before = read_saved(old)
+    if before is None or before.key == key or name is None or before.name != name:
+        _discard(old)
+        return
+    kept = kept_path(path, before.key)
+    try:
+        kept.parent.mkdir(exist_ok=True)
+        if _replace(old, kept):  # an older copy of the same spec's results was kept there
+            _discard(old)
+    except OSError as error:
+        warnings.warn(
+            f"kept {old}, the results of spec {before.key[:12]} these replaced: they could not "
+            f"move to {kept} ({error.strerror or error}); move or delete them yourself",
+            stacklevel=3,
+        )
+
+
+def _forget_kept(path: Path, key: str) -> None:
+    """Results of spec ``key`` are now the latest at ``path``: a copy of its earlier results
+    kept in the history goes, so that each spec has one place."""
+    kept = kept_path(path, key)
+    if key and what_is(kept) == "folder" and read_saved(kept) is not None:
+        _discard(kept)
 
 
 def _write_store(results: xr.Dataset, folder: Path) -> None:
@@ -87,7 +133,8 @@ def _write_store(results: xr.Dataset, folder: Path) -> None:
     record = {
         "format": MANIFEST_FORMAT,
         "version": MANIFEST_VERSION,
-        "spec_key": str(results.attrs.get("spec_key", "")),
+        "spec_key": _spec_key(results),
+        "saved": datetime.now(UTC).isoformat(timespec="seconds"),
         "written": uuid.uuid4().hex,
         "files": file_checksums(folder, skip=MANIFEST),
     }

@@ -5,9 +5,14 @@ maintenance (``ls``, ``verify``, ``gc``) and the digests that make entries trust
 
 from oodsim.store.defaults import (
     PROJECT_DEFAULTS_ENV,
+    CacheRoot,
+    cache_root,
     default_results,
     default_root,
+    main_script,
     project_folder,
+    run_folder,
+    shown,
     user_cache,
 )
 from oodsim.store.entries import (
@@ -32,13 +37,18 @@ __all__ = [
     "PROJECT_DEFAULTS_ENV",
     "QUARANTINE_PREFIX",
     "TMP_PREFIX",
+    "CacheRoot",
     "CorruptEntryWarning",
     "Entry",
     "Store",
     "StoreError",
+    "cache_root",
     "default_results",
     "default_root",
+    "main_script",
     "project_folder",
+    "run_folder",
+    "shown",
     "summarize_events",
     "user_cache",
 ]

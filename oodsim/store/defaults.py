@@ -1,11 +1,19 @@
 """Where a run keeps its store and writes its results unless told: the project's own
 ``cache/`` and ``results/``, so that the same spec run from any folder of a project reuses
-the same entries (docs/caching.md)."""
+the same entries, from the command line and from Python alike (docs/caching.md).
+
+A run's defaults are found from one folder (:func:`run_folder`): the spec file's, else the
+running script's, else the working folder; its project (:func:`project_folder`) holds the cache
+and the results, and outside any project the user cache holds the store (:func:`cache_root`).
+"""
 
 from __future__ import annotations
 
 import os
+import sys
 from pathlib import Path
+
+import attrs
 
 from oodsim.store.layout import is_cache
 
@@ -48,3 +56,56 @@ def default_results(name: str, near: str | Path | None = None) -> Path:
         return Path(os.environ["OODSIM_RESULTS"]) / f"{name}.zarr"
     project = project_folder(near)
     return (project if project is not None else Path.cwd()) / "results" / f"{name}.zarr"
+
+
+@attrs.frozen
+class CacheRoot:
+    """A run's store root and why it is that one, in words (the opening line says both):
+    ``"--cache"``, ``"$OODSIM_CACHE"``, ``"the project of specs/digits.toml"``, ..."""
+
+    path: Path
+    why: str
+
+
+def main_script() -> Path | None:
+    """The script this process runs (``python script.py``), or None: an interactive session,
+    a notebook, ``python -c``, or oodsim's own command."""
+    main = sys.modules.get("__main__")
+    spec = getattr(main, "__spec__", None)
+    if spec is not None and (spec.name or "").startswith("oodsim"):  # python -m oodsim
+        return None
+    file = getattr(main, "__file__", None)
+    return Path(file).resolve() if file else None
+
+
+def run_folder(source: str | Path | None, script: Path | None) -> tuple[Path, str]:
+    """The folder a run's defaults are found from, and what it is in words: the folder of
+    the spec file ``source`` (a spec read from a file), else the folder of ``script`` (a spec
+    built in Python, or a shipped spec loaded by name, in a script), else the working folder."""
+    if source is not None:
+        return Path(source).parent, f"the spec file {shown(source)}"
+    if script is not None:
+        return script.parent, f"the script {shown(script)}"
+    return Path.cwd(), "the working folder"
+
+
+def cache_root(source: str | Path | None, script: Path | None) -> CacheRoot:
+    """The default store root of a run (:func:`run_folder` says where it is found from):
+    ``$OODSIM_CACHE``, else the ``cache/`` of that folder's project, else :func:`user_cache`."""
+    if os.environ.get("OODSIM_CACHE"):
+        return CacheRoot(Path(os.environ["OODSIM_CACHE"]), "$OODSIM_CACHE")
+    folder, what = run_folder(source, script)
+    project = project_folder(folder)
+    if project is None:
+        return CacheRoot(user_cache(), f"the user cache: {what} is in no project")
+    return CacheRoot(project / "cache", f"the project of {what}")
+
+
+def shown(path: str | Path) -> str:
+    """``path`` as a user reads it in a message: relative to the working folder where it lies
+    inside it, else absolute."""
+    path = Path(path).absolute()
+    try:
+        return str(path.relative_to(Path.cwd()))
+    except ValueError:
+        return str(path)
