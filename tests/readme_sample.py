@@ -32,12 +32,15 @@ WIN_ROWS = ("msp", "mahalanobis")  # rows of the P(best) table shown
 
 def sample_block(stdout: str) -> str:
     """The fenced block the README shows: the summary table's title, header and chosen rows
-    (others elided), and the chosen rows of the P(best) table."""
+    (others elided) with the lines under it (the classifier's accuracy, the interval), and
+    the chosen rows of the P(best) table."""
     lines = stdout.splitlines()
     start = next(i for i, line in enumerate(lines) if line.startswith("Mean ["))
     end = next(i for i in range(start, len(lines)) if not lines[i].strip())
     title, header, rule = lines[start : start + 3]
-    rows = {line.split()[0]: line for line in lines[start + 3 : end]}
+    table = lines[start + 3 : end]
+    notes = [line for line in table if line.startswith(("classifier ", "interval:"))]
+    rows = {line.split()[0]: line for line in table if line not in notes}
     second_metric = header.index(header.split()[2])  # where the second metric's column starts
     shown = [rows[name] for name in FULL_ROWS]
     shown += [rows[name][:second_metric].rstrip() + "  ..." for name in SHORT_ROWS]
@@ -46,7 +49,8 @@ def sample_block(stdout: str) -> str:
     win_header = next(i for i in range(wins, len(lines)) if lines[i].split()[:1] == ["method"])
     win_end = next(i for i in range(win_header, len(lines)) if not lines[i].strip())
     win_rows = [line for line in lines[win_header + 2 : win_end] if line.split()[0] in WIN_ROWS]
-    body = [title, header, rule, *shown, "", win_title, *lines[win_header : win_header + 2]]
+    body = [title, header, rule, *shown, *notes, ""]
+    body += [win_title, *lines[win_header : win_header + 2]]
     return "\n".join(["```", *body, *win_rows, "  ...", "```"])
 
 

@@ -878,7 +878,7 @@ def test_a_run_says_when_its_cache_is_a_folder_of_other_files(
     spec = digits_toml(tmp_path / "spec.toml", 1)
     args = ["run", str(spec), "--cache", str(home), "--out", str(tmp_path / "r.zarr")]
     assert cli_main([*args, "--workers", "1"]) == 0
-    assert "a folder of other files, used but not marked" in capsys.readouterr().out
+    assert "a folder of other files, used but not marked" in capsys.readouterr().err
     assert (home / "notes.txt").read_text() == "notes" and not (home / ".gitignore").exists()
 
 

@@ -194,12 +194,14 @@ def test_blocks_are_found_with_their_markers(tmp_path: Path) -> None:
 #: ``<0.001 [0.000, 0.002]`` there)
 OTHER_PROCESSOR = """\
 ```
-Mean [95% bound-aware interval (logit-t inside, two-part where seeds sit on a bound)] over 50 seeds
-method              auroc                 aupr_in               aupr_out              fpr95                 accuracy              n
-------------------  --------------------  --------------------  --------------------  --------------------  --------------------  --
-msp                 0.931 [0.914, 0.945]  0.950 [0.935, 0.961]  0.894 [0.871, 0.913]  0.316 [0.260, 0.379]  0.988 [0.986, 0.991]  50
+Mean [95% interval] over 50 seeds
+method              auroc                 aupr_in               aupr_out              fpr95                 n
+------------------  --------------------  --------------------  --------------------  --------------------  --
+msp                 0.931 [0.914, 0.945]  0.950 [0.935, 0.961]  0.894 [0.871, 0.913]  0.316 [0.260, 0.379]  50
 odin                0.934 [0.917, 0.948]  ...
 mahalanobis         0.958 [0.951, 0.963]  ...
+classifier accuracy (the same for every method): 0.988 [0.986, 0.991]
+interval: 95% bound-aware interval (logit-t inside, two-part where seeds sit on a bound)
 
 P(best mean auroc in a 5-seed comparison; 10000 draws) [95% bootstrap percentile interval: ...]:
   method              independent            paired

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import re
 import signal
 import subprocess
@@ -19,6 +20,7 @@ from oodsim.engine.progress import interrupted_message
 from oodsim.errors import SpecError
 from oodsim.protocols.open_set import entries
 from oodsim.results import store_counts
+from oodsim.results.history import kept_path, versions
 from oodsim.specs import DatasetSpec, ExperimentSpec
 from oodsim.store import Store
 from tests.conftest import ROOT, small_digits, wait_for
@@ -176,15 +178,29 @@ def test_batches_are_cut_when_asked_for() -> None:
     assert reached.startswith("interrupted; 3 of the first 16 of 1000000 seeds have everything")
 
 
-def test_results_of_another_spec_are_never_replaced_silently(tmp_path: Path, capsys) -> None:
+def test_an_edited_spec_reruns_and_keeps_what_it_replaces(tmp_path: Path, capsys) -> None:
+    """Results of an earlier version of a spec name move beside the new ones, kept by key;
+    results of another spec name (or of nothing oodsim wrote) are never replaced silently."""
     cache, out = tmp_path / "cache", tmp_path / "r.zarr"
     first = small_digits(2)
     oodsim.run(first, cache=cache, out=out, n_workers=1, progress=False)
     oodsim.run(first, cache=cache, out=out, progress=False)  # the same spec: replaced (cached)
-    other = small_digits(3)
-    with pytest.raises(OutputExists, match="results of another spec.*overwrite=True"):
+    assert [s.key for s in versions(out)] == [first.key]
+    edited = small_digits(3)  # one more seed: another key, the same name
+    stream = io.StringIO()
+    oodsim.run(edited, cache=cache, out=out, n_workers=1, progress=stream)
+    follows = next(line for line in stream.getvalue().splitlines() if "changed since" in line)
+    assert "(seeds.n 2 → 3)" in follows and f"move to {kept_path(out, first.key)}" in follows
+    assert [(s.key, s.latest) for s in versions(out)] == [(edited.key, True), (first.key, False)]
+    assert oodsim.open_results(out).sizes["seed"] == 3
+    assert oodsim.open_results(kept_path(out, first.key)).sizes["seed"] == 2
+    oodsim.run(first, cache=cache, out=out, progress=False)  # back again: one place a key
+    assert [(s.key, s.latest) for s in versions(out)] == [(first.key, True), (edited.key, False)]
+
+    other = small_digits(4, name="other")
+    with pytest.raises(OutputExists, match="another spec named 'digits'.*overwrite=True"):
         oodsim.run(other, cache=cache, out=out, progress=False)
-    assert oodsim.open_results(out).sizes["seed"] == 2  # untouched
+    assert oodsim.open_results(out).attrs["spec_key"] == first.key  # untouched
     path = tmp_path / "other.toml"
     path.write_text(_toml(other))
     assert cli_main(["run", str(path), "--cache", str(cache), "--out", str(out)]) == 2
@@ -196,7 +212,8 @@ def test_results_of_another_spec_are_never_replaced_silently(tmp_path: Path, cap
         oodsim.run(first, cache=cache, out=foreign, progress=False)
     assert (foreign / "mine.txt").read_text() == "not oodsim's"
     replaced = oodsim.run(other, cache=cache, out=out, n_workers=1, progress=False, overwrite=True)
-    assert oodsim.open_results(out).sizes["seed"] == replaced.sizes["seed"] == 3
+    assert oodsim.open_results(out).attrs["spec_key"] == replaced.attrs["spec_key"] == other.key
+    assert [s.key for s in versions(out)] == [other.key, edited.key]  # another name's: not kept
 
 
 @pytest.mark.parametrize("workers", [0, -2])

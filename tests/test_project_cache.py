@@ -3,9 +3,9 @@ the current folder (docs/caching.md)."""
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
+import sys
 import sysconfig
 from pathlib import Path
 
@@ -13,7 +13,9 @@ import pytest
 
 from oodsim.store import (
     PROJECT_DEFAULTS_ENV,
+    CacheRoot,
     Store,
+    cache_root,
     default_results,
     default_root,
     project_folder,
@@ -77,11 +79,96 @@ def test_the_same_spec_from_another_folder_reuses_the_cache(tmp_path: Path) -> N
         )
         assert done.returncode == 0, done.stderr
         runs.append(done)
-    first_line = runs[1].stdout.splitlines()[0]
+    first_line = runs[1].stderr.splitlines()[0]
     assert first_line.startswith("oodsim: ") and f"cache {project / 'cache'} (" in first_line
+    assert f"the project of the spec file {project / 'specs' / 'tiny.toml'}; " in first_line
     assert "entries)" in first_line and f"results to {project / 'results'}" in first_line
-    store = json.loads(runs[1].stdout.rsplit("(store ", 1)[1].split(": ", 1)[1].split(");")[0])
-    assert store["computed"] == {}
+    last_line = runs[1].stdout.splitlines()[-1]
+    assert ": 0 computed, 1 reused from the cache; nothing computed." in last_line
+    assert last_line.endswith(f"Results in {project / 'results' / 'digits.zarr'}")
     assert (project / "results" / "digits.zarr").is_dir()
     assert not (project / "notebooks" / "cache").exists()
     assert not (project / "notebooks" / "results").exists()
+
+
+def test_a_run_finds_its_cache_from_its_spec_file_else_its_script(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The table of docs/caching.md: a spec file's project; else (a spec built in Python, a
+    shipped spec by name) the running script's project, or the working folder's for the
+    command line; else the user cache. $OODSIM_CACHE wins over all."""
+    monkeypatch.delenv("OODSIM_CACHE", raising=False)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    project, loose = tmp_path / "project", tmp_path / "loose"
+    for folder in (project / "specs", project / "scripts", loose):
+        folder.mkdir(parents=True)
+    (project / "pyproject.toml").write_text("[project]\nname = 'x'\n")
+    spec_file, script = project / "specs" / "s.toml", project / "scripts" / "run.py"
+    monkeypatch.chdir(loose)
+    assert cache_root(spec_file, script=None) == CacheRoot(
+        project / "cache", f"the project of the spec file {spec_file}"
+    )
+    assert cache_root(spec_file, script=loose / "x.py").path == project / "cache"
+    assert cache_root(None, script=script) == CacheRoot(
+        project / "cache", f"the project of the script {script}"
+    )
+    assert cache_root(None, script=None) == CacheRoot(
+        user_cache(), "the user cache: the working folder is in no project"
+    )
+    monkeypatch.chdir(project / "scripts")
+    assert cache_root(None, script=None).path == project / "cache"
+    assert cache_root(None, script=loose / "x.py").why.startswith("the user cache")
+    monkeypatch.setenv("OODSIM_CACHE", str(tmp_path / "env"))
+    assert cache_root(spec_file, script=script) == CacheRoot(tmp_path / "env", "$OODSIM_CACHE")
+
+
+SCRIPT = """\
+import attrs
+import oodsim
+from oodsim.results import store_counts
+
+if __name__ == "__main__":
+    spec = oodsim.load({spec!r})
+    spec = attrs.evolve(spec, seeds=attrs.evolve(spec.seeds, n=1))  # evolve keeps its file
+    results = oodsim.run(spec, n_workers=1)
+    print("computed", store_counts(results)["computed"])
+"""
+
+
+def test_the_command_line_and_a_script_elsewhere_share_one_cache(tmp_path: Path) -> None:
+    """``oodsim run specs/tiny.toml`` in a project, then a script in another folder that
+    loads the same file: the script's run says which cache it uses and why, and computes
+    nothing (it retrained every model when the API looked for the working folder's project)."""
+    project, elsewhere = tmp_path / "project", tmp_path / "elsewhere"
+    (project / "specs").mkdir(parents=True)
+    elsewhere.mkdir()
+    (project / "pyproject.toml").write_text("[project]\nname = 'x'\n")
+    spec_file = digits_toml(project / "specs" / "tiny.toml", 1)
+    env = {k: v for k, v in os.environ.items() if k not in PROJECT_DEFAULTS_ENV}
+    env["XDG_CACHE_HOME"] = str(tmp_path / "xdg")
+    oodsim = str(Path(sysconfig.get_path("scripts")) / "oodsim")
+    first = subprocess.run(
+        [oodsim, "run", "specs/tiny.toml", "--workers", "1", "--quiet"],
+        cwd=project,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert first.returncode == 0, first.stderr
+    (elsewhere / "read.py").write_text(SCRIPT.format(spec=str(spec_file)))
+    done = subprocess.run(
+        [sys.executable, "read.py"],
+        cwd=elsewhere,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "computed {}"
+    opening = done.stderr.splitlines()[0]
+    why = f"the project of the spec file {spec_file}"
+    assert f"cache {project / 'cache'} ({why}; " in opening, opening
+    assert opening.endswith("results returned, not saved (no out=)")
+    assert not (tmp_path / "xdg" / "oodsim").exists() and not (elsewhere / "cache").exists()

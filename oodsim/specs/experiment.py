@@ -154,5 +154,6 @@ def spec_from_dict(data: Mapping[str, Any]) -> ExperimentSpec:
 
 
 def load_spec(path: str | Path) -> ExperimentSpec:
-    """Read an experiment spec from a TOML file; errors name the line/column or the field."""
-    return spec_from_dict(read_toml(path))
+    """Read an experiment spec from a TOML file; errors name the line/column or the field.
+    The spec remembers the file (``source``), as :func:`oodsim.load` does."""
+    return attrs.evolve(spec_from_dict(read_toml(path)), source=str(Path(path).resolve()))
