@@ -172,3 +172,47 @@ def test_the_command_line_and_a_script_elsewhere_share_one_cache(tmp_path: Path)
     assert f"cache {project / 'cache'} ({why}; " in opening, opening
     assert opening.endswith("results returned, not saved (no out=)")
     assert not (tmp_path / "xdg" / "oodsim").exists() and not (elsewhere / "cache").exists()
+
+
+def test_a_spec_edited_in_place_reruns_with_the_same_command(tmp_path: Path) -> None:
+    """Add a detector to the spec file and run the same command: exit 0, no model trained, a
+    line naming the change, and the earlier results kept and listed."""
+    project = tmp_path / "project"
+    (project / "specs").mkdir(parents=True)
+    (project / "pyproject.toml").write_text("[project]\nname = 'x'\n")
+    spec_file = digits_toml(project / "specs" / "tiny.toml", 1)
+    env = {k: v for k, v in os.environ.items() if k not in PROJECT_DEFAULTS_ENV}
+    oodsim = str(Path(sysconfig.get_path("scripts")) / "oodsim")
+
+    def command(*args: str) -> subprocess.CompletedProcess:
+        return subprocess.run(
+            [oodsim, *args], cwd=project, env=env, capture_output=True, text=True, timeout=300
+        )
+
+    assert command("run", "specs/tiny.toml", "--workers", "1").returncode == 0
+    before = oodsim_key(project / "results" / "digits.zarr")
+    spec_file.write_text(spec_file.read_text().replace('["msp"]', '["msp", "energy"]'))
+    again = command("run", "specs/tiny.toml", "--workers", "1")
+    assert again.returncode == 0, again.stderr
+    assert "digits changed since results/digits.zarr was written (detectors + energy); " in (
+        again.stderr
+    )
+    last = again.stdout.splitlines()[-1]
+    assert ": 0 computed, 1 reused from the cache; nothing computed. " in last, last
+    assert last.endswith("(1 earlier result of digits.zarr: oodsim results ls results/digits.zarr)")
+    listed = command("results", "ls")
+    assert listed.returncode == 0, listed.stderr
+    latest, earlier = listed.stdout.splitlines()
+    assert latest.startswith("results/digits.zarr ") and " 1 seed  " in latest
+    assert latest.endswith(" 2 methods")
+    assert earlier.startswith(f"  earlier: results/digits.history/{before[:12]}.zarr  ")
+    assert earlier.endswith(" 1 method")
+
+
+def oodsim_key(path: Path) -> str:
+    """The spec key of the results at ``path``, read as `oodsim results ls` reads it."""
+    from oodsim.results.history import read_saved
+
+    saved = read_saved(path)
+    assert saved is not None
+    return saved.key

@@ -50,11 +50,15 @@ def cmd_results(args: argparse.Namespace) -> int:
         for saved in versions(store):
             found += 1
             when = (saved.saved or "saved before oodsim recorded it").replace("+00:00", " UTC")
-            seeds = f"{saved.n_seeds} seeds" if saved.n_seeds is not None else "? seeds"
-            what = f"{saved.key[:12]}  {when:25s}  {seeds:>10s}  {len(saved.methods):3d} methods"
+            seeds = _count(saved.n_seeds, "seed") if saved.n_seeds is not None else "? seeds"
+            what = f"{saved.key[:12]}  {when:25s}  {seeds:>10s}  {_count(len(saved.methods), 'method'):>11s}"
             where = shown(saved.path)
             print(f"{where}  {what}" if saved.latest else f"  earlier: {where}  {what}")
     if not found:
         print(f"no oodsim results in {', '.join(map(shown, paths))}")
         return 1
     return 0
+
+
+def _count(n: int, noun: str) -> str:
+    return f"{n} {noun}{'' if n == 1 else 's'}"
