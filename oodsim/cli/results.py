@@ -51,7 +51,8 @@ def cmd_results(args: argparse.Namespace) -> int:
             found += 1
             when = (saved.saved or "saved before oodsim recorded it").replace("+00:00", " UTC")
             seeds = _count(saved.n_seeds, "seed") if saved.n_seeds is not None else "? seeds"
-            what = f"{saved.key[:12]}  {when:25s}  {seeds:>10s}  {_count(len(saved.methods), 'method'):>11s}"
+            methods = _count(len(saved.methods), "method")
+            what = f"{saved.key[:12]}  {when:25s}  {seeds:>10s}  {methods:>11s}"
             where = shown(saved.path)
             print(f"{where}  {what}" if saved.latest else f"  earlier: {where}  {what}")
     if not found:
