@@ -564,9 +564,10 @@ def test_an_empty_folder_is_taken_and_a_folder_that_fills_meanwhile_is_not(
 def test_results_of_another_spec_are_replaced_only_with_overwrite(tmp_path: Path) -> None:
     out = save_results(synthetic_results(2, methods=("msp", "energy")), tmp_path / "r.zarr")
     key = open_results(out).attrs["spec_key"]
-    _refused_before_compute(tmp_path, out, f"holds results of another spec \\(key {key[:12]}\\)")
+    match = f"holds results of another spec named 'experiment' \\(key {key[:12]}\\)"
+    _refused_before_compute(tmp_path, out, match)
     # with overwrite the check passes (it is oodsim's); that run's replacement is tested in
-    # tests/test_engine.py::test_results_of_another_spec_are_never_replaced_silently
+    # tests/test_engine.py::test_an_edited_spec_reruns_and_keeps_what_it_replaces
     check_out(out, small_digits(1), True, tmp_path / "cache")
     assert open_results(out).sizes["seed"] == 2
 
@@ -625,9 +626,12 @@ def test_results_of_another_spec_written_while_a_run_computes_are_not_replaced(
     """The probe: two runs of one output path, started together, both passed the check
     before compute; the one that ended last replaced the other's results without
     ``--overwrite``. The check is made again before the write: the run ends in one line, the
-    other spec's results stay, and what it computed is in the cache."""
+    results of the other spec name stay, and what it computed is in the cache. (Two runs of
+    one spec name end with the last one's results, the other's kept beside them.)"""
     cache, out = tmp_path / "c", tmp_path / "r.zarr"
-    other = small_digits(1, seeds=attrs.evolve(small_digits().seeds, n=1, start=100))
+    other = small_digits(
+        1, seeds=attrs.evolve(small_digits().seeds, n=1, start=100), name="other"
+    )
     oodsim.run(other, cache=cache, n_workers=1, progress=False)  # its rerun is quick
     spec_path = digits_toml(tmp_path / "spec.toml", 8)
     run = [sys.executable, "-m", "oodsim.cli", "run", str(spec_path), "--workers", "1"]
