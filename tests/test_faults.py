@@ -605,7 +605,7 @@ def test_run_summary_shows_failed_seeds_and_why(
     assert code == 0
     assert "2 of 2 simulations excluded from the estimates above:" in out
     assert "2 x failed: training diverged: training loss became nan in epoch 0 (seed 0, 1)" in out
-    assert "2 simulations (2 excluded)" in out
+    assert "2 simulations in " in out and ": 2 computed, 0 reused from the cache, 2 failed;" in out
     saved = oodsim.open_results(tmp_path / "r.zarr")
     assert (
         list(saved.failure.values) == ["training diverged: training loss became nan in epoch 0"] * 2
