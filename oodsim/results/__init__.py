@@ -38,7 +38,7 @@ from oodsim.results.schema import (
     package_versions,
     store_counts,
 )
-from oodsim.results.select import LabelError, select
+from oodsim.results.select import LabelError, drop_no_severity, score_view, select
 
 __all__ = [
     "CRASH",
@@ -64,12 +64,14 @@ __all__ = [
     "check_output",
     "check_writable",
     "design_coord",
+    "drop_no_severity",
     "excluded_seeds",
     "exclusions",
     "failure_kind",
     "open_results",
     "package_versions",
     "save_results",
+    "score_view",
     "select",
     "store_counts",
 ]
