@@ -70,6 +70,9 @@ def test_results_saved_and_opened_have_the_accessor(open_set: xr.Dataset, tmp_pa
     lazy = xr.open_zarr(tmp_path / "r.zarr")  # plain xarray: dask arrays, loaded when read
     assert lazy["score"].chunks is not None
     xr.testing.assert_equal(lazy.oodsim.sel(**cell), eager)
+    # a reopened store lists its coordinates alphabetically; the frame keeps method first
+    reopened = estimate(open_results(tmp_path / "r.zarr")).oodsim.to_frame()
+    pd.testing.assert_frame_equal(reopened, estimate(open_set).oodsim.to_frame())
 
 
 def test_open_set_views_have_no_severity_while_the_results_keep_it(open_set: xr.Dataset) -> None:

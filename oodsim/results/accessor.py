@@ -47,6 +47,15 @@ def _without_diagonal(frame: pd.DataFrame) -> pd.DataFrame:
     return frame.reset_index(drop=True)
 
 
+def _dim_order(ds: xr.Dataset) -> list[str]:
+    """The dims in the order of the first variable's (the score's layout: method before
+    metric), then any other: a Dataset's own order follows its coordinates, which a store
+    reopened from disk lists alphabetically."""
+    first = next(iter(ds.data_vars.values()), None)
+    lead = [str(d) for d in first.dims] if first is not None else []
+    return lead + [str(d) for d in ds.dims if d not in lead]
+
+
 def tidy_frame(view: xr.Dataset | xr.DataArray) -> pd.DataFrame:
     """``view`` as a tidy DataFrame: one row per cell, a column per dim, then per other
     coordinate (a per-seed ``class_split``, the ``metric`` a selection kept), then per
@@ -54,11 +63,11 @@ def tidy_frame(view: xr.Dataset | xr.DataArray) -> pd.DataFrame:
     (:data:`PAIR_DIMS`) without its diagonal; ``attrs`` those of ``view``. A view of one cell
     is one row."""
     ds = view.to_dataset(name=view.name or VALUE_COLUMN) if isinstance(view, xr.DataArray) else view
-    dims = [str(d) for d in ds.dims]
+    dims = _dim_order(ds)
     coords = [str(c) for c in ds.coords if c not in ds.dims]
     variables = [str(v) for v in ds.data_vars]
     if dims:
-        frame = ds.to_dataframe().reset_index()
+        frame = ds.to_dataframe(dim_order=dims).reset_index()
     else:  # xarray has no frame of a single cell
         frame = pd.DataFrame([{name: ds[name].item() for name in (*coords, *variables)}])
     frame = _without_diagonal(frame[[*dims, *coords, *variables]])
