@@ -62,7 +62,7 @@ def _upper(ds: xr.Dataset, name: str) -> np.ndarray:
 @pytest.mark.parametrize("metric", ["auroc", "fpr95"])
 def test_compare_matches_scipy_on_pairwise_complete_seeds(results, metric):
     alpha = 0.1
-    out = compare(results, metric=metric, alpha=alpha).isel(severity=0)
+    out = compare(results, metric=metric, alpha=alpha)
     values, methods = _cell(results, metric)
     for a, b in itertools.permutations(range(len(methods)), 2):
         at = {"method": methods[a], "other": methods[b]}
@@ -167,7 +167,7 @@ def test_fewer_than_two_complete_seeds_is_nan():
 def test_dims_metric_and_methods(results):
     ood = synthetic_results(n_seeds=6, oods=("x", "y"))
     one = compare(ood, metric="auroc")
-    assert set(one["p"].dims) == {"method", "other", "severity", "ood"}
+    assert set(one["p"].dims) == {"method", "other", "ood"}  # open set: no severity levels
     many = compare(ood, metric=["auroc", "fpr95"])
     assert list(many["metric"].values) == ["auroc", "fpr95"]
     every = compare(ood, metric=None)
@@ -295,8 +295,8 @@ def test_sample_size_edges_and_arrays():
 
 def test_power_paired_is_sample_size_of_observed_dz(results):
     target, alpha = 0.9, 0.05
-    out = power(results, power=target, alpha=alpha).isel(severity=0)
-    cmp = compare(results, alpha=alpha).isel(severity=0)
+    out = power(results, power=target, alpha=alpha)
+    cmp = compare(results, alpha=alpha)
     values, methods = _cell(results, "auroc")
     for a, b in itertools.combinations(range(len(methods)), 2):
         at = {"method": methods[a], "other": methods[b]}
@@ -326,7 +326,7 @@ def test_power_paired_is_sample_size_of_observed_dz(results):
 
 
 def test_power_unpaired_uses_pooled_sd_and_given_delta(results):
-    out = power(results, metric="fpr95", delta=0.01, paired=False).isel(severity=0)
+    out = power(results, metric="fpr95", delta=0.01, paired=False)
     values, methods = _cell(results, "fpr95")
     a, b = 0, 2
     at = {"method": methods[a], "other": methods[b]}

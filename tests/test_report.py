@@ -86,7 +86,7 @@ def test_a_designed_run_reports_its_sources_of_variance(tmp_path: Path) -> None:
     from oodsim.stats import variance_components
 
     share = variance_components(results, "auroc")["share"]
-    odin = share.sel({"method": "odin", "source": "class_split", "severity": "all"}).item()
+    odin = share.sel({"method": "odin", "source": "class_split"}).item()
     assert "| class_split | " in section and f"{odin:.2f} [" in section
     assert_png(plot_variance_sources(results, tmp_path / "v.png", "fpr95"))
 
@@ -102,7 +102,7 @@ def test_paired_comparisons_in_the_report_are_those_of_stats_compare(tmp_path: P
     section = text[text.index("## Paired comparisons") : text.index("## Seeds needed")]
     assert f"Benjamini-Hochberg adjustment over {cmp.attrs['n_tests']} tests" in section
     for a, b in (("msp", "energy"), ("energy", "odin")):
-        cell = cmp.sel({"method": a, "other": b, "severity": "all"})
+        cell = cmp.sel({"method": a, "other": b})
         star = "*" if bool(cell["significant"]) else ""
         expected = (
             f"{cell['diff'].item():+.4f} [{cell['diff_low'].item():+.4f}, "
@@ -158,7 +158,7 @@ def test_write_report_writes_plots_and_tables(tmp_path: Path) -> None:
     ) in text
     assert "study's reading" not in text
     assert "accuracy: left out, the same for every detector" in text
-    mean = estimate(results)["mean"].sel({"method": "odin", "metric": "auroc", "severity": "all"})
+    mean = estimate(results)["mean"].sel({"method": "odin", "metric": "auroc"})
     assert f"| odin | {mean.item():.4f} [" in text
 
 
@@ -179,7 +179,7 @@ def test_format_summary_table() -> None:
     assert "over 23 seeds" in lines[0]  # 24, one failed
     assert "severity" not in lines[0]  # no levels: nothing to say
     assert lines[1].split() == ["method", *METRICS, "n"]
-    est = estimate(results).sel({"severity": "all"})
+    est = estimate(results)
     row = next(line for line in lines if line.startswith("energy"))
     e = est.sel({"method": "energy", "metric": "fpr95"})
     cell = f"{e['mean'].item():.3f} [{e['lower'].item():.3f}, {e['upper'].item():.3f}]"

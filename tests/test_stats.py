@@ -94,9 +94,9 @@ def test_estimate_bounded_metrics_stay_in_unit_interval_with_four_seeds() -> Non
             for e in (est, default):
                 values = e[bound].sel(metric=metric).values
                 assert np.isfinite(values).all() and ((values >= 0) & (values <= 1)).all(), metric
-    cell = {"method": "odin", "metric": "auroc", "severity": "all"}
+    cell = {"method": "odin", "metric": "auroc"}
     got = est.sel(cell)
-    expected = _logit_t(results["score"].sel(cell).values)
+    expected = _logit_t(results["score"].sel({**cell, "severity": "all"}).values)
     np.testing.assert_allclose([got["lower"].item(), got["upper"].item()], expected, rtol=1e-10)
     boot = estimate(results, method="bootstrap", n_boot=500, rng=0)
     assert float(boot["lower"].min()) >= 0 and float(boot["upper"].max()) <= 1
@@ -448,7 +448,7 @@ def test_required_simulations_table_uses_the_seeds_both_methods_have() -> None:
     for i, j in itertools.combinations(range(3), 2):
         keep = np.isfinite(values[:, i]) & np.isfinite(values[:, j])
         n = required_simulations(values[keep, i], values[keep, j], alpha=0.2)
-        got = table.sel({"method": names[i], "versus": names[j], "severity": "all"}).item()
+        got = table.sel({"method": names[i], "versus": names[j]}).item()
         assert (np.isnan(got) and n is None) or got == n
 
 
@@ -686,8 +686,8 @@ def test_a_metric_saturated_within_every_class_split_has_scipys_infinite_f(
     same = one_way_anova(np.ones(8), g)  # one value everywhere: nothing to apportion
     assert np.isnan([same["f"], same["p_value"], same["icc"], same["icc_lower"]]).all()
     results = make_results(n_seeds=12, failed=())
-    cell = {"method": "energy", "metric": "auroc", "severity": "all"}
-    results["score"].loc[cell] = 1.0  # on every seed (the probe's case)
+    cell = {"method": "energy", "metric": "auroc"}
+    results["score"].loc[{**cell, "severity": "all"}] = 1.0  # on every seed (the probe's case)
     assert variance_components_table(results).sel(cell)["icc"].isnull().item()
     write_report(results, tmp_path / "report", figures=False)
     assert (tmp_path / "report" / "summary.md").is_file()
@@ -712,9 +712,10 @@ def test_results_that_repeat_a_seed_are_refused(tmp_path) -> None:
 def test_variance_components_table_uses_class_split() -> None:
     results = make_results(n_seeds=60)
     table = variance_components_table(results)
-    assert set(table["icc"].dims) == {"method", "metric", "severity"}
-    cell = {"method": "msp", "metric": "auroc", "severity": "all"}
-    direct = one_way_anova(results["score"].sel(cell).values, results["class_split"].values)
+    assert set(table["icc"].dims) == {"method", "metric"}  # no severity: open set has no levels
+    cell = {"method": "msp", "metric": "auroc"}
+    score = results["score"].sel({**cell, "severity": "all"})
+    direct = one_way_anova(score.values, results["class_split"].values)
     assert table["f"].sel(cell).item() == pytest.approx(direct["f"])
     assert table["n"].sel(cell).item() == 59
     with pytest.raises(KeyError, match="class_split"):

@@ -334,7 +334,7 @@ def test_wrapper_on_results_with_a_failed_seed() -> None:
     assert out.attrs["factors"] == ["class_split", "init"]  # STREAMS order, not coord order
     assert out.attrs["factor_coords"] == ["stream_class_split", "stream_init"]
     assert list(out["source"].values) == ["class_split", "init", RESIDUAL]
-    assert out["variance"].dims == ("method", "source", "severity")
+    assert out["variance"].dims == ("method", "source")  # open set: no severity levels
     assert "metric" not in out.dims and "seed" not in out.dims
     assert out.attrs["estimator"] == "reml" and "bootstrap" in out.attrs["interval"]
     assert set(np.unique(out["estimator"].values)) == {"reml"}
@@ -353,7 +353,7 @@ def test_wrapper_on_results_with_a_failed_seed() -> None:
         {"class_split": results["stream_class_split"], "init": results["stream_init"]},
         n_boot=30,
     )
-    got = out.sel({"method": "odin", "severity": "all"})
+    got = out.sel({"method": "odin"})
     np.testing.assert_allclose(got["variance"], direct.variance, rtol=1e-10)
     np.testing.assert_allclose(got["share_high"], direct.share_high, rtol=1e-10)
 
@@ -363,7 +363,7 @@ def test_wrapper_balanced_replicated_design_and_metric_list() -> None:
     out = variance_components(results, metric=["auroc", "fpr95"], n_draws=500)
     assert out.attrs["estimator"] == "anova" and "fiducial" in out.attrs["interval"]
     assert list(out["source"].values) == ["class_split", "init", "class_split:init", RESIDUAL]
-    assert out["variance"].dims == ("method", "source", "metric", "severity")
+    assert out["variance"].dims == ("method", "source", "metric")
     assert list(out["metric"].values) == ["auroc", "fpr95"]
     np.testing.assert_array_equal(out["df"].values, [3, 3, 9, 16])
     np.testing.assert_allclose(out["share"].sum("source"), 1.0)
@@ -376,8 +376,8 @@ def test_wrapper_balanced_replicated_design_and_metric_list() -> None:
     score[0, 0, 0, 0] = np.nan
     mixed = variance_components(results.assign(score=score), n_draws=200, n_boot=10)
     assert mixed.attrs["estimator"] == "mixed"
-    assert list(mixed["estimator"].sel(severity="all").values) == ["reml", "anova", "anova"]
-    assert mixed["df"].dims == ("method", "source", "severity")
+    assert list(mixed["estimator"].values) == ["reml", "anova", "anova"]
+    assert mixed["df"].dims == ("method", "source")
 
 
 def test_wrapper_falls_back_to_class_split_and_errors_without_factors() -> None:

@@ -104,7 +104,7 @@ def test_a_shared_seed_effect_separates_the_pairings_and_paired_matches_enumerat
     results["score"].loc[{"metric": "auroc", "severity": "all"}] = values
     wins = win_probability_intervals(results, "auroc", k=k, n_draws=100_000, n_boot=50)
     for p in PAIRINGS:
-        got = wins["win_probability"].sel(pairing=p, severity="all").values
+        got = wins["win_probability"].sel(pairing=p).values
         np.testing.assert_allclose(got, exact[p], atol=0.01)
 
 
@@ -211,7 +211,7 @@ def test_every_cell_at_the_findings_scale() -> None:
 
     results = synthetic_results(50, methods=TWELVE)
     wins = win_probability_intervals(results, ["auroc", "aupr_in", "aupr_out", "fpr95"])
-    assert wins["win_probability"].sizes == {"pairing": 2, "method": 12, "metric": 4, "severity": 1}
+    assert wins["win_probability"].sizes == {"pairing": 2, "method": 12, "metric": 4}
     p = wins["win_probability"]
     assert np.isfinite(p).all() and ((p >= 0) & (p <= 1)).all()
     np.testing.assert_allclose(p.sum("method"), 1.0, atol=1e-9)

@@ -31,7 +31,7 @@ def _auroc(results: xr.Dataset) -> xr.DataArray:
 def spread_table(results: xr.Dataset) -> str:
     """Per method: mean, std, min and max of AUROC over seeds, and the 95% interval."""
     auroc = _auroc(results)
-    est = stats.estimate(results).sel({"metric": "auroc", "severity": "all"})
+    est = stats.estimate(results).sel({"metric": "auroc"})
     rows = [
         "| method | mean AUROC [95% CI] | std over seeds | min | max |",
         "|---|---|---|---|---|",
@@ -54,7 +54,6 @@ def win_table(
     pairings side by side, each with its 95% bootstrap interval over the seed pool."""
     subset = results if methods is None else results.sel({"method": methods})
     wins = stats.win_probability_intervals(subset, list(metrics), k=5, rng=0)
-    wins = wins.sel({"severity": "all"})
     header = [f"{m} {p}" for m in metrics for p in ("independent", "paired")]
     rows = ["| method | " + " | ".join(header) + " |", "|---" * (len(header) + 1) + "|"]
     for method in wins.method.values:
@@ -86,7 +85,7 @@ CONVENTIONS = (
 def conventions_table(results: xr.Dataset) -> str:
     """Mean over seeds of every named metric convention the results hold, per method."""
     names = [m for m in CONVENTIONS if m in results.metric.values]
-    est = stats.estimate(results).sel({"severity": "all"})
+    est = stats.estimate(results)
     rows = ["| method | " + " | ".join(names) + " |", "|---" * (len(names) + 1) + "|"]
     for method in est.method.values:
         cells = [f"{float(est['mean'].sel({'method': method, 'metric': m})):.3f}" for m in names]
@@ -97,7 +96,7 @@ def conventions_table(results: xr.Dataset) -> str:
 def required_summary(results: xr.Dataset, methods: list[str] | None = None) -> str:
     """How many method pairs a Welch test separates within 5 seeds, later, or never."""
     subset = results if methods is None else results.sel({"method": methods})
-    table = stats.required_simulations_table(subset, metric="auroc").sel({"severity": "all"})
+    table = stats.required_simulations_table(subset, metric="auroc")
     names = list(table.method.values)
     counts = [table.values[i, j] for i in range(len(names)) for j in range(i + 1, len(names))]
     counts = np.asarray(counts, dtype=float)
@@ -117,9 +116,9 @@ def paired_summary(results: xr.Dataset, methods: list[str] | None = None) -> str
     """Pairs a Holm-adjusted paired t test separates on all seeds, and the seeds a paired
     (and a two-sample) t test needs for 80% power at each pair's observed AUROC difference."""
     subset = results if methods is None else results.sel({"method": methods})
-    cmp = stats.compare(subset, metric="auroc", adjust="holm").sel({"severity": "all"})
-    paired = stats.power(subset, metric="auroc").sel({"severity": "all"})
-    welch = stats.power(subset, metric="auroc", paired=False).sel({"severity": "all"})
+    cmp = stats.compare(subset, metric="auroc", adjust="holm")
+    paired = stats.power(subset, metric="auroc")
+    welch = stats.power(subset, metric="auroc", paired=False)
     m = cmp.sizes["method"]
     upper = np.triu_indices(m, 1)
     significant = int(cmp["significant"].values[upper].sum())
@@ -135,7 +134,7 @@ def paired_summary(results: xr.Dataset, methods: list[str] | None = None) -> str
 
 def variance_table(results: xr.Dataset) -> str:
     """Between- vs within-class-split variance of AUROC per method."""
-    table = stats.variance_components_table(results).sel({"metric": "auroc", "severity": "all"})
+    table = stats.variance_components_table(results).sel({"metric": "auroc"})
     rows = [
         "| method | between-split var | within-split var | ICC [95% CI] | F-test p |",
         "|---|---|---|---|---|",
@@ -222,7 +221,7 @@ def main() -> None:
         results = oodsim.open_results(args.design)
         write_report(results, Path(args.out) / Path(args.design).stem, overwrite=True)
         for metric in ("auroc", "fpr95"):
-            vc = stats.variance_components(results, metric=metric).sel({"severity": "all"})
+            vc = stats.variance_components(results, metric=metric)
             print(f"## variance by source, {metric} ({vc.attrs['estimator']})\n")
             print(variance_sources_table(vc), "\n")
 

@@ -2,10 +2,13 @@
 method × metric × severity, a ``failure`` per seed, provenance in ``attrs``), saved with a
 checksum manifest (:mod:`~oodsim.results.save`, :mod:`~oodsim.results.manifest`), reopened
 checked (:mod:`~oodsim.results.read`), its failures told apart by kind
-(:mod:`~oodsim.results.failures`), selected by label (:mod:`~oodsim.results.select`) and
+(:mod:`~oodsim.results.failures`), selected by label (:mod:`~oodsim.results.select`),
 read alike by every statistic and report (:mod:`~oodsim.results.access`: the score with failed
-seeds masked, metrics, cells, method names)."""
+seeds masked, metrics, cells, method names), and sliced or turned into pandas through the
+``.oodsim`` accessor of xarray objects (:mod:`~oodsim.results.accessor`, registered by importing
+this package)."""
 
+from oodsim.results.accessor import DataArrayAccessor, DatasetAccessor, tidy_frame
 from oodsim.results.failures import (
     CRASH,
     DEGENERATE,
@@ -38,10 +41,12 @@ from oodsim.results.schema import (
     package_versions,
     store_counts,
 )
-from oodsim.results.select import LabelError, select
+from oodsim.results.select import LabelError, drop_no_severity, score_view, select
 
 __all__ = [
     "CRASH",
+    "DataArrayAccessor",
+    "DatasetAccessor",
     "DEGENERATE",
     "DESIGN_PREFIX",
     "FAILURE_KINDS",
@@ -64,12 +69,15 @@ __all__ = [
     "check_output",
     "check_writable",
     "design_coord",
+    "drop_no_severity",
     "excluded_seeds",
     "exclusions",
     "failure_kind",
     "open_results",
     "package_versions",
     "save_results",
+    "score_view",
     "select",
     "store_counts",
+    "tidy_frame",
 ]

@@ -1,10 +1,16 @@
-"""Select cells of results by label: :func:`select`, the documented way around a trap.
+"""Select cells of results by label (:func:`select`), and the views of results that leave out
+what says nothing (:func:`drop_no_severity`, :func:`score_view`).
 
 xarray's ``results.sel(method="msp")`` does not select the method: ``method=`` is the keyword
 of ``sel`` that names a fill method (``"nearest"``, ...), so alone it silently returns every
 method, and next to a label it fails with "Invalid fill method". :func:`select` takes the
 results' dimensions as keywords, passes them to ``sel`` as a dict, and names the dimension and
 its labels when a label is not there.
+
+Every protocol's results keep one schema (seed × method × metric × severity), so a protocol
+without severity levels stores ``severity = ["all"]``. The views (the ``.oodsim`` accessor,
+:mod:`oodsim.results.accessor`) and the outputs of :mod:`oodsim.stats` leave that dim out:
+an open set user never names it.
 """
 
 from __future__ import annotations
@@ -17,6 +23,8 @@ import numpy as np
 import xarray as xr
 
 from oodsim.errors import OodsimError
+from oodsim.results.access import as_score
+from oodsim.results.schema import NO_SEVERITY
 
 Results = TypeVar("Results", xr.Dataset, xr.DataArray)
 
@@ -84,3 +92,24 @@ def select(
             )
         _check_labels(results, dim, wanted)
     return results.sel(chosen)
+
+
+def drop_no_severity(values: Results) -> Results:
+    """``values`` without a ``severity`` that says nothing: a dim whose only label is
+    :data:`~oodsim.results.schema.NO_SEVERITY` (``"all"``: results of a protocol without
+    severity levels), or that label left as a scalar coordinate by a selection. Anything else
+    is returned as it is: the levels of a severity run stay, one level too."""
+    if "severity" not in values.coords or values["severity"].ndim > 1:
+        return values
+    if [str(label) for label in np.atleast_1d(values["severity"].values)] != [NO_SEVERITY]:
+        return values
+    if "severity" in values.dims:
+        return values.squeeze("severity", drop=True)
+    return values.drop_vars("severity")
+
+
+def score_view(results: xr.Dataset | xr.DataArray) -> xr.DataArray:
+    """The ``score`` as the statistics and the ``.oodsim`` accessor read it: failed and excluded
+    seeds NaN (:func:`~oodsim.results.access.as_score`; a DataArray is taken as it is) and no
+    severity dim where the results have no levels (:func:`drop_no_severity`)."""
+    return drop_no_severity(as_score(results))

@@ -3,7 +3,10 @@ comparisons, power, tests, sequential stopping rules and variance components by 
 
 Every function takes either plain arrays (n_seeds, n_methods) or the results Dataset
 (``score`` over seed × method × metric × severity [× ood, model, dataset]); see
-``docs/statistics.md`` for what each answers and when to use which.
+``docs/statistics.md`` for what each answers and when to use which. The outputs over cells
+leave out a ``severity`` dim whose only label is ``"all"`` (results of a protocol without
+levels: :func:`oodsim.results.score_view`), and go to pandas in one call with
+``.oodsim.to_frame()`` (:mod:`oodsim.results.accessor`).
 """
 
 from __future__ import annotations

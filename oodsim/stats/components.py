@@ -12,7 +12,8 @@ import numpy as np
 import xarray as xr
 
 from oodsim.results import DESIGN_PREFIX
-from oodsim.results.access import as_score, metrics_of, select_metric
+from oodsim.results.access import metrics_of, select_metric
+from oodsim.results.select import score_view
 from oodsim.seeds import STREAMS
 from oodsim.stats.checks import check_alpha
 from oodsim.stats.crossed import (
@@ -90,16 +91,17 @@ def variance_components(
     Failed seeds are NaN (:func:`oodsim.results.access.as_score`) and dropped, which makes a
     complete design unbalanced: those cells use REML.
 
-    Returns a Dataset over (method, source, other dims of the score; ``metric`` only when
-    ``metric`` is a list or None) with ``variance``, ``variance_raw``, ``variance_low``,
-    ``variance_high``, ``share``, ``share_low``, ``share_high``; ``df`` (over ``source``
-    alone when every cell has the same), ``total``, ``n`` (values used) and ``estimator``
-    per cell. ``source`` lists the main effects in factor order, the interactions, then
-    ``"residual"``; a source a cell's model lacks is NaN there. Every cell uses the same
-    ``rng`` seed (an integer rng makes each cell reproducible on its own).
+    Returns a Dataset over (method, source, other dims of the score but a ``severity`` of
+    results without levels; ``metric`` only when ``metric`` is a list or None) with
+    ``variance``, ``variance_raw``, ``variance_low``, ``variance_high``, ``share``,
+    ``share_low``, ``share_high``; ``df`` (over ``source`` alone when every cell has the
+    same), ``total``, ``n`` (values used) and ``estimator`` per cell. ``source`` lists the
+    main effects in factor order, the interactions, then ``"residual"``; a source a cell's
+    model lacks is NaN there. Every cell uses the same ``rng`` seed (an integer rng makes each
+    cell reproducible on its own).
     """
     check_alpha(confidence, "confidence")
-    score = as_score(results)
+    score = score_view(results)
     if dim not in score.dims:
         raise KeyError(f"score has no {dim!r} dimension; dims: {', '.join(map(str, score.dims))}")
     coords, names, fallback = _resolve_factors(score, factors, dim)

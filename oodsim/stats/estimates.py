@@ -9,7 +9,7 @@ import numpy as np
 import xarray as xr
 
 from oodsim.metrics import metric_range
-from oodsim.results.access import as_score
+from oodsim.results.select import score_view
 from oodsim.stats.checks import check_alpha
 from oodsim.stats.intervals import (
     INTERVAL_METHODS,
@@ -40,7 +40,8 @@ def estimate(
 ) -> xr.Dataset:
     """Mean over ``dim`` with a confidence interval for the expected score, per remaining cell.
 
-    Returns a Dataset with the dims of the score less ``dim`` and the variables ``mean``,
+    Returns a Dataset with the dims of the score less ``dim`` (and less a ``severity`` of
+    results without levels: :func:`~oodsim.results.score_view`) and the variables ``mean``,
     ``std`` (ddof=1), ``sem``, ``lower``, ``upper``, ``n`` (finite values used) and
     ``n_excluded`` (NaN values skipped: failed seeds). Cells with fewer than two finite values
     get NaN intervals. ``attrs["interval"]`` names the interval: ``"bound-aware"``,
@@ -78,7 +79,7 @@ def estimate(
     check_alpha(confidence, "confidence")
     if method not in INTERVAL_METHODS:
         raise ValueError(f"method must be one of {', '.join(INTERVAL_METHODS)}; got {method!r}")
-    score = as_score(results_or_score)
+    score = score_view(results_or_score)
     if dim not in score.dims:
         raise ValueError(f"dimension {dim!r} not in score dims {score.dims}")
     ordered = score.transpose(..., dim)

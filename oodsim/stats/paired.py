@@ -17,7 +17,8 @@ import xarray as xr
 from scipy import stats as sps
 
 from oodsim.metrics import higher_is_better
-from oodsim.results.access import as_score, metrics_of, select_metric
+from oodsim.results.access import metrics_of, select_metric
+from oodsim.results.select import score_view
 from oodsim.stats.checks import check_alpha
 from oodsim.stats.significance import _p_from_t
 
@@ -77,7 +78,7 @@ def _pair_input(
     computation: KeyError for an unknown metric or a missing dim, ValueError for unknown
     methods or fewer than two.
     """
-    score = as_score(results)
+    score = score_view(results)
     for need in (dim, "method"):
         if need not in score.dims:
             raise KeyError(f"score has no {need!r} dim; dims are {', '.join(map(str, score.dims))}")
@@ -179,7 +180,8 @@ def compare(
 
     Returns a Dataset over ``(method, other, *rest)``, ``rest`` being every dim of the score
     other than ``dim`` and ``method`` (``metric`` when ``metric`` is a list or None, and
-    ``severity``, ``ood``, ``model``, ``dataset`` as present). Each entry compares
+    ``severity``, ``ood``, ``model``, ``dataset`` as present; no ``severity`` for results
+    without levels: :func:`~oodsim.results.score_view`). Each entry compares
     ``method`` with ``other`` on the seeds where both have a finite score (failed seeds are
     NaN; the ``n`` of each pair may differ):
 

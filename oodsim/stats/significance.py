@@ -10,7 +10,8 @@ import numpy as np
 import xarray as xr
 from scipy import stats as sps
 
-from oodsim.results.access import as_score, iter_cells, metrics_of, select_metric
+from oodsim.results.access import iter_cells, metrics_of, select_metric
+from oodsim.results.select import score_view
 from oodsim.stats.checks import check_alpha
 
 TestName = Literal["welch", "paired", "wilcoxon"]
@@ -149,10 +150,11 @@ def required_simulations_table(
 
     Symmetric; NaN on the diagonal and where the test never rejects. Each pair uses the seeds
     where both methods have a score (see :func:`required_simulations`). Other dims
-    (severity, ood, ...) are kept; one metric (a string) drops the ``metric`` dim.
+    (severity, ood, ...) are kept, but a severity of results without levels
+    (:func:`~oodsim.results.score_view`); one metric (a string) drops the ``metric`` dim.
     """
     check_alpha(alpha)
-    score = as_score(results)
+    score = score_view(results)
     names = metrics_of(score, metric)
     methods = [str(m) for m in score["method"].values]
     template = score.isel({dim: 0, "method": 0}, drop=True)

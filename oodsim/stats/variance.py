@@ -8,7 +8,8 @@ import numpy as np
 import xarray as xr
 from scipy import stats as sps
 
-from oodsim.results.access import as_score, iter_cells
+from oodsim.results.access import iter_cells
+from oodsim.results.select import score_view
 from oodsim.stats.checks import check_alpha
 
 #: Keys of :func:`one_way_anova`, in the order the xarray wrapper stores them.
@@ -118,9 +119,10 @@ def variance_components_table(
     confidence: float = 0.95,
     dim: str = "seed",
 ) -> xr.Dataset:
-    """:func:`one_way_anova` per cell (method, metric, severity, ...) of the results,
-    grouping the seeds by the ``group`` coordinate (the seed's class split by default)."""
-    score = as_score(results)
+    """:func:`one_way_anova` per cell (method, metric, severity, ...) of the results (no
+    severity for results without levels: :func:`~oodsim.results.score_view`), grouping the
+    seeds by the ``group`` coordinate (the seed's class split by default)."""
+    score = score_view(results)
     if group not in score.coords and isinstance(results, xr.Dataset) and group in results:
         score = score.assign_coords({group: results[group]})
     if group not in score.coords:

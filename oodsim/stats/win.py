@@ -11,7 +11,8 @@ import pandas as pd
 import xarray as xr
 
 from oodsim.metrics import higher_is_better
-from oodsim.results.access import as_score, iter_cells, metrics_of, select_metric
+from oodsim.results.access import iter_cells, metrics_of, select_metric
+from oodsim.results.select import score_view
 from oodsim.stats.checks import complete_rows
 from oodsim.stats.intervals import percentile_interval
 from oodsim.stats.win_draws import (
@@ -175,7 +176,8 @@ def win_probabilities(
     :func:`win_probability_intervals` adds their bootstrap intervals.
 
     One metric (a string) drops the ``metric`` dim; ``None`` or a list keeps it. The other
-    dims (``severity``, ``ood``, ``model``, ``dataset``) are kept; each cell is computed on its
+    dims (``severity``, ``ood``, ``model``, ``dataset``) are kept, but a ``severity`` of results
+    without levels (:func:`~oodsim.results.score_view`); each cell is computed on its
     own (the direction follows the metric: lower is better for FPR). ``pairing`` is
     ``"independent"`` (default, kept for compatibility: each method draws its own k seeds) or
     ``"paired"`` (one draw shared by all methods); see :func:`win_probability`, and
@@ -191,7 +193,7 @@ def win_probabilities(
         both.attrs["pairing"] = "both"
         return both
     _check(int(k), int(n_draws), pairing)
-    score = as_score(results)
+    score = score_view(results)
     names = metrics_of(score, metric)
     rng = np.random.default_rng(rng)
     template = score.isel({dim: 0}, drop=True)
@@ -309,7 +311,7 @@ def win_probability_intervals(
     boot = bootstrap_stream(np.random.default_rng(seed))
     lower = xr.full_like(point, np.nan)
     upper = xr.full_like(point, np.nan)
-    score = as_score(results)
+    score = score_view(results)
     names = metrics_of(score, metric)
     for name in names or [None]:
         sub = score if name is None else select_metric(score, name)
