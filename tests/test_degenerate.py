@@ -10,23 +10,35 @@ from pathlib import Path
 import attrs
 import numpy as np
 import pytest
+import xarray as xr
 from scipy import stats as sps
 from sklearn.metrics import balanced_accuracy_score
 
 import oodsim
+from oodsim.artifacts.keys import OUTPUTS, simulation_keys
+from oodsim.artifacts.verdicts import DEGENERATE_VERDICT, verdict_key
 from oodsim.detectors import confidence, get_detector
 from oodsim.detectors.temperature import T_BOUNDS, fit_temperature
+from oodsim.errors import StoreError
 from oodsim.outputs import Outputs
 from oodsim.protocols.degenerate import (
+    RULE_VERSION,
+    SUBSET,
     balanced_accuracy,
+    closed_form_verdict,
     degenerate_reason,
     independence_p_value,
+    judge,
     null_moments,
+    stored_judgement,
 )
 from oodsim.report.tables import exclusion_effect_table
-from oodsim.results import DEGENERATE, failure_kind
+from oodsim.results import DEGENERATE, failure_kind, store_counts
 from oodsim.specs import DegenerateSpec
+from oodsim.specs.seeded import N_PERMUTATIONS
 from oodsim.stats import estimate
+from oodsim.store import CorruptEntryWarning, Store
+from oodsim.store.arrays import ARRAYS_ZIP
 from tests.conftest import cli_run_on, digits_toml, small_digits
 
 
@@ -181,3 +193,113 @@ def test_run_summary_names_degenerate_seeds(
         assert f"    seed {seed}: validation balanced accuracy 0." in out
     assert "Mean auroc without and with the degenerate seeds:" in out
     assert "2 simulations (2 excluded)" in out
+
+
+# --------------------------------------------------------------------------- stored verdicts
+
+
+def _weak_outputs(seed: int) -> dict[str, np.ndarray]:
+    """Validation outputs of a classifier barely above chance (a third of its predictions
+    right, 216 samples of 6 classes): the closed form cannot decide it."""
+    rng = np.random.default_rng(seed)
+    labels = rng.integers(0, 6, 216)
+    logits = rng.normal(size=(216, 6))
+    logits[np.arange(216), labels] += np.where(rng.random(216) < 0.15, 10.0, 0.0)
+    return {f"{SUBSET}.logits": logits, f"{SUBSET}.labels": labels}
+
+
+def test_a_verdict_that_took_the_shuffles_is_stored_once_and_read_back(tmp_path: Path) -> None:
+    arrays = _weak_outputs(0)
+    predictions, labels = arrays[f"{SUBSET}.logits"].argmax(axis=1), arrays[f"{SUBSET}.labels"]
+    assert closed_form_verdict(predictions, labels, 1e-3) is None  # it needs the shuffles
+    outputs = "ab" * 32
+    first = Store(tmp_path)
+    verdict = stored_judgement(first, outputs, arrays, 1e-3, "a weak classifier")
+    assert verdict == judge(predictions, labels, 1e-3)  # the p-value of the shuffles itself
+    key = verdict_key(outputs, SUBSET, 1e-3, N_PERMUTATIONS, RULE_VERSION)
+    assert first.counts()["computed"] == {DEGENERATE_VERDICT: 1}
+    again = Store(tmp_path)
+    assert stored_judgement(again, outputs, arrays, 1e-3, "a weak classifier") == verdict
+    assert again.events == [("loaded", DEGENERATE_VERDICT, key)]
+    # a clearly trained one is decided in closed form: nothing stored, nothing read
+    clear = Store(tmp_path / "clear")
+    trained = {f"{SUBSET}.logits": np.eye(6)[labels] * 5, f"{SUBSET}.labels": labels}
+    assert stored_judgement(clear, outputs, trained, 1e-3, "x").reason == ""
+    assert clear.events == []
+
+
+def test_a_verdict_key_binds_the_outputs_judged_and_every_parameter_of_the_rule() -> None:
+    base = {"outputs": "ab" * 32, "subset": SUBSET, "alpha": 1e-3, "n_permutations": 9_999}
+    changes = {"outputs": "cd" * 32, "subset": "in_test", "alpha": 0.01, "n_permutations": 999}
+    key = verdict_key(**base, version=RULE_VERSION)
+    others = {
+        verdict_key(**(base | {name: value}), version=RULE_VERSION)
+        for name, value in changes.items()
+    }
+    others.add(verdict_key(**base, version=RULE_VERSION + "-bumped"))
+    assert key not in others and len(others) == len(changes) + 1
+
+
+def _same_verdicts_and_scores(first: xr.Dataset, second: xr.Dataset) -> None:
+    for name in ("score", "degenerate", "failure"):
+        xr.testing.assert_identical(first[name], second[name])
+
+
+def test_reruns_load_stored_verdicts_and_heal_a_corrupt_one(
+    cluster_address: str, cache: Path
+) -> None:
+    """90 digits a class leave 18 validation images in each, fewer than the closed form needs:
+    every seed's verdict takes the 9,999 shuffles. The first run stores them where it scores
+    the seeds; a rerun loads them (and computes nothing); another alpha is another key; an
+    altered verdict is caught by its checksum, moved aside and computed again."""
+    base = small_digits(2)
+    spec = attrs.evolve(base, dataset=attrs.evolve(base.dataset, max_per_class=90))
+    first = oodsim.run(spec, address=cluster_address, cache=cache, progress=False)
+    assert store_counts(first)["computed"] == {"checkpoint": 2, "outputs": 2, DEGENERATE_VERDICT: 2}
+    store = Store(cache)
+    for seed in spec.seeds.all():  # each verdict is the rule's on its own seed's outputs
+        outputs = simulation_keys(spec, seed).outputs
+        arrays = store.get(OUTPUTS, outputs).arrays
+        direct = judge(arrays["in_val.logits"].argmax(axis=1), arrays["in_val.labels"], 1e-3)
+        assert direct.p_value is not None  # decided by the shuffles
+        assert str(first["degenerate"].sel(seed=seed).item()) == direct.reason
+        key = verdict_key(outputs, SUBSET, 1e-3, N_PERMUTATIONS, RULE_VERSION)
+        stored = store.get(DEGENERATE_VERDICT, key)
+        assert stored is not None and float(stored.arrays["p_value"]) == direct.p_value
+
+    again = oodsim.run(spec, address=cluster_address, cache=cache, progress=False)
+    assert store_counts(again)["computed"] == {}
+    assert store_counts(again)["loaded"][DEGENERATE_VERDICT] == 2
+    _same_verdicts_and_scores(first, again)
+
+    stricter = attrs.evolve(spec, degenerate=DegenerateSpec(alpha=1e-2))
+    other = oodsim.run(stricter, address=cluster_address, cache=cache, progress=False)
+    assert store_counts(other)["computed"] == {DEGENERATE_VERDICT: 2}
+
+    key = verdict_key(simulation_keys(spec, 0).outputs, SUBSET, 1e-3, N_PERMUTATIONS, RULE_VERSION)
+    zipped = store.path(DEGENERATE_VERDICT, key) / ARRAYS_ZIP
+    p_value = float(store.get(DEGENERATE_VERDICT, key).arrays["p_value"])
+    altered = zipped.read_bytes().replace(np.float64(p_value).tobytes(), np.float64(0.5).tobytes())
+    assert altered != zipped.read_bytes()
+    zipped.write_bytes(altered)  # the same size: only the checksum tells
+    problems = Store(cache).verify()
+    assert [(info.kind, info.key) for info, _ in problems] == [(DEGENERATE_VERDICT, key)]
+    with pytest.warns(CorruptEntryWarning, match="degenerate_verdict"):
+        healed = oodsim.run(spec, address=cluster_address, cache=cache, progress=False)
+    assert store_counts(healed)["computed"] == {DEGENERATE_VERDICT: 1}
+    _same_verdicts_and_scores(first, healed)
+    assert Store(cache).verify() == []
+
+
+def test_a_run_moves_no_file_of_the_users_where_verdicts_belong(tmp_path: Path) -> None:
+    """No task plans a verdict, yet scoring may write one: in a folder that held other files
+    when runs began to use it, a file named like the kind stops the run before any compute,
+    as a file named like any other kind does."""
+    home = tmp_path / "home"
+    home.mkdir()
+    (home / "notes.txt").write_text("notes")
+    (home / DEGENERATE_VERDICT).write_text("mine")
+    with pytest.raises(StoreError, match=rf"{DEGENERATE_VERDICT} \(.*\) is where the cache needs"):
+        oodsim.run(small_digits(1), cache=home, progress=False)
+    assert sorted(p.name for p in home.iterdir()) == [DEGENERATE_VERDICT, "notes.txt"]
+    assert (home / DEGENERATE_VERDICT).read_text() == "mine"

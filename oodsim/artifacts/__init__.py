@@ -13,6 +13,7 @@ The modules follow the flow: :mod:`.tasks` (the unit of work that fills entries,
 seed fails), :mod:`.outputs` (the outputs kind and its writer), :mod:`.keys` (the entries of a
 seed and their keys), :mod:`.simulation` (split,
 model, outputs on a worker), :mod:`.tuning` and :mod:`.kappa` (parameters chosen on
-validation data, model-based κ) and :mod:`.compute` (the engine's task of one simulation).
-Nothing here imports a protocol.
+validation data, model-based κ), :mod:`.compute` (the engine's task of one simulation) and
+:mod:`.verdicts` (the ``degenerate_verdict`` kind: verdicts of the degenerate rule that took
+its permutation test, written where a seed is scored). Nothing here imports a protocol.
 """

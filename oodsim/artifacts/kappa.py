@@ -13,8 +13,8 @@ import attrs
 import numpy as np
 
 from oodsim.artifacts.keys import KAPPA, OUTPUTS, EvalSet, kappa_key
-from oodsim.artifacts.simulation import Simulation, SimulationFailed, subset_outputs
-from oodsim.artifacts.tasks import stored
+from oodsim.artifacts.simulation import Simulation, subset_outputs
+from oodsim.artifacts.tasks import ensured, stored
 from oodsim.artifacts.tuning import choose
 from oodsim.detectors import confidence, get_detector
 from oodsim.outputs import Outputs
@@ -75,12 +75,8 @@ def _stored_kappa(
         )
         put_kappa(sim.store, key, kappa, f"seed={sim.seed} {detector.label} on {eval_set.label}")
 
-    for _ in range(2):  # a corrupt entry is dropped on read and computed once more
-        sim.store.ensure(KAPPA, key, compute)
-        entry = sim.store.get(KAPPA, key)
-        if entry is not None:
-            return entry.arrays["kappa"]
-    raise SimulationFailed(f"κ of {detector.label} on {eval_set.label} could not be stored")
+    what = f"κ of {detector.label} on {eval_set.label}"
+    return ensured(sim.store, KAPPA, key, compute, what).arrays["kappa"]
 
 
 def _model_params(

@@ -19,6 +19,7 @@ from oodsim.artifacts.keys import (
 )
 from oodsim.artifacts.outputs import put_outputs
 from oodsim.artifacts.tasks import SeedFailed
+from oodsim.artifacts.verdicts import DEGENERATE_VERDICT
 from oodsim.data.registry import ImageData, dataset_info
 from oodsim.errors import SpecError
 from oodsim.models.registry import BUILTINS
@@ -28,6 +29,7 @@ from oodsim.simulation.ood_sets import ood_images
 from oodsim.simulation.splits import SUBSETS, OpenSetSplit, make_split
 from oodsim.specs import ExperimentSpec, OODSetSpec
 from oodsim.store import Store
+from oodsim.store.room import check_room
 
 
 class SimulationFailed(SeedFailed):
@@ -87,8 +89,11 @@ class Simulation:
         classifier contract. It runs the code a worker runs (``data``, ``split``, ``_build``)
         and writes nothing. The model is built only for a plug-in architecture or a built-in
         with parameters, and only when its checkpoint is not stored (the tests check the
-        built-ins' contract; a cached run builds none, so the driver then needs no torch)."""
+        built-ins' contract; a cached run builds none, so the driver then needs no torch).
+        Scoring may write a verdict of the degenerate rule (:mod:`.verdicts`), an entry no
+        task plans: the room for its kind is checked here with the tasks' kinds."""
         spec = self.spec
+        check_room(self.store.root, [DEGENERATE_VERDICT])
         needed = spec.split.n_classes_needed()
         if needed > self.data.n_classes:
             raise SpecError(

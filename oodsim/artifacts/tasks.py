@@ -4,7 +4,7 @@ A task is what the engine runs on a worker: content-keyed, so that two seeds (or
 protocols) that need the same entries run it once. :class:`SeedFailed` is how a task or
 scoring says that a seed cannot be scored; :func:`stored` reads an entry a seed's tasks wrote
 (a lost one fails the seed with the failure kind :data:`~oodsim.results.failures.LOST_ENTRY`,
-which the engine heals);
+which the engine heals), :func:`ensured` one that whoever reads it computes where missing;
 :func:`checked_kappa` turns non-finite κ into such a failure. The protocols' contract
 (:mod:`oodsim.protocols.base`) plans and scores with these.
 """
@@ -72,6 +72,25 @@ def stored(store: Store, kind: str, key: str, what: str) -> StoreEntry:
     entry = store.get(kind, key)
     if entry is None:
         raise SeedFailed(LOST_ENTRY.message(f"{what} ({kind} {key[:12]})"))
+    return entry
+
+
+def ensured(
+    store: Store, kind: str, key: str, compute: Callable[[], object], what: str
+) -> StoreEntry:
+    """An entry read from the store, computed first where it is missing: ``compute()`` must
+    :meth:`~oodsim.store.Store.put` it (under the key's lock, so processes sharing the cache
+    compute it once). A corrupt entry is dropped on read and computed once more; one that
+    still cannot be read fails the seed. A stored entry costs one read (no lock, no
+    separate look)."""
+    entry = store.get(kind, key)
+    for _ in range(2):  # missing, or corrupt and dropped on read: computed (once more)
+        if entry is not None:
+            break
+        store.ensure(kind, key, compute)
+        entry = store.get(kind, key)
+    if entry is None:
+        raise SeedFailed(f"{what} could not be stored ({kind} {key[:12]})")
     return entry
 
 

@@ -17,15 +17,24 @@ probability unnoticed. The rule, documented in docs/specs.md (``[degenerate]``):
   balanced accuracy ≥ 8 exact null standard deviations above chance (:func:`null_moments`) is
   decided without shuffling, and so is one with no null spread (p = 1).
 
+A verdict the permutation test decided is stored (:mod:`oodsim.artifacts.verdicts`, keyed by
+the outputs judged and the rule's parameters) where the seed is scored, and loaded on every
+rerun (:func:`stored_judgement`); the closed-form ones are decided again from the outputs.
+
 Excluding degenerate seeds changes the estimand from E[score] to E[score | the classifier is
 above chance]; ``[degenerate] keep = true`` keeps the first, and ``oodsim run`` prints both.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
+import attrs
 import numpy as np
 
+from oodsim.artifacts.verdicts import stored_verdict, verdict_key
 from oodsim.specs.seeded import N_PERMUTATIONS
+from oodsim.store import Store
 
 _BLOCK_ELEMENTS = 1 << 22  # permuted predictions per block (~4 M booleans)
 
@@ -111,22 +120,128 @@ def null_moments(predictions: np.ndarray, labels: np.ndarray) -> tuple[float, fl
 _CLEAR_Z = 8.0
 _CLEAR_MIN_CLASS = 20
 
+#: The subset of a simulation's outputs the rule judges.
+SUBSET = "in_val"
+#: Version of the permutation test (statistic, shuffle stream): stored verdicts are keyed by
+#: it (:mod:`oodsim.artifacts.verdicts`); bump it when a stored p-value would change.
+RULE_VERSION = "1"
 
-def degenerate_reason(predictions: np.ndarray, labels: np.ndarray, alpha: float) -> str:
-    """Why a classifier with these validation ``predictions`` is degenerate, or "" when its
-    balanced accuracy is clearly above chance (permutation p-value below ``alpha``)."""
+
+@attrs.frozen
+class Verdict:
+    """The rule's verdict on one classifier's validation predictions: its balanced accuracy
+    on ``n`` samples of ``n_classes`` classes and, where the permutation test decided, its
+    p-value (None: clearly above chance without shuffling)."""
+
+    degenerate: bool
+    balanced_accuracy: float
+    n: int
+    n_classes: int
+    p_value: float | None
+    alpha: float
+
+    @classmethod
+    def decided(
+        cls, score: float, n: int, n_classes: int, p_value: float | None, alpha: float
+    ) -> Verdict:
+        """The verdict at level ``alpha``: degenerate unless ``p_value < alpha`` (None: clearly
+        above chance)."""
+        degenerate = p_value is not None and not p_value < alpha
+        return cls(degenerate, score, n, n_classes, p_value, alpha)
+
+    @property
+    def reason(self) -> str:
+        """Why the classifier is degenerate, or "" when it is not."""
+        if not self.degenerate:
+            return ""
+        return (
+            f"validation balanced accuracy {self.balanced_accuracy:.3f} (n = {self.n}) is not "
+            f"above chance {1 / self.n_classes:.3f} (permutation test of independence p = "
+            f"{self.p_value:.2g} >= alpha = {self.alpha:g})"
+        )
+
+    def arrays(self) -> dict[str, np.ndarray]:
+        """The verdict as the 0-d arrays of its store entry (alpha is in the entry's key)."""
+        return {
+            "degenerate": np.asarray(self.degenerate),
+            "balanced_accuracy": np.asarray(self.balanced_accuracy, dtype=np.float64),
+            "n": np.asarray(self.n, dtype=np.int64),
+            "n_classes": np.asarray(self.n_classes, dtype=np.int64),
+            "p_value": np.asarray(np.nan if self.p_value is None else self.p_value),
+        }
+
+    @classmethod
+    def from_arrays(cls, arrays: dict[str, np.ndarray], alpha: float) -> Verdict:
+        """The verdict :meth:`arrays` stored, at the ``alpha`` its key was made with."""
+        p_value = float(arrays["p_value"])
+        return cls(
+            degenerate=bool(arrays["degenerate"]),
+            balanced_accuracy=float(arrays["balanced_accuracy"]),
+            n=int(arrays["n"]),
+            n_classes=int(arrays["n_classes"]),
+            p_value=None if np.isnan(p_value) else p_value,
+            alpha=alpha,
+        )
+
+
+def closed_form_verdict(
+    predictions: np.ndarray, labels: np.ndarray, alpha: float
+) -> Verdict | None:
+    """The verdict where it needs no shuffles, in microseconds: a balanced accuracy clearly
+    above chance (:data:`_CLEAR_Z` null standard deviations), or no null spread at all (every
+    shuffle gives the observed value, e.g. one class predicted: p = 1). None otherwise."""
     predicted, codes, n_classes = _encoded(predictions, labels)
     score = float(_balanced((predicted == codes).astype(float), codes, n_classes))
     mean, sd = null_moments(predictions, labels)
     smallest = int(np.bincount(codes, minlength=n_classes).min())
     if sd > 0 and smallest >= _CLEAR_MIN_CLASS and (score - mean) / sd >= _CLEAR_Z:
-        return ""
-    # no spread: every shuffle gives the observed value (e.g. one class predicted), p = 1
-    p_value = 1.0 if sd == 0 else independence_p_value(predictions, labels)
-    if p_value < alpha:
-        return ""
-    return (
-        f"validation balanced accuracy {score:.3f} (n = {codes.size}) is not above chance "
-        f"{1 / n_classes:.3f} (permutation test of independence p = {p_value:.2g} >= "
-        f"alpha = {alpha:g})"
+        return Verdict.decided(score, codes.size, n_classes, None, alpha)
+    if sd == 0:
+        return Verdict.decided(score, codes.size, n_classes, 1.0, alpha)
+    return None
+
+
+def permutation_verdict(
+    predictions: np.ndarray, labels: np.ndarray, alpha: float, n_permutations: int = N_PERMUTATIONS
+) -> Verdict:
+    """The verdict of the permutation test (:func:`independence_p_value`; ~30 ms for 9,999
+    shuffles of a few hundred predictions)."""
+    predicted, codes, n_classes = _encoded(predictions, labels)
+    score = float(_balanced((predicted == codes).astype(float), codes, n_classes))
+    p_value = independence_p_value(predictions, labels, n_permutations)
+    return Verdict.decided(score, codes.size, n_classes, p_value, alpha)
+
+
+def judge(predictions: np.ndarray, labels: np.ndarray, alpha: float) -> Verdict:
+    """The rule's verdict on a classifier with these validation ``predictions``: in closed
+    form where it can be, else by the permutation test."""
+    found = closed_form_verdict(predictions, labels, alpha)
+    return found if found is not None else permutation_verdict(predictions, labels, alpha)
+
+
+def degenerate_reason(predictions: np.ndarray, labels: np.ndarray, alpha: float) -> str:
+    """Why a classifier with these validation ``predictions`` is degenerate, or "" when its
+    balanced accuracy is clearly above chance (permutation p-value below ``alpha``)."""
+    return judge(predictions, labels, alpha).reason
+
+
+def stored_judgement(
+    store: Store, outputs: str, arrays: Mapping[str, np.ndarray], alpha: float, what: str
+) -> Verdict:
+    """The rule's verdict on the :data:`SUBSET` of the outputs entry with key ``outputs``,
+    whose ``arrays`` the caller read: in closed form where it can be, else the stored
+    permutation test's (:mod:`oodsim.artifacts.verdicts`), computed here and stored the
+    first time. ``what`` says whose outputs they are, for the entry's description."""
+    predictions = arrays[f"{SUBSET}.logits"].argmax(axis=1)
+    labels = arrays[f"{SUBSET}.labels"]
+    found = closed_form_verdict(predictions, labels, alpha)
+    if found is not None:
+        return found
+    key = verdict_key(outputs, SUBSET, alpha, N_PERMUTATIONS, RULE_VERSION)
+    record = stored_verdict(
+        store,
+        key,
+        lambda: permutation_verdict(predictions, labels, alpha).arrays(),
+        f"degenerate rule on {SUBSET} of {what} (alpha={alpha:g})",
     )
+    return Verdict.from_arrays(record, alpha)

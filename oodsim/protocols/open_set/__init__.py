@@ -8,7 +8,9 @@ computes only what is missing:
   training streams);
 - ``outputs``: logits, features, labels and sample indices of every subset of the split;
 - ``ood_outputs``: the same for each extra OOD test set (another dataset, noise);
-- ``kappa``: κ of a model-based detector (ODIN, MC dropout) on one evaluated subset.
+- ``kappa``: κ of a model-based detector (ODIN, MC dropout) on one evaluated subset;
+- ``degenerate_verdict``: the degenerate rule's verdict on the validation outputs, where it took
+  the permutation test (written by scoring, not by the task: :mod:`oodsim.protocols.degenerate`).
 
 Scoring (:meth:`OpenSetProtocol.score`) reads these entries; logit/feature detectors are cheap
 and never cached, so adding one to a finished experiment reads the cached arrays only.

@@ -13,7 +13,7 @@ from oodsim.artifacts.kappa import Prepared
 from oodsim.artifacts.simulation import Simulation, SimulationFailed
 from oodsim.metrics import NonFiniteScoreError, evaluate
 from oodsim.protocols.base import checked_kappa
-from oodsim.protocols.degenerate import degenerate_reason
+from oodsim.protocols.degenerate import stored_judgement
 
 
 @attrs.frozen(eq=False)
@@ -32,7 +32,8 @@ def score(sim: Simulation) -> _Scored:
     Every κ metric of a test set is computed in one :func:`oodsim.metrics.evaluate` call on
     the ID test samples followed by that set's OOD samples (``correct``: whether the classifier
     got each ID sample right, for OSCR and AURC); the degenerate verdict is taken on the
-    validation split, never on the test samples the metrics use."""
+    validation split, never on the test samples the metrics use (a permutation test's verdict
+    is read from the store, or computed here and stored)."""
     spec = sim.spec
     prepared = Prepared.load(sim)
     scored = [
@@ -61,12 +62,16 @@ def score(sim: Simulation) -> _Scored:
             ) from None
         for m, metric in enumerate(spec.metrics):
             result[:, m, j] = float(correct.mean()) if metric == "accuracy" else values[metric]
-    val_predicted = prepared.split_arrays["in_val.logits"].argmax(axis=1)
+    verdict = stored_judgement(
+        sim.store,
+        sim.keys.outputs,
+        prepared.split_arrays,
+        spec.degenerate.alpha,
+        f"seed {sim.seed}'s classifier",
+    )
     return _Scored(
         result,
-        degenerate_reason(
-            val_predicted, prepared.split_arrays["in_val.labels"], spec.degenerate.alpha
-        ),
+        verdict.reason,
         [json.dumps(used, sort_keys=True, default=_plain) for _, used in scored],
     )
 

@@ -23,7 +23,7 @@ from oodsim.artifacts import keys as artifact_keys
 from oodsim.detectors import confidence
 from oodsim.outputs import Outputs
 from oodsim.protocols.base import checked_kappa, stored
-from oodsim.protocols.degenerate import degenerate_reason
+from oodsim.protocols.degenerate import stored_judgement
 from oodsim.protocols.severity import levels, plan
 from oodsim.protocols.severity.plan import (
     KAPPA,
@@ -318,13 +318,10 @@ def _degenerate(ref: ModelRef, seed: int, store: Store) -> tuple[str, bool]:
         return "", True
     experiment = plan.experiment_of(ref)
     entry = (artifact_keys.OUTPUTS, artifact_keys.outputs_key(plan.checkpoint_key(ref, seed)))
-    arrays = stored(store, *entry, f"outputs of model {ref.label} in seed {seed}").arrays
-    reason = degenerate_reason(
-        arrays["in_val.logits"].argmax(axis=1),
-        arrays["in_val.labels"],
-        experiment.degenerate.alpha,
-    )
-    return reason, experiment.degenerate.keep
+    what = f"model {ref.label} in seed {seed}"
+    arrays = stored(store, *entry, f"outputs of {what}").arrays
+    verdict = stored_judgement(store, entry[1], arrays, experiment.degenerate.alpha, what)
+    return verdict.reason, experiment.degenerate.keep
 
 
 def score(spec: SeveritySpec, seed: int, store: Store) -> SeedResult:
