@@ -192,7 +192,7 @@ def test_run_summary_names_degenerate_seeds(
     for seed in (0, 1):
         assert f"    seed {seed}: validation balanced accuracy 0." in out
     assert "Mean auroc without and with the degenerate seeds:" in out
-    assert "2 simulations (2 excluded)" in out
+    assert "2 simulations in " in out and ", 2 excluded (degenerate); " in out
 
 
 # --------------------------------------------------------------------------- stored verdicts

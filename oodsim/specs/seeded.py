@@ -233,9 +233,9 @@ N_PERMUTATIONS = 9_999
 
 @spec_class
 class DegenerateSpec(KeyedSpec):
-    """Which simulations are degenerate: the classifier's closed-set test accuracy is not
-    clearly above chance (one-sided binomial test at level ``alpha`` against the accuracy of
-    always predicting the most frequent test class; see :mod:`oodsim.protocols.degenerate`).
+    """Which simulations are degenerate: the classifier's balanced accuracy on the known
+    classes' validation split is not above chance (a one-sided permutation test of label and
+    prediction independence at level ``alpha``; see :mod:`oodsim.protocols.degenerate`).
 
     ``keep = false`` (default) records the reason in ``failure`` and excludes the seed from
     every estimate like a failed seed; ``keep = true`` keeps its scores in. Either way the
