@@ -75,12 +75,15 @@ def add_run_options(command: argparse.ArgumentParser) -> None:
 def cmd_run(args: argparse.Namespace) -> int:
     """Run a spec; an interrupt, whenever it comes, says in one line what it left."""
     with telling_interrupt("oodsim: interrupted before the run started; nothing was computed"):
-        # loaded by the command that needs it, so `oodsim --help` stays fast
-        from oodsim.engine import load, run
-        from oodsim.store import default_results, default_root
+        # a spec is read and checked before the engine (dask, torch) loads: errors come at once
+        from oodsim.protocols import load
 
         address, cluster = _cluster_options(args.address, args.cluster)
         spec = load(args.spec)
+        # loaded by the command that needs it, so `oodsim --help` stays fast
+        from oodsim.engine import run
+        from oodsim.store import default_results, default_root
+
         metric = table_metric(spec, args.metric)
         near = Path(args.spec).parent  # one cache and results folder per project, from any folder
         cache = Path(args.cache) if args.cache else default_root(near)

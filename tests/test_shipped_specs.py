@@ -1,0 +1,96 @@
+"""The specs shipped in the package: read by name from any folder (``oodsim run digits``,
+``oodsim.load("digits")``); the wheel holds them."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import pytest
+
+import oodsim
+from oodsim.errors import SpecFileNotFound
+from oodsim.protocols import bind
+from oodsim.specs import shipped
+from tests.conftest import ROOT
+
+NAMES = sorted(path.stem for path in (ROOT / "specs").glob("*.toml"))
+
+
+def test_the_shipped_specs_are_the_checkouts_specs_folder() -> None:
+    """One copy of each spec in git: the package's examples are a link to specs/."""
+    assert shipped.names() == NAMES and "digits" in NAMES
+    assert shipped.folder().resolve() == (ROOT / "specs").resolve()
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_a_shipped_spec_loads_by_name_from_any_folder_without_a_source(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, name: str
+) -> None:
+    """By name it is the spec of the file, with no ``source``: its run finds the cache from
+    the working folder, like a spec built in Python; by path, ``source`` is the file."""
+    monkeypatch.chdir(tmp_path)
+    by_name, by_path = oodsim.load(name), oodsim.load(ROOT / "specs" / f"{name}.toml")
+    assert by_name == by_path and by_name.key == by_path.key
+    assert by_name.source is None and by_path.source == str(ROOT / "specs" / f"{name}.toml")
+    assert bind(name).spec == by_name
+
+
+def test_a_file_of_that_name_in_the_working_folder_comes_first(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    text = (ROOT / "specs" / "digits.toml").read_text().replace("n = 50", "n = 3")
+    (tmp_path / "digits").write_text(text)
+    spec = oodsim.load("digits")
+    assert spec.seeds.n == 3 and spec.source == str(tmp_path / "digits")
+    (tmp_path / "digits").unlink()
+    (tmp_path / "digits").mkdir()  # a folder of that name is no spec file: the shipped spec
+    assert oodsim.load("digits").seeds.n == 50
+
+
+def test_a_name_that_is_no_file_nor_shipped_spec_says_where_it_looked(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(SpecFileNotFound) as caught:
+        oodsim.load("digts")
+    assert str(caught.value) == (
+        f"no such file: digts (looked in {tmp_path} and the shipped specs: "
+        f"{', '.join(NAMES)}). Did you mean 'digits'?"
+    )
+    assert isinstance(caught.value, FileNotFoundError)
+    with pytest.raises(SpecFileNotFound) as caught:  # a path is a path: no shipped spec
+        oodsim.load("specs/digits.toml")
+    assert str(caught.value) == (
+        f"no such file: specs/digits.toml (looked in {tmp_path / 'specs'}). 'digits' names a "
+        "shipped spec: give the name alone to read it"
+    )
+
+
+def test_each_shipped_spec_opens_with_a_one_line_description() -> None:
+    for name in NAMES:
+        description = shipped.describe(shipped.path(name).read_text())
+        assert 20 <= len(description) <= 100 and "\n" not in description, name
+    assert shipped.describe("# Digits, small.\nname = 'x'\n") == "Digits, small"
+    assert shipped.describe("name = 'x'\n") == ""
+
+
+@pytest.mark.slow
+def test_the_wheel_holds_the_shipped_specs(tmp_path: Path) -> None:
+    """``pip install`` (not editable) installs a wheel: built from the checkout, it holds each
+    spec of specs/ as oodsim/examples/<name>.toml, the same bytes (the link is followed)."""
+    subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q"]
+        + ["-w", str(tmp_path), str(ROOT)],
+        check=True,
+        capture_output=True,
+        timeout=300,
+        cwd=tmp_path,
+    )
+    (wheel,) = tmp_path.glob("oodsim-*.whl")
+    with zipfile.ZipFile(wheel) as archive:
+        held = {n: archive.read(n) for n in archive.namelist() if n.startswith("oodsim/examples/")}
+    assert held == {f"oodsim/examples/{n}.toml": shipped.path(n).read_bytes() for n in NAMES}
