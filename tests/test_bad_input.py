@@ -873,6 +873,27 @@ print(err.getvalue())
 
 
 @pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["rnu", "x.toml"], "no command 'rnu'; did you mean 'run'? (commands: run, severity,"),
+        (["cache", "lss"], "no command 'lss'; did you mean 'ls'? (commands: ls, verify, gc"),
+        (["reprot"], "no command 'reprot'; did you mean 'report'?"),
+        (["run", "x.toml", "--wokers", "2"], "unrecognized arguments: --wokers 2; did you mean"),
+        (["run", "x.toml", "--overwirte"], "did you mean '--overwrite'?"),
+    ],
+    ids=["command", "cache-action", "report", "option", "flag"],
+)
+def test_a_misspelled_command_or_option_gets_a_close_match(
+    capsys: pytest.CaptureFixture[str], argv: list[str], message: str
+) -> None:
+    with pytest.raises(SystemExit) as exit_:
+        cli_main(argv)
+    last = capsys.readouterr().err.strip().splitlines()[-1]
+    assert exit_.value.code == 2 and message in last, last
+    assert last.startswith("oodsim: error: ") or last.startswith("oodsim cache: error: ")
+
+
+@pytest.mark.parametrize(
     ("args", "pattern"),
     [
         (["--worker-timeout", "-1"], r"worker_timeout: -1\.0 .*finite number of seconds > 0"),

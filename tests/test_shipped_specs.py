@@ -1,5 +1,6 @@
 """The specs shipped in the package: read by name from any folder (``oodsim run digits``,
-``oodsim.load("digits")``); the wheel holds them."""
+``oodsim.load("digits")``), listed with their descriptions (``oodsim specs``) and copied into
+a folder to edit (``oodsim specs copy``); the wheel holds them."""
 
 from __future__ import annotations
 
@@ -11,7 +12,8 @@ from pathlib import Path
 import pytest
 
 import oodsim
-from oodsim.errors import SpecFileNotFound
+from oodsim.cli import main as cli_main
+from oodsim.errors import SpecFileNotFound, UnknownNameError
 from oodsim.protocols import bind
 from oodsim.specs import shipped
 from tests.conftest import ROOT
@@ -76,6 +78,58 @@ def test_each_shipped_spec_opens_with_a_one_line_description() -> None:
         assert 20 <= len(description) <= 100 and "\n" not in description, name
     assert shipped.describe("# Digits, small.\nname = 'x'\n") == "Digits, small"
     assert shipped.describe("name = 'x'\n") == ""
+
+
+def test_oodsim_specs_lists_every_shipped_spec_with_its_description(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    assert cli_main(["specs"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    width = max(map(len, NAMES))
+    described = {name: shipped.describe(shipped.path(name).read_text()) for name in NAMES}
+    assert out[: len(NAMES)] == [f"{n:{width}}  {described[n]}" for n in NAMES]
+    assert "oodsim specs copy" in out[-1] and "oodsim run digits" in out[-1]
+
+
+def test_oodsim_specs_copy_copies_them_to_edit_and_never_overwrites_an_edit(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    assert cli_main(["specs", "copy"]) == 0  # all of them, into ./specs
+    assert sorted(p.name for p in (tmp_path / "specs").iterdir()) == [f"{n}.toml" for n in NAMES]
+    assert (tmp_path / "specs" / "digits.toml").read_bytes() == shipped.path("digits").read_bytes()
+    assert "run one: oodsim run specs/digits.toml" in capsys.readouterr().out
+    assert oodsim.load("specs/digits.toml") == oodsim.load("digits")
+
+    edited = (tmp_path / "specs" / "digits.toml").read_text().replace("n = 50", "n = 7")
+    (tmp_path / "specs" / "digits.toml").write_text(edited)
+    (tmp_path / "specs" / "fashion_mnist.toml").unlink()
+    assert cli_main(["specs", "copy"]) == 2  # refused: nothing is copied
+    err = capsys.readouterr().err.strip()
+    assert err == (
+        "oodsim: error: specs/digits.toml: already there and different from the shipped spec; "
+        "nothing was copied (pass --overwrite to replace)"
+    )
+    assert (tmp_path / "specs" / "digits.toml").read_text() == edited
+    assert not (tmp_path / "specs" / "fashion_mnist.toml").exists()
+
+    assert cli_main(["specs", "copy", "fashion_mnist", "--to", "mine"]) == 0  # some, elsewhere
+    assert [p.name for p in (tmp_path / "mine").iterdir()] == ["fashion_mnist.toml"]
+    assert cli_main(["specs", "copy", "digits", "--overwrite"]) == 0
+    assert (tmp_path / "specs" / "digits.toml").read_bytes() == shipped.path("digits").read_bytes()
+    capsys.readouterr()
+    assert cli_main(["specs", "copy", "digits"]) == 0  # the same file: nothing to do
+    assert capsys.readouterr().out.startswith("already in specs, unchanged: digits.toml")
+
+
+def test_oodsim_specs_copy_of_an_unknown_name_suggests_one(tmp_path: Path) -> None:
+    from oodsim.cli.main import parser
+    from oodsim.cli.specs import cmd_copy
+
+    args = parser().parse_args(["specs", "copy", "fashion", "--to", str(tmp_path / "s")])
+    with pytest.raises(UnknownNameError, match="'fashion' .*Did you mean 'fashion_mnist'"):
+        cmd_copy(args)
+    assert not (tmp_path / "s").exists()
 
 
 @pytest.mark.slow
