@@ -837,9 +837,9 @@ def test_a_missing_spec_says_where_it_looked(
 def test_spec_and_file_errors_come_before_anything_heavy_is_imported(tmp_path: Path) -> None:
     """``oodsim run`` reads and checks the spec before the engine loads: in a fresh
     interpreter, refusing a missing file, a bad TOML, a bad spec (several problems) and
-    reading the good digits spec import none of torch, dask, distributed, xarray and
-    matplotlib (each of which takes from 0.1 s to seconds), so every such error comes at
-    once."""
+    reading the good digits spec import none of torch, dask, distributed, xarray,
+    matplotlib, pandas, scipy and scikit-learn (each takes from 0.1 s to seconds), so every
+    such error comes at once."""
     bad = tmp_path / "bad.toml"
     bad.write_text(BASE.replace("lr = 0.05", 'lr = "fast"').replace("n = 50", "n = 0"))
     (tmp_path / "broken.toml").write_text("name = = 1\n")
@@ -851,7 +851,7 @@ err = io.StringIO()
 with contextlib.redirect_stderr(err):
     codes = [main(["run", p, "--cache", "c"]) for p in ("nosuch.toml", "broken.toml", "bad.toml")]
 spec = oodsim.load("digits")
-heavy = {"torch", "dask", "distributed", "xarray", "matplotlib"}
+heavy = {"torch", "dask", "distributed", "xarray", "matplotlib", "pandas", "scipy", "sklearn"}
 print(codes, spec.name, sorted(heavy & {m.partition(".")[0] for m in sys.modules}))
 print(err.getvalue())
 """
