@@ -4,6 +4,7 @@ a folder to edit (``oodsim specs copy``); the wheel holds them."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import zipfile
@@ -17,6 +18,7 @@ from oodsim.errors import SpecFileNotFound, UnknownNameError
 from oodsim.protocols import bind
 from oodsim.specs import shipped
 from tests.conftest import ROOT
+from tests.readme_sample import copy_checkout
 
 NAMES = sorted(path.stem for path in (ROOT / "specs").glob("*.toml"))
 
@@ -134,17 +136,19 @@ def test_oodsim_specs_copy_of_an_unknown_name_suggests_one(tmp_path: Path) -> No
 
 @pytest.mark.slow
 def test_the_wheel_holds_the_shipped_specs(tmp_path: Path) -> None:
-    """``pip install`` (not editable) installs a wheel: built from the checkout, it holds each
-    spec of specs/ as oodsim/examples/<name>.toml, the same bytes (the link is followed)."""
+    """``pip install`` (not editable) installs a wheel: built from a clone, it holds each spec
+    of specs/ as oodsim/examples/<name>.toml, the same bytes (the link is followed)."""
+    clone = copy_checkout(tmp_path / "clone")  # what git holds: the link, not a copy
+    assert os.readlink(clone / "oodsim" / "examples") == "../specs"
     subprocess.run(
         [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q"]
-        + ["-w", str(tmp_path), str(ROOT)],
+        + ["-w", str(tmp_path / "dist"), str(clone)],
         check=True,
         capture_output=True,
         timeout=300,
         cwd=tmp_path,
     )
-    (wheel,) = tmp_path.glob("oodsim-*.whl")
+    (wheel,) = (tmp_path / "dist").glob("oodsim-*.whl")
     with zipfile.ZipFile(wheel) as archive:
         held = {n: archive.read(n) for n in archive.namelist() if n.startswith("oodsim/examples/")}
     assert held == {f"oodsim/examples/{n}.toml": shipped.path(n).read_bytes() for n in NAMES}
