@@ -10,7 +10,6 @@ from pathlib import Path
 
 from oodsim.cli.options import path_text
 from oodsim.errors import OodsimError, UnknownNameError
-from oodsim.specs import shipped
 
 #: where ``oodsim specs copy`` writes without ``--to``: a project's specs/, as in a checkout
 DEFAULT_FOLDER = "specs"
@@ -47,6 +46,8 @@ def add_command(commands: argparse._SubParsersAction) -> None:
 
 def cmd_list(args: argparse.Namespace) -> int:
     """Print each shipped spec's name and description."""
+    from oodsim.specs import shipped  # the specs package loads with this command (fast --help)
+
     names = shipped.names()
     width = max(map(len, names))
     for name in names:
@@ -58,6 +59,8 @@ def cmd_list(args: argparse.Namespace) -> int:
 def cmd_copy(args: argparse.Namespace) -> int:
     """Copy the named shipped specs (default: all) into ``--to``; a file that is already
     there and differs is replaced only with ``--overwrite`` (else nothing is copied)."""
+    from oodsim.specs import shipped  # the specs package loads with this command (fast --help)
+
     known = shipped.names()
     for name in args.names:
         if name not in known:
