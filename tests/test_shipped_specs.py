@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import tomllib
 import zipfile
 from pathlib import Path
 
@@ -15,7 +16,14 @@ import pytest
 import oodsim
 from oodsim.cli import main as cli_main
 from oodsim.errors import SpecFileNotFound, UnknownNameError
-from oodsim.protocols import bind
+from oodsim.protocols import (
+    BUILTINS,
+    DEFAULT_PROTOCOL,
+    SPEC_READERS,
+    bind,
+    get_protocol,
+    spec_reader,
+)
 from oodsim.specs import shipped
 from tests.conftest import ROOT
 from tests.readme_sample import copy_checkout
@@ -40,6 +48,17 @@ def test_a_shipped_spec_loads_by_name_from_any_folder_without_a_source(
     assert by_name == by_path and by_name.key == by_path.key
     assert by_name.source is None and by_path.source == str(ROOT / "specs" / f"{name}.toml")
     assert bind(name).spec == by_name
+
+
+def test_each_built_in_reader_reads_a_spec_as_its_protocol_does() -> None:
+    """A spec is read by its protocol's reader alone (``SPEC_READERS``: no engine, no torch
+    for an open set spec); that reader builds what the protocol's ``from_data`` builds."""
+    for name in NAMES:
+        data = tomllib.loads(shipped.path(name).read_text())
+        protocol = data.pop("protocol", DEFAULT_PROTOCOL)
+        by_reader = spec_reader(protocol)(dict(data), shipped.folder())
+        assert by_reader == get_protocol(protocol).from_data(dict(data), shipped.folder()), name
+    assert set(SPEC_READERS) == set(BUILTINS)
 
 
 def test_a_file_of_that_name_in_the_working_folder_comes_first(

@@ -96,7 +96,9 @@ def _built(
             break
         problems += found
         bad = set().union(*keys)
-        if not all(keys) or not bad <= set(data) - required:  # it cannot be built: fields alone
+        if not all(keys):  # a problem of the table as a whole: no key to leave out
+            break
+        if not bad <= set(data) - required:  # a bad key without default: it cannot be built
             problems += _alone(cls, {k: v for k, v in data.items() if k not in bad})
             break
         data = {key: value for key, value in data.items() if key not in bad}
