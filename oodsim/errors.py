@@ -101,13 +101,15 @@ class SpecError(OodsimError, ValueError):
 class SpecProblems(SpecError):
     """Several problems of one spec, all found in one pass: ``problems`` (each a
     :class:`SpecError`), in the order of their lines where the spec was read from a file.
-    Its ``field``, ``value``, ``allowed`` and ``hint`` are those of the first problem."""
+    Its ``field``, ``value``, ``allowed``, ``hint`` and ``location`` are those of the first
+    problem."""
 
     def __init__(self, problems: Iterable[SpecError], where: str = "the spec") -> None:
         self._problems = tuple(p for problem in problems for p in problem.problems)
         self.where = where
         first = self._problems[0]
         super().__init__(first.field, first.value, first.allowed, first.hint)
+        self.location = first.location
 
     def _message(self) -> str:
         lines = [f"  {problem}" for problem in self._problems]
