@@ -15,7 +15,7 @@ __version__ = "0.1.0"
 
 _LAZY = {
     "run": "oodsim.engine",
-    "load": "oodsim.engine",
+    "load": "oodsim.protocols",  # reading a spec loads neither the engine nor torch
     "load_spec": "oodsim.specs",
     "open_results": "oodsim.results",
     "select": "oodsim.results",

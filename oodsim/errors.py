@@ -62,17 +62,83 @@ class OodsimError(Exception):
 
 
 class SpecError(OodsimError, ValueError):
-    """A spec field holds a value that cannot work; raised before any compute."""
+    """A spec field holds a value that cannot work; raised before any compute.
+
+    Read from a spec file, ``location`` says where (``specs/x.toml:12``, or the file alone
+    where the field is not written in it) and leads the message; a spec built in Python has
+    none. ``problems`` are every problem the error reports (:class:`SpecProblems` holds
+    several)."""
 
     def __init__(self, field: str, value: object, allowed: str, hint: str = "") -> None:
         self.field, self.value, self.allowed, self.hint = field, value, allowed, hint
-        message = f"{field}: {value!r} is not allowed; expected {allowed}"
-        if hint:
-            message += f". {hint}"
-        super().__init__(message)
+        self.location = ""
+        super().__init__(self._message())
+
+    def _message(self) -> str:
+        message = f"{self.field}: {self.value!r} is not allowed; expected {self.allowed}"
+        if self.hint:
+            message += f". {self.hint}"
+        return f"{self.location}: {message}" if self.location else message
+
+    @property
+    def problems(self) -> tuple[SpecError, ...]:
+        return (self,)
+
+    def moved(self, *, field: str | None = None, location: str | None = None) -> SpecError:
+        """This error about ``field`` (its full path, where it was raised with a part of it)
+        or at ``location``; its message says so. Returns the error itself."""
+        if field is not None:
+            self.field = field
+        if location is not None:
+            self.location = location
+        self.args = (self._message(), *self.args[1:])
+        return self
 
     def __reduce__(self) -> tuple:  # raised in Dask workers: must survive pickling
         return (_rebuild, (type(self), self.args, self.__dict__))
+
+
+class SpecProblems(SpecError):
+    """Several problems of one spec, all found in one pass: ``problems`` (each a
+    :class:`SpecError`), in the order of their lines where the spec was read from a file.
+    Its ``field``, ``value``, ``allowed``, ``hint`` and ``location`` are those of the first
+    problem."""
+
+    def __init__(self, problems: Iterable[SpecError], where: str = "the spec") -> None:
+        self._problems = tuple(p for problem in problems for p in problem.problems)
+        self.where = where
+        first = self._problems[0]
+        super().__init__(first.field, first.value, first.allowed, first.hint)
+        self.location = first.location
+
+    def _message(self) -> str:
+        lines = [f"  {problem}" for problem in self._problems]
+        return "\n".join([f"{len(lines)} problems in {self.where}:", *lines])
+
+    @property
+    def problems(self) -> tuple[SpecError, ...]:
+        return self._problems
+
+
+def spec_problems(problems: Iterable[SpecError], where: str = "the spec") -> SpecError:
+    """One error for ``problems`` (at least one): the problem itself when it is alone, else
+    :class:`SpecProblems` (``where``: the spec file they were found in)."""
+    found = [p for problem in problems for p in problem.problems]
+    return found[0] if len(found) == 1 else SpecProblems(found, where)
+
+
+class SpecFileNotFound(SpecError, FileNotFoundError):
+    """No spec file at the path given (nor, for a bare name, a shipped spec of that name): the
+    message says where oodsim looked (``looked_in``), e.g. ``no such file: x.toml (looked in
+    /home/me/project)``."""
+
+    def __init__(self, given: str, looked_in: str, hint: str = "") -> None:
+        self.looked_in = looked_in
+        super().__init__("spec file", given, "an existing TOML file", hint)
+
+    def _message(self) -> str:
+        message = f"no such file: {self.value} (looked in {self.looked_in})"
+        return f"{message}. {self.hint}" if self.hint else message
 
 
 def _rebuild(cls: type, args: tuple, state: dict) -> Exception:

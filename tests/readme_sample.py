@@ -115,9 +115,11 @@ def copy_checkout(destination: Path) -> Path:
         check=True,
     ).stdout.split(b"\0")
     for name in filter(None, (n.decode() for n in names)):
-        source = ROOT / name
-        if source.is_file():
-            target = destination / name
+        source, target = ROOT / name, destination / name
+        if source.is_symlink():  # as git keeps it (oodsim/examples: a link to specs/)
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.symlink_to(os.readlink(source))
+        elif source.is_file():
             target.parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(source, target)
     return destination

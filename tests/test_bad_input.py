@@ -221,7 +221,7 @@ def test_the_builtin_architecture_names_are_those_registered() -> None:
         # one known class used to train, then fail after 107 s
         ("n_known = 1", [r"n_known: 1 ", "at least 2 known classes"]),
         ("n_known = 0", [r"n_known: 0 ", "at least 2 known classes"]),
-        ("known_classes = [[3]]\nn_known = 1", ["at least 2 known classes"]),
+        ("known_classes = [[3]]", [r"known_classes: \(3,\) ", "at least 2 distinct class ids"]),
     ],
     ids=[
         "all-known",
@@ -240,6 +240,29 @@ def test_impossible_class_splits(
 ) -> None:
     text = BASE.replace("n_known = 6\nfractions = [0.6, 0.2, 0.2]", split)
     assert_rejected(tmp_path, text, capsys, *patterns)
+
+
+def test_a_one_class_split_written_twice_is_refused_twice(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``known_classes = [[3]]`` and ``n_known = 1``: both fields are refused in one error, each
+    on its own line with its line in the file."""
+    text = BASE.replace(
+        "n_known = 6\nfractions = [0.6, 0.2, 0.2]", "known_classes = [[3]]\nn_known = 1"
+    )
+    code, err, cache = run_cli(tmp_path, text, capsys)
+    lines = text.splitlines()
+    first, second = lines.index("known_classes = [[3]]") + 1, lines.index("n_known = 1") + 1
+    spec = tmp_path / "spec.toml"
+    assert code == 2 and not cache.exists(), err
+    assert err.splitlines() == [
+        f"oodsim: error: 2 problems in {spec}:",
+        f"  {spec}:{first}: split.known_classes: (3,) is not allowed; expected lists of at least "
+        "2 distinct class ids",
+        f"  {spec}:{second}: split.n_known: 1 is not allowed; expected at least 2 known classes. "
+        "A classifier of one class is sure of every input: no detector can separate anything "
+        "(it used to train, then fail)",
+    ]
 
 
 def test_impossible_sample_split_fails_before_training(
@@ -384,7 +407,7 @@ def test_toml_syntax_error_names_line_and_column(
 ) -> None:
     text = BASE.replace("n_known = 6", "n_known = = 6")
     line = text.splitlines().index("n_known = = 6") + 1
-    assert_rejected(tmp_path, text, capsys, "TOML syntax", rf"line {line}, column 11", "spec.toml")
+    assert_rejected(tmp_path, text, capsys, rf"spec\.toml:{line}:11: invalid TOML: Invalid value")
 
 
 @pytest.mark.parametrize(
@@ -782,6 +805,92 @@ def test_a_spec_path_that_is_not_a_toml_text_file(
     make(tmp_path / "spec.toml")
     line = one_error_line(capsys, ["run", str(tmp_path / "spec.toml"), "--cache", "c"])
     assert re.search(pattern, line), line
+
+
+@pytest.mark.parametrize(
+    ("given", "looked_in"),
+    [
+        ("nosuch.toml", ""),
+        ("specs/nosuch.toml", "specs"),
+        ("digts", " and the shipped specs: {shipped}). Did you mean 'digits'?"),
+    ],
+    ids=["file", "in-a-folder", "bare-name"],
+)
+def test_a_missing_spec_says_where_it_looked(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    given: str,
+    looked_in: str,
+) -> None:
+    """It read "spec file: 'nosuch.toml' is not allowed; expected an existing TOML file"."""
+    monkeypatch.chdir(tmp_path)
+    line = one_error_line(capsys, ["run", given, "--cache", "c"])
+    shipped = ", ".join(sorted(p.stem for p in (ROOT / "specs").glob("*.toml")))
+    folder = tmp_path / looked_in if looked_in == "specs" else tmp_path
+    rest = looked_in.format(shipped=shipped) if looked_in != "specs" else ""
+    rest = rest if rest.startswith(" and") else rest + ")"
+    assert line == f"oodsim: error: no such file: {given} (looked in {folder}{rest}"
+    assert sorted(tmp_path.iterdir()) == []
+
+
+def test_spec_and_file_errors_come_before_anything_heavy_is_imported(tmp_path: Path) -> None:
+    """``oodsim run`` reads and checks the spec before the engine loads: in a fresh
+    interpreter, refusing a missing file, a bad TOML, a bad spec (several problems) and
+    reading the good digits spec import none of torch, dask, distributed, xarray,
+    matplotlib, pandas, scipy and scikit-learn (each takes from 0.1 s to seconds), so every
+    such error comes at once."""
+    bad = tmp_path / "bad.toml"
+    bad.write_text(BASE.replace("lr = 0.05", 'lr = "fast"').replace("n = 50", "n = 0"))
+    (tmp_path / "broken.toml").write_text("name = = 1\n")
+    code = """
+import contextlib, io, sys
+from oodsim.cli import main
+import oodsim
+err = io.StringIO()
+with contextlib.redirect_stderr(err):
+    codes = [main(["run", p, "--cache", "c"]) for p in ("nosuch.toml", "broken.toml", "bad.toml")]
+spec = oodsim.load("digits")
+heavy = {"torch", "dask", "distributed", "xarray", "matplotlib", "pandas", "scipy", "sklearn"}
+print(codes, spec.name, sorted(heavy & {m.partition(".")[0] for m in sys.modules}))
+print(err.getvalue())
+"""
+    done = subprocess.run(
+        [sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 0, done.stderr
+    first, *errors = done.stdout.splitlines()
+    assert first == "[2, 2, 2] digits []", done.stdout
+    assert errors[0].startswith("oodsim: error: no such file: nosuch.toml")
+    assert errors[1].startswith("oodsim: error: broken.toml:1:8: invalid TOML")
+    lines = bad.read_text().splitlines()
+    lr, n = lines.index('lr = "fast"') + 1, lines.index("n = 0") + 1
+    assert errors[2:5] == [
+        "oodsim: error: 2 problems in bad.toml:",
+        f"  bad.toml:{lr}: training.lr: 'fast' is not allowed; expected a finite number",
+        f"  bad.toml:{n}: seeds.n: 0 is not allowed; expected a number > 0",
+    ]
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["rnu", "x.toml"], "no command 'rnu'; did you mean 'run'? (commands: run, severity,"),
+        (["cache", "lss"], "no command 'lss'; did you mean 'ls'? (commands: ls, verify, gc"),
+        (["reprot"], "no command 'reprot'; did you mean 'report'?"),
+        (["run", "x.toml", "--wokers", "2"], "unrecognized arguments: --wokers 2; did you mean"),
+        (["run", "x.toml", "--overwirte"], "did you mean '--overwrite'?"),
+    ],
+    ids=["command", "cache-action", "report", "option", "flag"],
+)
+def test_a_misspelled_command_or_option_gets_a_close_match(
+    capsys: pytest.CaptureFixture[str], argv: list[str], message: str
+) -> None:
+    with pytest.raises(SystemExit) as exit_:
+        cli_main(argv)
+    last = capsys.readouterr().err.strip().splitlines()[-1]
+    assert exit_.value.code == 2 and message in last, last
+    assert last.startswith("oodsim: error: ") or last.startswith("oodsim cache: error: ")
 
 
 @pytest.mark.parametrize(

@@ -337,7 +337,7 @@ def cli_error(capsys: pytest.CaptureFixture[str], *args: str) -> str:
         ("memory = 4", "cluster.memory: 4 is not allowed; expected a string"),
         ('queue = ""', "cluster.queue: '' is not allowed; expected a name without spaces"),
         ('prologue = "module load x"', "cluster.prologue: 'module load x' is not allowed"),
-        ("corse = 4", "cluster field: 'corse' is not allowed; expected one of "),
+        ("corse = 4", "cluster.corse: 'corse' is not allowed; expected one of "),
         ("corse = 4", "Did you mean 'cores'?"),
     ],
 )

@@ -766,10 +766,10 @@ def test_bootstrap_seeds_give_a_test_set_sampling_interval(engine_run, tmp_path,
 
 
 STOPPING_LINE = (
-    "oodsim: error: stopping.rule: 'ranking' is not allowed; expected 'fixed' with bootstrap = "
-    "true. A stopping rule over bootstrap replicates measures the resampling error of one fixed "
-    "test set, not uncertainty about the population; run a fixed number of replicates instead "
-    "(e.g. [seeds] n = 1000 and no [stopping] table)"
+    "oodsim: error: {spec}:{line}: stopping.rule: 'ranking' is not allowed; expected 'fixed' "
+    "with bootstrap = true. A stopping rule over bootstrap replicates measures the resampling "
+    "error of one fixed test set, not uncertainty about the population; run a fixed number of "
+    "replicates instead (e.g. [seeds] n = 1000 and no [stopping] table)"
 )
 
 
@@ -795,7 +795,8 @@ def test_a_stopping_rule_on_bootstrap_seeds_is_refused_before_any_compute(
         + ["--workers", "1", "--quiet"]
     )
     err = capsys.readouterr().err.strip().splitlines()
-    assert code == 2 and err == [STOPPING_LINE]
+    line = text.splitlines().index('rule = "ranking"') + 1  # the line that sets the rule
+    assert code == 2 and err == [STOPPING_LINE.format(spec=tmp_path / "spec.toml", line=line)]
     assert not cache.exists() and not (tmp_path / "r").exists()
     # the same refusal wherever a spec is made: load, the constructor, attrs.evolve
     with pytest.raises(SpecError, match="resampling error of one fixed test set"):

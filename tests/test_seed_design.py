@@ -55,7 +55,8 @@ def test_a_design_keeps_old_keys_and_enters_the_key_when_set() -> None:
 def test_a_bad_design_is_refused_at_load(tmp_path: Path, seeds: dict, field: str) -> None:
     with pytest.raises(SpecError) as error:
         load_with(seeds, tmp_path)
-    assert str(error.value).startswith(field)
+    assert error.value.location.startswith(str(tmp_path))  # the file and the line of the field
+    assert str(error.value).startswith(f"{error.value.location}: {field}")
 
 
 def load_with(seeds: dict, tmp_path: Path) -> object:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import itertools
 import math
+import pickle
 import tomllib
 import tracemalloc
 from pathlib import Path
@@ -34,6 +35,7 @@ from oodsim.specs import (
     TrainingSpec,
     spec_from_dict,
 )
+from oodsim.specs.toml_lines import path_parts
 from tests.conftest import ROOT
 
 BASE = (ROOT / "specs" / "digits.toml").read_text()
@@ -47,11 +49,18 @@ models = ["timm:test_resnet"]
 
 
 def assert_names(error: SpecError, field: str, value: Any, expected: str) -> None:
-    """The message is ``<field>: <repr(value)> is not allowed; expected <expected>...``."""
+    """The message is ``<field>: <repr(value)> is not allowed; expected <expected>...``, after
+    ``<file>:<line>: `` for a spec file: the line that holds the field (or the bad name)."""
     assert error.field == field, str(error)
-    assert str(error).startswith(f"{field}: {value!r} is not allowed; expected {expected}"), str(
-        error
-    )
+    prefix = f"{error.location}: " if error.location else ""
+    assert str(error).startswith(
+        f"{prefix}{field}: {value!r} is not allowed; expected {expected}"
+    ), str(error)
+    if error.location:
+        file, _, line = error.location.rpartition(":")
+        written = Path(file).read_text().splitlines()[int(line) - 1]
+        key = str(path_parts(field)[-1])
+        assert key in written or str(value) in written, (str(error), written)
 
 
 def load_text(tmp_path: Path, text: str) -> Any:
@@ -599,3 +608,126 @@ def test_a_spec_file_with_a_byte_order_mark_reads_as_without(tmp_path: Path) -> 
     marked = tmp_path / "marked.toml"
     marked.write_bytes(b"\xef\xbb\xbf" + text.encode())
     assert oodsim.load(marked) == oodsim.load(ROOT / "specs" / "digits.toml")
+
+
+# --------------------------------------------------------------------------- every problem at once
+
+
+def problems(error: SpecError) -> list[tuple[str, str]]:
+    """(location, field) of each problem one error reports, in its order."""
+    return [(problem.location, problem.field) for problem in error.problems]
+
+
+def line(text: str, written: str) -> int:
+    """The line of ``text`` that holds ``written`` (only one may)."""
+    found = [i for i, row in enumerate(text.splitlines(), 1) if written in row]
+    assert len(found) == 1, (written, found)
+    return found[0]
+
+
+def test_every_problem_of_a_spec_file_is_one_error_naming_each_line(tmp_path: Path) -> None:
+    """Before, a file with several mistakes was refused for the first one alone (the next run
+    for the next), and the message named neither the file nor the line: now every bad value
+    and unknown key, across tables and within one table, in the order of the file."""
+    text = BASE
+    for old, new in [
+        ('name = "digits"\n\n#', 'name = "../x"\n\n#'),  # a top-level value
+        ('"msp", "temperature"', '"msp", "temprature"'),  # an item of a list
+        ("lr = 0.05", 'lr = "fast"'),  # a value in a table ...
+        ("max_epochs = 30", "max_epoch = 30"),  # ... an unknown key in it ...
+        ("patience = 4", "patience = -1"),  # ... and a second bad value of that table
+        ("n = 50", "n = 0"),  # another table
+    ]:
+        text = replaced(text, old, new)
+    with pytest.raises(SpecError) as caught:
+        load_text(tmp_path, text)
+    file = str(tmp_path / "spec.toml")
+    assert problems(caught.value) == [
+        (f"{file}:{line(text, '../x')}", "name"),
+        (f"{file}:{line(text, 'temprature')}", "detector"),
+        (f"{file}:{line(text, 'lr = ')}", "training.lr"),
+        (f"{file}:{line(text, 'max_epoch = ')}", "training.max_epoch"),
+        (f"{file}:{line(text, 'patience = ')}", "training.patience"),
+        (f"{file}:{line(text, 'n = 0')}", "seeds.n"),
+    ]
+    message = str(caught.value).splitlines()
+    assert message[0] == f"6 problems in {file}:"
+    assert message[4] == (
+        f"  {file}:{line(text, 'max_epoch = ')}: training.max_epoch: 'max_epoch' is not allowed; "
+        "expected one of 'augment', 'batch_size', 'lr', 'max_epochs', 'momentum', 'patience', "
+        "'weight_decay'. Did you mean 'max_epochs'?"
+    )
+    assert [row.strip() for row in message[1:]] == [str(p) for p in caught.value.problems]
+
+
+@pytest.mark.parametrize("protocol", ["severity", "imagenet_o"])
+def test_every_problem_of_the_other_protocols_spec_files_too(tmp_path: Path, protocol: str):
+    if protocol == "severity":
+        text = replaced(SEVERITY, "\nn_est = 60", '\nn_est = "60"')
+        text = replaced(text, "n_samples = 100", 'n_samples = "100"\ncolour = 1')
+        expected = [('n_est = "', "n_est"), ('n_samples = "', "ood[2].n_samples")]
+    else:
+        text = IMAGENET_O + 'bootstrap = "yes"\nbatch_size = 2.0\ncolour = 1\n'
+        expected = [("bootstrap = ", "bootstrap"), ("batch_size = ", "batch_size")]
+    expected.append(("colour = ", "ood[2].colour" if protocol == "severity" else "colour"))
+    with pytest.raises(SpecError) as caught:
+        load_text(tmp_path, text)
+    file = str(tmp_path / "spec.toml")
+    assert problems(caught.value) == [(f"{file}:{line(text, w)}", f) for w, f in expected]
+
+
+def test_a_table_that_cannot_be_built_hides_no_other_problem(tmp_path: Path) -> None:
+    """A required table with a bad key ([dataset]) cannot be built, so neither can the spec:
+    the top-level values are checked alone, and a key missing from the file names the file
+    alone (it has no line)."""
+    text = replaced(BASE, '[dataset]\nname = "digits"', '[dataset]\nname = "digits"\nnme = 1')
+    text = 'on_failure = "retry"\n' + replaced(text, 'name = "digits"\n\n#', 'name = "../x"\n\n#')
+    with pytest.raises(SpecError) as caught:
+        load_text(tmp_path, text)
+    file = str(tmp_path / "spec.toml")
+    assert problems(caught.value) == [
+        (f"{file}:{line(text, 'on_failure')}", "on_failure"),
+        (f"{file}:{line(text, '../x')}", "name"),
+        (f"{file}:{line(text, 'nme = ')}", "dataset.nme"),
+    ]
+    without_dataset = "\n".join(t for t in text.splitlines() if "nme" not in t)
+    without_dataset = without_dataset.replace('[dataset]\nname = "digits"\n', "")
+    with pytest.raises(SpecError) as caught:
+        load_text(tmp_path, without_dataset)
+    assert problems(caught.value)[0] == (file, "dataset")  # what is missing comes first
+
+
+def test_a_check_across_fields_is_not_made_against_a_default_put_in_for_a_bad_key(
+    tmp_path: Path,
+) -> None:
+    """A severity model's bad ``experiment`` table is one problem: the model is not also
+    refused for having no experiment (the default the retry puts in for the bad key), nor is
+    the spec for what its checks across tables would find."""
+    with pytest.raises(SpecError) as caught:
+        load_text(tmp_path, replaced(SEVERITY, "lr = 0.05", "lr = nan"))
+    assert [field for _, field in problems(caught.value)] == ["models[0].experiment.training.lr"]
+    text = replaced(BASE, "n_known = 6", 'n_known = "six"')  # the split fits digits: unchecked
+    with pytest.raises(SpecError) as caught:
+        load_text(tmp_path, text)
+    assert [field for _, field in problems(caught.value)] == ["split.n_known"]
+
+
+def test_several_problems_of_data_built_in_python_name_their_fields_alone() -> None:
+    data = {"dataset": {"name": "digits"}, "training": {"lr": "x", "max_epochs": 0}, "seeds": 5}
+    with pytest.raises(SpecError) as caught:
+        spec_from_dict(data)
+    assert problems(caught.value) == [  # in the order of the spec's fields
+        ("", "seeds"),
+        ("", "training.lr"),
+        ("", "training.max_epochs"),
+    ]
+    assert str(caught.value).splitlines()[0] == "3 problems in the spec:"
+
+
+def test_an_error_of_several_problems_survives_pickling(tmp_path: Path) -> None:
+    """Spec errors raised on a worker travel back to the driver whole."""
+    with pytest.raises(SpecError) as caught:
+        load_text(tmp_path, replaced(replaced(BASE, "n = 50", "n = 0"), "lr = 0.05", "lr = -1.0"))
+    again = pickle.loads(pickle.dumps(caught.value))
+    assert type(again) is type(caught.value) and str(again) == str(caught.value)
+    assert problems(again) == problems(caught.value) and len(problems(again)) == 2

@@ -1,5 +1,6 @@
-"""The oodsim command: run (any protocol's spec), report, results ls, cache ls|verify|gc,
-imagenet21k-classes, imagenet-o (one model or saved logits); severity is an alias of run.
+"""The oodsim command: run (any protocol's spec, or a shipped one by name), report, results ls,
+cache ls|verify|gc, specs (the shipped specs; copy them to edit), imagenet21k-classes,
+imagenet-o (one model or saved logits); severity is an alias of run.
 
 Ctrl-C (SIGINT), SIGTERM and SIGHUP (the terminal closed) stop a run the same way: finished
 work stays in the store, one line says how to resume, and the exit code is 130, 143 or 129.
@@ -9,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import difflib
 import os
 import signal
 import sys
@@ -22,6 +24,7 @@ from oodsim.cli.options import add_trust, path_text
 from oodsim.cli.reporting import write_report_telling
 from oodsim.cli.results import add_results_command
 from oodsim.cli.run import add_run_options, cmd_run
+from oodsim.cli.specs import add_command as add_specs
 from oodsim.errors import DEBUG_ENV, OodsimError, one_line_warnings, telling_interrupt
 
 #: exit code of a command stopped by Ctrl-C (SIGINT): 128 + the signal's number, as for SIGTERM
@@ -89,9 +92,48 @@ class _Version(argparse.Action):
         parser.exit()
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse's parser, whose errors suggest what was meant: a misspelled command gets
+    ``no command 'rnu'; did you mean 'run'?`` and the list of commands, a misspelled option
+    the closest option of its command."""
+
+    def _check_value(self, action: argparse.Action, value: object) -> None:
+        # argparse checks a command (a choice of the subcommands) here, naming none close
+        if isinstance(action, argparse._SubParsersAction) and value not in action.choices:
+            commands = list(action.choices)
+            close = difflib.get_close_matches(str(value), commands, n=1)
+            meant = f"; did you mean {close[0]!r}?" if close else ""
+            raise argparse.ArgumentError(
+                None, f"no command {value!r}{meant} (commands: {', '.join(commands)})"
+            )
+        super()._check_value(action, value)
+
+    def parse_args(self, args=None, namespace=None):  # type: ignore[override]
+        parsed, extra = self.parse_known_args(args, namespace)
+        if extra:
+            message = f"unrecognized arguments: {' '.join(extra)}"
+            options = _options(self, parsed)
+            for word in extra:
+                close = difflib.get_close_matches(word.partition("=")[0], options, n=1)
+                if word.startswith("-") and close:
+                    message += f"; did you mean {close[0]!r}?"
+                    break
+            self.error(message)
+        return parsed
+
+
+def _options(command: argparse.ArgumentParser, parsed: argparse.Namespace) -> list[str]:
+    """The options of the (sub)command that ``parsed`` chose, e.g. ``oodsim run``'s."""
+    for action in command._actions:
+        chosen = getattr(parsed, action.dest, None) if action.dest else None
+        if isinstance(action, argparse._SubParsersAction) and chosen in action.choices:
+            return _options(action.choices[chosen], parsed)
+    return [o for action in command._actions for o in action.option_strings]
+
+
 def parser() -> argparse.ArgumentParser:
     """The ``oodsim`` command's parser; every help text is plain text (no reST markup)."""
-    main = argparse.ArgumentParser(prog="oodsim", description=__doc__)
+    main = _Parser(prog="oodsim", description=__doc__)
     main.add_argument("--version", action=_Version)
     main.add_argument("--debug", action="store_true", help="show tracebacks of errors")
     commands = main.add_subparsers(
@@ -106,7 +148,11 @@ def parser() -> argparse.ArgumentParser:
         ("severity", "alias of `run` (kept for older scripts)"),
     ):
         run = commands.add_parser(name, help=text, description=text)
-        run.add_argument("spec", help="spec file (TOML); its `protocol` key picks the protocol")
+        run.add_argument(
+            "spec",
+            help="spec file (TOML; its `protocol` key picks the protocol), or the name of a "
+            "shipped spec: digits, fashion_mnist, ... (oodsim specs lists them)",
+        )
         add_run_options(run)
         run.set_defaults(func=cmd_run)
 
@@ -135,6 +181,7 @@ def parser() -> argparse.ArgumentParser:
 
     add_cache_command(commands)
     add_results_command(commands)
+    add_specs(commands)
 
     text = "filter ImageNet-21k classes with WordNet (CSV)"
     classes = commands.add_parser("imagenet21k-classes", help=text, description=text)

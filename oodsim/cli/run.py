@@ -77,13 +77,13 @@ def add_run_options(command: argparse.ArgumentParser) -> None:
 def cmd_run(args: argparse.Namespace) -> int:
     """Run a spec; an interrupt, whenever it comes, says in one line what it left."""
     with telling_interrupt("oodsim: interrupted before the run started; nothing was computed"):
-        # the spec first: its errors come before the engine's imports (dask, xarray, torch)
+        # a spec is read and checked before the engine (dask, torch) loads: errors come at once
         from oodsim.protocols import load
 
         address, cluster = _cluster_options(args.address, args.cluster)
         spec = load(args.spec)
         metric = table_metric(spec, args.metric)
-
+        # loaded once the spec is good, so that its errors come at once
         from oodsim.engine import run
         from oodsim.store import CacheRoot, cache_root, default_results
 

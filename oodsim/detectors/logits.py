@@ -16,10 +16,10 @@ log space).
 from __future__ import annotations
 
 import numpy as np
-from scipy.special import logsumexp
 
 from oodsim.detectors._checks import DetectorInputError, as_float, greater_than, positive
 from oodsim.detectors._registry import builtin
+from oodsim.detectors._scipy import logsumexp
 from oodsim.outputs import Outputs
 
 _LOG_HALF = float(np.log(0.5))

@@ -11,8 +11,6 @@ from __future__ import annotations
 from typing import NamedTuple
 
 import numpy as np
-from scipy.spatial.distance import cdist
-from scipy.special import logsumexp
 
 from oodsim.detectors._checks import (
     DetectorInputError,
@@ -23,6 +21,7 @@ from oodsim.detectors._checks import (
     one_of,
 )
 from oodsim.detectors._registry import builtin
+from oodsim.detectors._scipy import cdist, logsumexp
 from oodsim.detectors.weibull import fit_tail, tail_cdf
 from oodsim.outputs import Outputs
 

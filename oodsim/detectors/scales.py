@@ -21,8 +21,8 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import numpy as np
-from scipy.special import expit
 
+from oodsim.detectors._scipy import expit
 from oodsim.errors import UnknownNameError
 
 

@@ -5,8 +5,6 @@ from __future__ import annotations
 import math
 
 import numpy as np
-from scipy.optimize import minimize_scalar
-from scipy.special import logsumexp
 
 from oodsim.detectors._checks import (
     DetectorInputError,
@@ -17,6 +15,7 @@ from oodsim.detectors._checks import (
     positive,
 )
 from oodsim.detectors._registry import builtin
+from oodsim.detectors._scipy import logsumexp, minimize_scalar
 from oodsim.detectors.logits import max_softmax_log_odds
 from oodsim.outputs import Outputs
 

@@ -16,7 +16,6 @@ from __future__ import annotations
 import warnings
 
 import numpy as np
-from scipy.special import logsumexp
 
 from oodsim.detectors._checks import (
     DetectorInputError,
@@ -27,6 +26,7 @@ from oodsim.detectors._checks import (
     same_width,
 )
 from oodsim.detectors._registry import builtin
+from oodsim.detectors._scipy import logsumexp
 from oodsim.outputs import Outputs
 
 #: Largest relative residual ‖Z − [X, 1]θ‖ / ‖Z − mean Z‖ accepted for a recovered linear head.

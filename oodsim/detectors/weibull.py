@@ -12,8 +12,8 @@ import math
 from typing import NamedTuple
 
 import numpy as np
-from scipy.optimize import brentq
-from scipy.special import logsumexp, softmax
+
+from oodsim.detectors._scipy import brentq, logsumexp, softmax
 
 #: libMR's translation: the smallest tail value is moved to this point before fitting.
 TRANSLATION = 10000.0

@@ -8,28 +8,45 @@ architectures: :func:`register_protocol` in a script, or an entry point in the g
 ``oodsim.protocols`` of an installed package. A spec file names its protocol (:func:`load`).
 A run builds the spec's protocol from it once (:func:`bind`); that object travels to the
 workers whole, so they need no registry.
+
+Reading a spec (:func:`load`) imports its reader alone (:data:`SPEC_READERS`), not the protocol
+nor the engine: a spec is read and checked, and a bad one refused, before anything heavy loads.
 """
 
 from __future__ import annotations
 
+import difflib
 import importlib
+import os
 import re
+from collections.abc import Callable, Mapping
 from importlib.metadata import EntryPoint, entry_points
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import attrs
 
 from oodsim.errors import SpecError, UnknownNameError
-from oodsim.protocols.base import Protocol
 from oodsim.specs import RunSpec
-from oodsim.specs.converter import read_toml
+from oodsim.specs.files import read_spec
+from oodsim.specs.shipped import spec_file
+
+if TYPE_CHECKING:
+    from oodsim.protocols.base import Protocol
 
 #: built-in protocol name → module defining ``PROTOCOL``
 BUILTINS = {
     "open_set": "oodsim.protocols.open_set",
     "severity": "oodsim.protocols.severity",
     "imagenet_o": "oodsim.protocols.imagenet_o",
+}
+#: built-in protocol name → ``module:function`` reading its spec from TOML data and the spec
+#: file's folder (what its ``PROTOCOL.from_data`` does), imported alone: an open set spec is
+#: read and checked without torch, dask or xarray
+SPEC_READERS = {
+    "open_set": "oodsim.specs.experiment:spec_from_dict",
+    "severity": "oodsim.protocols.severity.reading:severity_spec_from_dict",
+    "imagenet_o": "oodsim.protocols.imagenet_o.spec:spec_from_data",
 }
 #: the protocol of a spec file without a ``protocol`` key
 DEFAULT_PROTOCOL = "open_set"
@@ -40,7 +57,20 @@ ENTRY_POINT_GROUP = "oodsim.protocols"
 _NAME = re.compile(r"[a-z][a-z0-9_]*")
 _USER: dict[str, type[Protocol]] = {}  # registered in this process (a script, a test module)
 _LOADED: dict[str, type[Protocol]] = {}  # loaded from entry points
-_P = TypeVar("_P", bound=type[Protocol])
+_P = TypeVar("_P", bound="type[Protocol]")
+
+
+def __getattr__(name: str) -> Any:
+    if name == "Protocol":  # the contract loads with the first protocol, not with a spec
+        return _contract()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def _contract() -> type[Protocol]:
+    # the contract imports what a seed runs on (artifacts, results): not needed to read a spec
+    from oodsim.protocols.base import Protocol
+
+    return Protocol
 
 
 def register_protocol(protocol: _P, *, replace: bool = False) -> _P:
@@ -69,10 +99,11 @@ def register_protocol(protocol: _P, *, replace: bool = False) -> _P:
 
 def check_protocol(protocol: Any) -> None:
     """A clear error for an object that cannot be a protocol (before any run uses it)."""
-    if not (isinstance(protocol, type) and issubclass(protocol, Protocol)):
+    contract = _contract()
+    if not (isinstance(protocol, type) and issubclass(protocol, contract)):
         hint = (
             "register the class; a run builds it from its spec"
-            if isinstance(protocol, Protocol)
+            if isinstance(protocol, contract)
             else None
         )
         raise SpecError(
@@ -89,7 +120,7 @@ def check_protocol(protocol: Any) -> None:
     if not (isinstance(spec_type, type) and issubclass(spec_type, RunSpec)):
         raise SpecError(f"{what}.spec_type", spec_type, "a subclass of oodsim.specs.RunSpec")
     missing = [
-        m for m in ("plan", "score", "layout") if getattr(protocol, m) is getattr(Protocol, m)
+        m for m in ("plan", "score", "layout") if getattr(protocol, m) is getattr(contract, m)
     ]
     if missing:
         raise SpecError(what, f"no {', '.join(missing)}", "its own plan, score and layout")
@@ -152,41 +183,62 @@ def protocol_of(spec: Any) -> type[Protocol]:
     )
 
 
-def load(path: str | Path) -> Any:
-    """Read a spec file (TOML) of any protocol.
+def load(path: str | os.PathLike[str]) -> Any:
+    """Read a spec file (TOML) of any protocol, or a shipped spec by name (``"digits"``: the
+    stems of the checkout's ``specs/*.toml``; a file of that name here comes first).
 
     The top-level key ``protocol = "open_set" | "severity" | "imagenet_o"`` (or the name of a
     registered or installed protocol) picks the spec type (default ``"open_set"``, so older
     experiment files keep working); relative paths in the file resolve against its folder.
+    The spec's ``source`` is the file's absolute path, None for a shipped spec read by name.
+    Every problem of the file is one :class:`~oodsim.errors.SpecError` naming each by its file
+    and line (``specs/x.toml:12: training.lr: ...``); a missing file is a
+    :class:`~oodsim.errors.SpecFileNotFound` saying where oodsim looked.
     """
-    return _read(Path(path))[1]
+    return _read(path)[1]
 
 
 def bind(spec: Any) -> Protocol:
-    """The protocol of ``spec`` (a spec, or the path of a spec file: :func:`load`), built from
-    it: the one object a run holds. A file's protocol is the one it names."""
-    if not isinstance(spec, str | Path):
+    """The protocol of ``spec`` (a spec, or a spec file or shipped name: :func:`load`), built
+    from it: the one object a run holds. A file's protocol is the one it names."""
+    if not isinstance(spec, str | os.PathLike):
         return protocol_of(spec)(spec)
-    protocol, spec = _read(Path(spec))
-    return protocol(spec)
+    name, spec = _read(spec)
+    return get_protocol(name)(spec)
 
 
-def _read(path: Path) -> tuple[type[Protocol], Any]:
-    """The protocol a spec file names, and its spec."""
-    data = read_toml(path)
-    name = data.pop("protocol", DEFAULT_PROTOCOL)
+def _read(given: str | os.PathLike[str]) -> tuple[str, Any]:
+    """The name of the protocol a spec file names, and its spec."""
+    path, shipped = spec_file(given)
+
+    def build(data: dict[str, Any]) -> tuple[str, Any]:
+        name = data.pop("protocol", DEFAULT_PROTOCOL)
+        return name, spec_reader(name)(data, path.parent)
+
+    name, spec = read_spec(path, build, os.fspath(path if shipped else given))
+    return name, spec if shipped else attrs.evolve(spec, source=str(path.resolve()))
+
+
+def spec_reader(name: Any) -> Callable[[Mapping[str, Any], Path | None], Any]:
+    """How the spec of protocol ``name`` is read from TOML data (without its ``protocol``
+    key) and the spec file's folder: a built-in's reader alone (:data:`SPEC_READERS`), any
+    other protocol's ``from_data``."""
+    if isinstance(name, str) and name in SPEC_READERS:
+        module, _, function = SPEC_READERS[name].partition(":")
+        return getattr(importlib.import_module(module), function)
     names = available()
     if not isinstance(name, str) or name not in names:
-        raise SpecError("protocol", name, "one of " + ", ".join(map(repr, names)))
-    protocol = get_protocol(name)
-    spec = protocol.from_data(data, path.parent)
-    return protocol, attrs.evolve(spec, source=str(path.resolve()))
+        close = difflib.get_close_matches(str(name), names, n=1)
+        meant = f"Did you mean {close[0]!r}?" if close else ""
+        raise SpecError("protocol", name, "one of " + ", ".join(map(repr, names)), meant)
+    return get_protocol(name).from_data
 
 
 __all__ = [
     "BUILTINS",
     "DEFAULT_PROTOCOL",
     "ENTRY_POINT_GROUP",
+    "SPEC_READERS",
     "Protocol",
     "available",
     "bind",
@@ -195,4 +247,5 @@ __all__ = [
     "load",
     "protocol_of",
     "register_protocol",
+    "spec_reader",
 ]

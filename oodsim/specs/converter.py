@@ -1,27 +1,28 @@
-"""The one spec converter: TOML and plain data to specs and back (cattrs), with every error
-naming its field path, line and column; shared by every protocol's specs."""
+"""The one spec converter: plain (TOML) data to specs and back (cattrs), with every problem
+of the data in one error, each naming its field path; shared by every protocol's specs.
+Reading spec files, and naming the line of each problem, is :mod:`oodsim.specs.files`."""
 
 from __future__ import annotations
 
 import contextlib
-import tomllib
 import types
 import typing
 from collections.abc import Callable, Iterator, Mapping
-from pathlib import Path
 from typing import Any
 
 import attrs
 import cattrs
 from cattrs.errors import AttributeValidationNote, IterableValidationNote
 
-from oodsim.errors import SpecError, UnknownNameError
-from oodsim.specs.types import TABLE_READERS, TABLE_SHORTHANDS, located, type_nouns
-from oodsim.store.fs import NotARegularFile, TooLarge, read_limited
-
-#: The largest spec file read (a spec is a page of TOML; this is far beyond any).
-SPEC_LIMIT = 4 << 20
-
+from oodsim.errors import SpecError, UnknownNameError, spec_problems
+from oodsim.specs.toml_lines import path_parts
+from oodsim.specs.types import (
+    TABLE_READERS,
+    TABLE_SHORTHANDS,
+    field_types,
+    located,
+    type_nouns,
+)
 
 _converter = cattrs.Converter(forbid_extra_keys=True)
 
@@ -45,6 +46,7 @@ def _not_data(cls: type) -> dict[str, Any]:
 def _table_hook(cls: type) -> Callable[[Any, type], Any]:
     """Structure a table of ``cls``: unknown keys and every field error carry their path."""
     generated = cattrs.gen.make_dict_structure_fn(cls, _converter, **_not_data(cls))
+    required = {f.name for f in attrs.fields(cls) if f.default is attrs.NOTHING}
 
     def structure(value: Any, _: type) -> Any:
         if isinstance(value, cls):
@@ -55,12 +57,101 @@ def _table_hook(cls: type) -> Callable[[Any, type], Any]:
             value = {TABLE_SHORTHANDS[cls]: value}
         if not isinstance(value, Mapping):
             raise located(SpecError("", value, type_nouns(cls)[0]), "")
-        check = getattr(cls, "check_data", None)
-        if check is not None:  # what the fields alone cannot tell (a default given again)
-            check(value)
-        return generated(dict(value), cls)
+        return _built(cls, generated, dict(value), required)
 
     return structure
+
+
+def _built(
+    cls: type, generated: Callable[[Any, type], Any], data: dict[str, Any], required: set[str]
+) -> Any:
+    """``cls`` built from the table ``data``, or every problem of the table found in one pass.
+
+    cattrs collects the problems of nested tables and unknown keys, but the class checks its
+    own fields one at a time and stops at the first bad one; so the table is built again
+    without each bad key (its field's default instead) until no new problem shows, or a bad
+    key has no default (then the fields left are checked alone: :func:`_alone`). Once a key
+    is left out, a new problem counts only if it names a key still written and is no check
+    across fields (``__attrs_post_init__``): against a default put in for a bad key, those
+    could fail for nothing. What ``cls.check_data`` refuses (what the fields alone cannot
+    tell) is a problem like any other."""
+    check = getattr(cls, "check_data", None)
+    problems: list[BaseException] = []
+    while True:
+        try:
+            if check is not None:
+                check(data)
+            built = generated(data, cls)
+        except cattrs.ClassValidationError as error:
+            found = list(error.exceptions)
+        except SpecError as error:  # from check_data
+            found = [error]
+        else:
+            if not problems:
+                return built
+            break
+        keys = [_keys_of(e) for e in found]
+        written = all(k and k <= set(data) for k in keys) and not any(map(_across_fields, found))
+        if problems and not written:  # it may be about a default put in for a bad key
+            break
+        problems += found
+        bad = set().union(*keys)
+        if not all(keys):  # a problem of the table as a whole: no key to leave out
+            break
+        if not bad <= set(data) - required:  # a bad key without default: it cannot be built
+            problems += _alone(cls, {k: v for k, v in data.items() if k not in bad})
+            break
+        data = {key: value for key, value in data.items() if key not in bad}
+    raise cattrs.ClassValidationError(f"While structuring {cls.__name__}", problems, cls)
+
+
+def _alone(cls: type, data: dict[str, Any]) -> list[SpecError]:
+    """The problems of the fields of a spec class in ``data`` that hold no table (those
+    cattrs checked are its), each checked alone by its converter and validator, on a stand-in
+    for the instance: what a table that cannot be built (a bad required field) would hide. A
+    check that reads other fields (not set on the stand-in) waits for the table to build."""
+    stand_in = object.__new__(cls)
+    fields = attrs.fields_dict(cls)
+    found = []
+    for key, value in data.items():
+        field = fields.get(key)
+        convert = getattr(field, "converter", None)
+        if not isinstance(convert, attrs.Converter) or _has_tables(field_types(cls)[key]):
+            continue
+        try:
+            checked = convert.converter(value, stand_in, field)  # spec_class: self and field
+            if field.validator is not None:
+                field.validator(stand_in, field, checked)
+        except SpecError as error:
+            found.append(error)
+        except AttributeError:  # another field read: checked once the table builds
+            continue
+    return found
+
+
+def _note_of(error: BaseException) -> AttributeValidationNote | IterableValidationNote | None:
+    """The note cattrs put on an error raised at a field (or list item) it structured."""
+    for note in getattr(error, "__notes__", ()):
+        if isinstance(note, AttributeValidationNote | IterableValidationNote):
+            return note
+    return None
+
+
+def _across_fields(error: BaseException) -> bool:
+    """Whether ``error`` came from the table's check across its fields (not a nested table's)."""
+    return _note_of(error) is None and getattr(error, "across_fields", False)
+
+
+def _keys_of(error: BaseException) -> set[str]:
+    """The keys of the table that ``error``, raised building it, is about (empty: not known)."""
+    if isinstance(error, cattrs.ForbiddenExtraKeysError):
+        return set(error.extra_fields)
+    note = _note_of(error)
+    if isinstance(note, AttributeValidationNote):
+        return {note.name}
+    relative = getattr(error, "relative", None)
+    first = path_parts(relative)[:1] if relative else ()
+    return {first[0]} if first and isinstance(first[0], str) else set()
 
 
 def _structure_items(value: Any, tp: Any) -> Any:
@@ -142,14 +233,12 @@ def _leaves(error: BaseException, parts: tuple = ()) -> Iterator[tuple[BaseExcep
         yield error, parts
         return
     for inner in error.exceptions:
+        note = _note_of(inner)
         step: tuple = ()
-        for note in getattr(inner, "__notes__", ()):
-            if isinstance(note, AttributeValidationNote):
-                step = (note.name,)
-                break
-            if isinstance(note, IterableValidationNote):
-                step = (note.index,)
-                break
+        if isinstance(note, AttributeValidationNote):
+            step = (note.name,)
+        elif isinstance(note, IterableValidationNote):
+            step = (note.index,)
         yield from _leaves(inner, parts + step)
 
 
@@ -164,48 +253,55 @@ def _path(parts: tuple, relative: str = "") -> str:
 
 
 def _placed(error: SpecError, parts: tuple, rename: Callable[[str], str], what: str) -> SpecError:
-    """``error`` with its field path completed by where in the data it was raised."""
+    """``error`` with its field path completed by where in the data it was raised; its
+    ``data_path`` (keys and indexes of the data, before ``rename``) says where it is written."""
     relative = getattr(error, "relative", None)
     if relative is None:
+        if parts:
+            error.data_path = parts  # type: ignore[attr-defined]
         return error
-    path = rename(_path(parts, relative)) or what
-    message = error.args[0]
-    if message.startswith(f"{error.field}: "):
-        error.args = (path + message[len(error.field) :], *error.args[1:])
-    error.field = path
+    error.data_path = parts + path_parts(relative)  # type: ignore[attr-defined]
     del error.relative  # type: ignore[attr-defined]
-    return error
+    return error.moved(field=rename(_path(parts, relative)) or what)
+
+
+def _problems(
+    leaf: BaseException, parts: tuple, rename: Callable[[str], str], what: str
+) -> list[SpecError]:
+    """The problems one leaf error of building a spec reports, each naming its field path."""
+    if isinstance(leaf, SpecError):
+        return [_placed(leaf, parts, rename, what)]
+    if isinstance(leaf, cattrs.ForbiddenExtraKeysError):
+        allowed = [f.name for f in attrs.fields(leaf.cl) if f.name not in _not_data(leaf.cl)]
+        misspelled = []
+        for key in sorted(leaf.extra_fields):
+            error = UnknownNameError(rename(_path(parts, key)), key, allowed)
+            error.data_path = (*parts, key)  # type: ignore[attr-defined]
+            misspelled.append(error)
+        return misspelled
+    if isinstance(leaf, KeyError) and parts:
+        error = SpecError(rename(_path(parts)) or what, None, "a value (the field is required)")
+        error.data_path = parts[:-1]  # type: ignore[attr-defined]  (the table it is missing in)
+        return [error]
+    field = rename(_path(parts)) or what
+    return [SpecError(field, str(leaf), "fields of the documented types")]
 
 
 @contextlib.contextmanager
 def spec_errors(what: str = "spec", rename: Callable[[str], str] | None = None) -> Iterator[None]:
-    """Turn the errors of building a spec from data into one :class:`SpecError` that names the
-    field path (``training.augment.enabled``, ``ood[1].n_samples``): the first type or value
-    error, else a misspelled field (with a close match) or a missing one, else cattrs' own
-    messages. ``rename`` rewrites paths (a protocol's shorthand tables)."""
+    """Turn the errors of building a spec from data into one :class:`SpecError` that names
+    every problem found (:func:`~oodsim.errors.spec_problems`), each by its field path
+    (``training.augment.enabled``, ``ood[1].n_samples``): wrong types and values, misspelled
+    fields (with a close match) and missing ones. ``rename`` rewrites paths (a protocol's
+    shorthand tables)."""
     rename = rename or (lambda path: path)
     try:
         yield
     except SpecError as error:
         raise _placed(error, (), rename, what) from None
     except cattrs.BaseValidationError as error:
-        leaves = list(_leaves(error))
-        for leaf, parts in leaves:
-            if isinstance(leaf, SpecError):
-                raise _placed(leaf, parts, rename, what) from None
-        for leaf, parts in leaves:
-            if isinstance(leaf, cattrs.ForbiddenExtraKeysError):
-                table = rename(_path(parts))
-                allowed = [
-                    f.name for f in attrs.fields(leaf.cl) if f.name not in _not_data(leaf.cl)
-                ]
-                field = f"{table} field" if table else "field"
-                raise UnknownNameError(field, sorted(leaf.extra_fields)[0], allowed) from None
-            if isinstance(leaf, KeyError) and parts:
-                field = rename(_path(parts)) or what
-                raise SpecError(field, None, "a value (the field is required)") from None
-        messages = cattrs.transform_error(error, path=what)
-        raise SpecError(what, "; ".join(messages), "fields of the documented types") from None
+        found = [p for leaf, parts in _leaves(error) for p in _problems(leaf, parts, rename, what)]
+        raise spec_problems(found) from None
     except (TypeError, ValueError) as error:
         raise SpecError(what, str(error), "fields of the documented types") from None
 
@@ -218,53 +314,6 @@ def structure(
     errors name the field path (see :func:`spec_errors`)."""
     with spec_errors(what, rename):
         return _converter.structure(data, cls)
-
-
-def read_toml(path: str | Path) -> dict[str, Any]:
-    """A TOML file as plain data; a missing file or a syntax error (with line and column) is a
-    :class:`SpecError`, and so is anything that is not a regular file of at most
-    :data:`SPEC_LIMIT` bytes (a FIFO or a device would block or never end)."""
-    path = Path(path)
-    try:
-        return tomllib.loads(_spec_text(path))
-    except FileNotFoundError:
-        raise SpecError("spec file", str(path), "an existing TOML file") from None
-    except IsADirectoryError:
-        raise SpecError("spec file", str(path), "a TOML file, not a folder") from None
-    except UnicodeDecodeError as error:
-        raise SpecError(
-            "spec file", str(path), f"a UTF-8 text file (byte {error.start} is not UTF-8)"
-        ) from None
-    except OSError as error:
-        raise SpecError(
-            "spec file", str(path), f"a readable TOML file ({error.strerror or error})"
-        ) from None
-    except tomllib.TOMLDecodeError as error:
-        raise SpecError(f"spec file {path}", "TOML syntax", f"valid TOML ({error})") from None
-    except RecursionError:  # tomllib parses nested arrays and tables recursively
-        raise SpecError(
-            "spec file", str(path), "TOML nested a few hundred levels at most"
-        ) from None
-
-
-def _spec_text(path: Path) -> str:
-    """The text of a spec file: a regular file (a link to one is fine) of at most
-    :data:`SPEC_LIMIT` bytes, opened without blocking."""
-    try:
-        data = read_limited(path, SPEC_LIMIT, follow_links=True)
-    except NotARegularFile as error:
-        if error.found == "folder":
-            raise IsADirectoryError(path) from None
-        raise SpecError(
-            "spec file", str(path), "a regular TOML file, not a pipe or device"
-        ) from None
-    except TooLarge:
-        raise SpecError(
-            "spec file", str(path), f"a TOML file of at most {SPEC_LIMIT >> 20} MiB"
-        ) from None
-    # utf-8-sig: a byte order mark, which some Windows editors write, was a syntax error
-    # ("Invalid statement (at line 1, column 1)"); TOML files are UTF-8 either way
-    return data.decode("utf-8-sig")
 
 
 def unstructure(spec: Any) -> Any:

@@ -10,8 +10,9 @@ import attrs
 
 from oodsim.errors import SpecError
 from oodsim.seeds import OPEN_SET_STREAMS
-from oodsim.specs.converter import read_toml, structure
+from oodsim.specs.converter import structure
 from oodsim.specs.detector import CLASS_BOUNDED
+from oodsim.specs.files import read_spec
 from oodsim.specs.params import is_grid
 from oodsim.specs.parts import DatasetSpec, ModelSpec, OODSetSpec, SplitSpec, TrainingSpec
 from oodsim.specs.run import RunSpec, check_labels
@@ -148,12 +149,16 @@ class ExperimentSpec(RunSpec):
         return len(self.ood) > 1
 
 
-def spec_from_dict(data: Mapping[str, Any]) -> ExperimentSpec:
-    """Build an :class:`ExperimentSpec` from plain data, with field-path error messages."""
+def spec_from_dict(data: Mapping[str, Any], base: Path | None = None) -> ExperimentSpec:
+    """Build an :class:`ExperimentSpec` from plain data, with field-path error messages.
+    ``base`` (the spec file's folder) is taken like every protocol's reader takes it: an open
+    set spec's paths (a dataset's ``root``) are kept as written."""
     return structure(data, ExperimentSpec)
 
 
 def load_spec(path: str | Path) -> ExperimentSpec:
-    """Read an experiment spec from a TOML file; errors name the line/column or the field.
-    The spec remembers the file (``source``), as :func:`oodsim.load` does."""
-    return attrs.evolve(spec_from_dict(read_toml(path)), source=str(Path(path).resolve()))
+    """Read an experiment spec from a TOML file; errors name the file and line of each problem
+    (:func:`~oodsim.specs.files.read_spec`). The spec remembers the file (``source``), as
+    :func:`oodsim.load` does."""
+    spec = read_spec(path, spec_from_dict)
+    return attrs.evolve(spec, source=str(Path(path).resolve()))

@@ -163,7 +163,9 @@ def _conform(value: Any, tp: Any, at: str = "") -> Any:
 
 
 @functools.cache
-def _field_types(cls: type) -> dict[str, Any]:
+def field_types(cls: type) -> dict[str, Any]:
+    """The annotations of a spec class's fields, resolved (``from __future__ import
+    annotations`` leaves them as text)."""
     return typing.get_type_hints(cls)
 
 
@@ -196,7 +198,7 @@ def _strict_converter(own: Callable[[Any], Any] | None) -> Callable[[Any, Any, A
         if own is not None:
             value = own(value)
         try:
-            return _conform(value, _field_types(type(instance))[field.name])
+            return _conform(value, field_types(type(instance))[field.name])
         except _Mismatch as mismatch:
             relative = field.name + mismatch.at
             raise spec_error(instance, relative, mismatch.value, mismatch.expected) from None
@@ -223,14 +225,34 @@ def _strict_fields(cls: type, fields: list[attrs.Attribute]) -> list[attrs.Attri
 
 def spec_class(cls: type) -> type:
     """``attrs.frozen(kw_only=True)`` with strict types: a value whose type does not match the
-    field's annotation is a :class:`SpecError` (in Python, with ``attrs.evolve`` and from data)."""
-    return attrs.frozen(cls, kw_only=True, field_transformer=_strict_fields)
+    field's annotation is a :class:`SpecError` (in Python, with ``attrs.evolve`` and from data).
+    A :class:`SpecError` of its checks across fields (``__attrs_post_init__``) is marked
+    ``across_fields``: reading a file, the converter reports it only while every field is the
+    one written (:func:`oodsim.specs.converter._built`)."""
+    built = attrs.frozen(cls, kw_only=True, field_transformer=_strict_fields)
+    # wrapped after attrs: a slotted class's methods (their super() cells) are attrs' to move
+    check = built.__dict__.get("__attrs_post_init__")
+    if check is not None:
+        built.__attrs_post_init__ = _across_fields(check)
+    return built
+
+
+def _across_fields(check: Callable[[Any], None]) -> Callable[[Any], None]:
+    @functools.wraps(check)
+    def checked(self: Any) -> None:
+        try:
+            check(self)
+        except SpecError as error:
+            error.across_fields = True  # type: ignore[attr-defined]
+            raise
+
+    return checked
 
 
 def check_fields(obj: Any, path: str) -> None:
     """Type-check the fields of an attrs object of another module (e.g. a zoo ``ModelRef``) that
     a spec holds: the same rules as :func:`spec_class`, the message naming ``path.field``."""
-    hints = _field_types(type(obj))
+    hints = field_types(type(obj))
     for field in attrs.fields(type(obj)):
         try:
             _conform(getattr(obj, field.name), hints[field.name])
