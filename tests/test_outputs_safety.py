@@ -629,9 +629,7 @@ def test_results_of_another_spec_written_while_a_run_computes_are_not_replaced(
     results of the other spec name stay, and what it computed is in the cache. (Two runs of
     one spec name end with the last one's results, the other's kept beside them.)"""
     cache, out = tmp_path / "c", tmp_path / "r.zarr"
-    other = small_digits(
-        1, seeds=attrs.evolve(small_digits().seeds, n=1, start=100), name="other"
-    )
+    other = small_digits(1, seeds=attrs.evolve(small_digits().seeds, n=1, start=100), name="other")
     oodsim.run(other, cache=cache, n_workers=1, progress=False)  # its rerun is quick
     spec_path = digits_toml(tmp_path / "spec.toml", 8)
     run = [sys.executable, "-m", "oodsim.cli", "run", str(spec_path), "--workers", "1"]
