@@ -7,7 +7,7 @@ import time
 from pathlib import Path
 
 from oodsim.cli.options import path_text
-from oodsim.cli.reporting import write_report_telling
+from oodsim.cli.reporting import report_after_run
 from oodsim.cli.summary import (
     print_failures,
     print_variance_sources,
@@ -118,8 +118,8 @@ def cmd_run(args: argparse.Namespace) -> int:
             print_win_probabilities(results, metric)
             print_variance_sources(results, metric)
         if args.report:
-            report = write_report_telling(
-                results, Path(args.report), overwrite=args.overwrite, source=out
+            report = report_after_run(
+                results, Path(args.report), args.quiet, overwrite=args.overwrite, source=out
             )
             print(f"report written to {report}")
     n_failed = int(results.attrs.get("n_failed", 0))
