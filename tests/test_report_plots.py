@@ -39,6 +39,7 @@ from oodsim.report import (
 from oodsim.report.figures import save
 from oodsim.report.folder import REPORT_MARKER
 from oodsim.report.severity import plot_improvement, plot_levels
+from oodsim.report.styles import CONTEXT
 from oodsim.specs import DetectorSpec, load_spec
 from oodsim.stats import StopDecision
 from tests.conftest import ROOT
@@ -95,6 +96,26 @@ def test_running_mean_stays_in_the_metric_range_with_intervals_from_three_seeds(
     # the legend is the figure's, outside the axes, one entry per method
     assert ax.get_legend() is None
     assert legend_labels(figures[-1])[:5] == ["softmax / logit", *TWELVE[:4]]
+
+
+@pytest.mark.parametrize("metric", ["auroc", "fpr95"])
+def test_a_crowded_running_mean_draws_the_best_four_in_colour_and_the_rest_grey(
+    tmp_path: Path, figures: list[Figure], metric: str
+) -> None:
+    results = synthetic_results(10, methods=TWELVE)
+    plot_running_mean(results, tmp_path / "r.png", metric)
+    (ax,) = panels(figures[-1])
+    final = np.nanmean(results["score"].sel(metric=metric).values, axis=0)[:, 0]
+    order = np.argsort(-final if metric == "auroc" else final)  # fpr95: lower is better
+    best = [TWELVE[i] for i in sorted(order[:4])]
+    styles = method_styles(TWELVE)
+    lines = [line for line in ax.get_lines() if line.get_xdata().size > 1]
+    grey = [line for line in lines if to_rgba(line.get_color()) == to_rgba(CONTEXT)]
+    coloured = {to_rgba(line.get_color()) for line in lines if line not in grey}
+    assert len(grey) == 8 and coloured == {to_rgba(styles[m]["color"]) for m in best}
+    labels = legend_labels(figures[-1])
+    assert [m for m in labels if m in TWELVE] == best and "8 other methods" in labels
+    assert "the best 4 by the final mean in colour" in " ".join(figures[-1].get_suptitle().split())
 
 
 def test_no_classifier_accuracy_in_detector_plots(tmp_path: Path, figures: list[Figure]) -> None:

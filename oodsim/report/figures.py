@@ -83,8 +83,8 @@ def legend(
         handles.append(Line2D([], [], linestyle="none", label=family))
         handles += [Line2D([], [], markersize=6, label=m, **styles[m]) for m in methods]
     if len(listed) < len(styles):
-        others = f"{len(styles) - len(listed)} other methods"
-        handles.append(Line2D([], [], label=others, **CONTEXT_STYLE))
+        n = len(styles) - len(listed)
+        handles.append(Line2D([], [], label=f"{n} other method{'s' * (n > 1)}", **CONTEXT_STYLE))
     box = fig.legend(
         handles=[*handles, *extra], loc="outside right center", fontsize=8, frameon=False
     )
