@@ -750,7 +750,7 @@ def test_a_memory_error_says_what_ran_out_and_what_to_lower(
     def out_of_memory(args):
         raise MemoryError(message) if message else MemoryError
 
-    monkeypatch.setattr(cli_module, "_cmd_report", out_of_memory)
+    monkeypatch.setattr(cli_module, "cmd_report", out_of_memory)
     line = one_error_line(capsys, ["report", "anything.zarr"])
     assert line.startswith("oodsim: error: MemoryError: out of memory")
     assert "dataset.max_per_class" in line and "what finished is cached" in line

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import json
 import re
 import signal
@@ -14,6 +15,7 @@ import pytest
 import xarray as xr
 
 from oodsim.cli.main import main as cli_main
+from oodsim.cli.reporting import ReportProgress
 from oodsim.errors import OodsimError
 from oodsim.report import (
     REPORT_MARKER,
@@ -33,7 +35,7 @@ from oodsim.report.folder import is_report_file, write_file
 from oodsim.report.summary import NO_FIGURES, NOTHING_TO_DRAW
 from oodsim.results import save_results
 from oodsim.stats import StopDecision, estimate
-from tests.conftest import digits_toml, run_denied, signalled
+from tests.conftest import digits_toml, run_denied, signalled, wait_for
 from tests.factories import METRICS, synthetic_results
 
 
@@ -410,7 +412,7 @@ def _marker(folder: Path) -> dict:
 
 
 def test_an_interrupted_report_says_so_and_leaves_nothing_of_other_results(
-    tmp_path: Path,
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Ctrl-C while ``oodsim report --overwrite`` replaced the report of other results used
     to exit without a word, leaving the old report's summary and figures under a marker that
@@ -419,9 +421,18 @@ def test_an_interrupted_report_says_so_and_leaves_nothing_of_other_results(
     first = _saved(tmp_path, "first", n_seeds=6, failed=())
     second = _saved(tmp_path, "second", n_seeds=6, failed=(), methods=("msp", "energy"))
     folder = tmp_path / "first.report"
+    # a report that goes on for longer than its quiet spell says each step as it starts
+    monkeypatch.setattr("oodsim.cli.reporting.QUIET_SECONDS", 0.0)
     assert cli_main(["report", str(first)]) == 0
     old = _marker(folder)
     assert is_complete(folder) and "summary.md" in old["files"] and len(old["files"]) > 2
+    lines = capsys.readouterr().err.splitlines()  # a step that lasts is said again: once here
+    steps = list(dict.fromkeys(line.split("): ", 1)[1] for line in lines))
+    figures = re.findall(r"!\[(\w+)\]", (folder / "summary.md").read_text())  # in order
+    assert steps[0] == f"reading {first}" and steps[-1] == "writing summary.md"
+    drawn = [f"drawing figure {i} of {len(figures)}: {name}" for i, name in enumerate(figures, 1)]
+    assert [step for step in steps if step.startswith("drawing")] == drawn
+    monkeypatch.undo()
     new_key = xr.open_zarr(second).attrs["spec_key"]
 
     command = [sys.executable, "-m", "oodsim.cli", "report", str(second), "--out", str(folder)]
@@ -431,10 +442,12 @@ def test_an_interrupted_report_says_so_and_leaves_nothing_of_other_results(
         signum=signal.SIGINT,
     )
     assert process.returncode == 130, output
-    assert output.strip() == (
+    *progress, last = output.strip().splitlines()  # lines of a report that took a while
+    assert last == (
         f"oodsim: interrupted: the report in {folder} is incomplete; the same command writes it "
         "again"
     )
+    assert all(line.startswith("oodsim: report (") for line in progress), output
     marker = _marker(folder)
     assert marker["results_key"] == new_key and not is_complete(folder)
     on_disk = sorted(p.name for p in folder.iterdir() if p.name != REPORT_MARKER)
@@ -444,6 +457,25 @@ def test_an_interrupted_report_says_so_and_leaves_nothing_of_other_results(
     assert cli_main(["report", str(second), "--out", str(folder), "--no-figures"]) == 0
     assert sorted(p.name for p in folder.iterdir()) == [REPORT_MARKER, "summary.md"]
     assert is_complete(folder) and "energy" in (folder / "summary.md").read_text()
+
+
+def test_report_progress_is_silent_while_quick_then_says_every_step() -> None:
+    quick = io.StringIO()
+    with ReportProgress(quick, quiet=60) as progress:
+        progress("reading r.zarr")
+        progress("drawing figure 1 of 2: forest")
+    assert quick.getvalue() == ""  # a quick report (or one error line) stays as it was
+
+    slow = io.StringIO()
+    with ReportProgress(slow, quiet=0.2) as progress:
+        progress("computing win probabilities")
+        wait_for(lambda: "computing" in slow.getvalue(), 60, "the step, once quiet passed")
+        progress("drawing figure 1 of 2: forest")  # from then on, each step as it starts
+        assert slow.getvalue().splitlines()[-1].endswith("): drawing figure 1 of 2: forest")
+        wait_for(lambda: slow.getvalue().count("forest") > 1, 60, "a lasting step said again")
+    lines = slow.getvalue().splitlines()
+    assert all(re.fullmatch(r"oodsim: report \(\d+ s\): .+", line) for line in lines), lines
+    assert slow.getvalue() == "\n".join(lines) + "\n"  # nothing after the report ended
 
 
 def test_severity_report_lists_its_files_and_thins_the_levels_of_its_figures(

@@ -21,7 +21,7 @@ from types import FrameType
 from oodsim.cli.cache import add_cache_command
 from oodsim.cli.imagenet_o import add_command as add_imagenet_o
 from oodsim.cli.options import add_trust, path_text
-from oodsim.cli.reporting import write_report_telling
+from oodsim.cli.reporting import cmd_report
 from oodsim.cli.results import add_results_command
 from oodsim.cli.run import add_run_options, cmd_run
 from oodsim.cli.specs import add_command as add_specs
@@ -30,21 +30,6 @@ from oodsim.errors import DEBUG_ENV, OodsimError, one_line_warnings, telling_int
 #: exit code of a command stopped by Ctrl-C (SIGINT): 128 + the signal's number, as for SIGTERM
 #: (143) and SIGHUP (129)
 EXIT_SIGINT = 128 + signal.SIGINT
-
-
-def _cmd_report(args: argparse.Namespace) -> int:
-    # loaded by the command that needs it, so `oodsim --help` stays fast
-    from oodsim.report.folder import named, report_folder
-    from oodsim.results import open_results
-
-    source = named(args.results)  # `oodsim report .` inside r.zarr: its name, r.zarr
-    results = open_results(source, trust=args.trust)
-    out = Path(args.out) if args.out else report_folder(source)
-    path = write_report_telling(
-        results, out, overwrite=args.overwrite, source=source, figures=args.figures
-    )
-    print(f"report written to {path}")
-    return 0
 
 
 def _cmd_imagenet21k(args: argparse.Namespace) -> int:
@@ -177,7 +162,7 @@ def parser() -> argparse.ArgumentParser:
         help="write summary.md alone, every table and no PNG (seconds instead of minutes)",
     )
     add_trust(report)
-    report.set_defaults(func=_cmd_report)
+    report.set_defaults(func=cmd_report)
 
     add_cache_command(commands)
     add_results_command(commands)

@@ -7,7 +7,7 @@ import time
 from pathlib import Path
 
 from oodsim.cli.options import path_text
-from oodsim.cli.reporting import write_report_telling
+from oodsim.cli.reporting import report_after_run
 from oodsim.cli.summary import (
     last_line,
     print_failures,
@@ -125,8 +125,8 @@ def cmd_run(args: argparse.Namespace) -> int:
             print_win_probabilities(results, metric)
             print_variance_sources(results, metric)
         if args.report:
-            report = write_report_telling(
-                results, Path(args.report), overwrite=args.overwrite, source=out
+            report = report_after_run(
+                results, Path(args.report), args.quiet, overwrite=args.overwrite, source=out
             )
             print(f"report written to {report}")
     print("\n" + last_line(results, seconds, out))

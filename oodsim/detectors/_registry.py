@@ -27,6 +27,14 @@ FIT_SPLITS = (None, "train", "val")
 INPUT_ARGS = frozenset({"fit", "model", "inputs"})
 #: Parameters that change how fast a detector runs, never its result: keep them out of keys.
 EXECUTION_PARAMS = frozenset({"batch_size"})
+#: The families of oodsim's own detectors, in the order a report lists them: what a detector
+#: scores (softmax or logits, samples of a stochastic network, penultimate features). A
+#: built-in record names its family; a report colours and groups methods by it.
+FAMILIES = ("softmax / logit", "sampling (MC dropout)", "feature")
+#: The family of every detector that is neither built in nor of a prefix with a family
+#: (:func:`register_prefix`): what a report knows of it wherever it is drawn, since a report may
+#: be drawn in a process where a script's detector is not registered.
+OTHER_FAMILY = "other"
 
 
 def _parameters(func: Callable) -> dict[str, inspect.Parameter]:
@@ -107,6 +115,9 @@ class Detector:
     #: ``"kappa"`` (κ itself), ``"probability"`` (``expit(κ)``), ``"negative_entropy"``
     #: (``−exp(−κ)``). C-OOD class severity is a mean taken there; rankings never change.
     confidence_scale: str = attrs.field(default="kappa", converter=check_scale)
+    #: What kind of detector it is (one of :data:`FAMILIES` for a built-in one, else
+    #: :data:`OTHER_FAMILY`): how reports colour and group it, never part of a key.
+    family: str = attrs.field(default=OTHER_FAMILY, validator=attrs.validators.instance_of(str))
 
     @property
     def takes_any_param(self) -> bool:
@@ -157,15 +168,23 @@ _USER: dict[str, Detector] = {}
 _LOADED: dict[str, Detector] = {}
 #: prefix → (build(name) -> Detector, names() -> the names ``available()`` lists for it)
 _PREFIXES: dict[str, tuple[Callable[[str], Detector], Callable[[], Iterable[str]]]] = {}
+#: prefix → the family of every detector it names
+_PREFIX_FAMILIES: dict[str, str] = {}
 
 
 def register_prefix(
-    prefix: str, build: Callable[[str], Detector], names: Callable[[], Iterable[str]]
+    prefix: str,
+    build: Callable[[str], Detector],
+    names: Callable[[], Iterable[str]],
+    family: str = OTHER_FAMILY,
 ) -> None:
     """Names starting with ``prefix`` are detectors that ``build(name)`` makes on first use
     (and raises a :class:`~oodsim.errors.SpecError` for a name it cannot make); ``names()``
-    lists the ones :func:`available` shows. Used by :mod:`oodsim.detectors.pytorch_ood`."""
+    lists the ones :func:`available` shows; ``family`` is the family of all of them
+    (:func:`detector_family`, known without building one). Used by
+    :mod:`oodsim.detectors.pytorch_ood`."""
     _PREFIXES[prefix] = (build, names)
+    _PREFIX_FAMILIES[prefix] = family
 
 
 def _decorator(
@@ -180,6 +199,7 @@ def _decorator(
     fit_params: Callable[..., dict[str, object]] | None = None,
     limits: Mapping[str, Limit] | None = None,
     confidence_scale: str = "kappa",
+    family: str = OTHER_FAMILY,
 ) -> Callable[[Callable], Callable]:
     def decorate(func: Callable) -> Callable:
         detector = Detector(
@@ -192,6 +212,7 @@ def _decorator(
             fit_params=fit_params,
             limits=limits or {},
             confidence_scale=confidence_scale,
+            family=family,
         )
         unknown = sorted(set(detector.limits) - set(detector.defaults))
         if unknown and not detector.takes_any_param:
@@ -248,10 +269,38 @@ def register(
     )
 
 
-def builtin(name: str, **options: Any) -> Callable[[Callable], Callable]:
-    """Decorator used by oodsim's own detector modules: :func:`register`'s options, into the
-    built-in table (never replaced)."""
-    return _decorator(BUILTINS, name, replace=False, **options)
+def builtin(name: str, *, family: str, **options: Any) -> Callable[[Callable], Callable]:
+    """Decorator used by oodsim's own detector modules: :func:`register`'s options and the
+    detector's ``family`` (one of :data:`FAMILIES`), into the built-in table (never
+    replaced)."""
+    if family not in FAMILIES:
+        raise ValueError(f"a built-in detector's family is one of {FAMILIES}, got {family!r}")
+    return _decorator(BUILTINS, name, replace=False, family=family, **options)
+
+
+def builtin_detectors() -> tuple[Detector, ...]:
+    """oodsim's own detectors, by name."""
+    return tuple(BUILTINS[name] for name in sorted(BUILTINS))
+
+
+def families() -> tuple[str, ...]:
+    """Every family a detector can have, in the order a report lists them: the built-ins'
+    (:data:`FAMILIES`), the prefixes' (in the order registered), :data:`OTHER_FAMILY` last."""
+    prefixed = [f for f in dict.fromkeys(_PREFIX_FAMILIES.values()) if f not in FAMILIES]
+    return (*FAMILIES, *[f for f in prefixed if f != OTHER_FAMILY], OTHER_FAMILY)
+
+
+def detector_family(name: str) -> str:
+    """The family of the detector registered as ``name`` as every process knows it: a
+    built-in's (:data:`FAMILIES`), its prefix's (``pytorch_ood:<Class>``), else
+    :data:`OTHER_FAMILY` (a script's or an entry point's detector, or no detector at all).
+    Builds and loads nothing."""
+    if name in BUILTINS:
+        return BUILTINS[name].family
+    for prefix, family in _PREFIX_FAMILIES.items():
+        if name.startswith(prefix):
+            return family
+    return OTHER_FAMILY
 
 
 @functools.cache

@@ -35,7 +35,7 @@ def kth_neighbor_distance(queries: np.ndarray, reference: np.ndarray, k: int) ->
     return np.sqrt(np.clip(out, 0.0, None))
 
 
-@builtin("knn", needs={"features"}, fit_on="train", limits={"k": at_least(1)})
+@builtin("knn", family="feature", needs={"features"}, fit_on="train", limits={"k": at_least(1)})
 def knn(outputs: Outputs, *, fit: Outputs, k: int = 50) -> np.ndarray:
     """Negative distance to the k-th nearest L2-normalized train feature (k clipped to N)."""
     train = fit_arrays("knn", fit, "train", features=True)

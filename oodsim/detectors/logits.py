@@ -124,7 +124,9 @@ def negative_energy(logits: np.ndarray, temperature: float = 1.0) -> np.ndarray:
     return temperature * logsumexp(as_float(logits) / temperature, axis=1)
 
 
-@builtin("msp", needs={"logits"}, version="2", confidence_scale="probability")
+@builtin(
+    "msp", family="softmax / logit", needs={"logits"}, version="2", confidence_scale="probability"
+)
 def msp(outputs: Outputs, *, fit: Outputs | None = None) -> np.ndarray:
     """Maximum softmax probability (Hendrycks & Gimpel, ICLR 2017), as its log-odds.
 
@@ -134,7 +136,13 @@ def msp(outputs: Outputs, *, fit: Outputs | None = None) -> np.ndarray:
     return max_softmax_log_odds(outputs.logits)
 
 
-@builtin("entropy", needs={"logits"}, version="2", confidence_scale="negative_entropy")
+@builtin(
+    "entropy",
+    family="softmax / logit",
+    needs={"logits"},
+    version="2",
+    confidence_scale="negative_entropy",
+)
 def entropy(outputs: Outputs, *, fit: Outputs | None = None) -> np.ndarray:
     """Softmax entropy H (in nats), as κ = −log H: the ranking of −H, never rounded to 0.
 
@@ -143,13 +151,15 @@ def entropy(outputs: Outputs, *, fit: Outputs | None = None) -> np.ndarray:
     return negative_log_entropy(outputs.logits)
 
 
-@builtin("max_logit", needs={"logits"})
+@builtin("max_logit", family="softmax / logit", needs={"logits"})
 def max_logit_detector(outputs: Outputs, *, fit: Outputs | None = None) -> np.ndarray:
     """Maximum logit (Hendrycks et al., ICML 2022)."""
     return max_logit(outputs.logits)
 
 
-@builtin("energy", needs={"logits"}, limits={"temperature": greater_than(0)})
+@builtin(
+    "energy", family="softmax / logit", needs={"logits"}, limits={"temperature": greater_than(0)}
+)
 def energy(outputs: Outputs, *, fit: Outputs | None = None, temperature: float = 1.0) -> np.ndarray:
     """Negative energy T·logsumexp(z/T) (Liu et al., NeurIPS 2020)."""
     return negative_energy(outputs.logits, positive("energy", "temperature", temperature))

@@ -44,7 +44,13 @@ def min_mahalanobis(features: np.ndarray, means: np.ndarray, whiten: np.ndarray)
     return np.sqrt(np.clip(squared.min(axis=1), 0.0, None))
 
 
-@builtin("mahalanobis", needs={"features"}, fit_on="train", limits={"ridge": at_least(0)})
+@builtin(
+    "mahalanobis",
+    family="feature",
+    needs={"features"},
+    fit_on="train",
+    limits={"ridge": at_least(0)},
+)
 def mahalanobis(outputs: Outputs, *, fit: Outputs, ridge: float = 1e-6) -> np.ndarray:
     """Negative minimum Mahalanobis distance to the class means, tied covariance from train.
 

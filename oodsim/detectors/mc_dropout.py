@@ -155,6 +155,7 @@ LIMITS = {"n_passes": at_least(1), "seed": at_least(0), "batch_size": at_least(1
 
 @builtin(
     "mc_dropout",
+    family="sampling (MC dropout)",
     needs={"model"},
     stochastic=True,
     version="2",
@@ -181,6 +182,7 @@ def mc_dropout(
 
 @builtin(
     "mc_dropout_entropy",
+    family="sampling (MC dropout)",
     needs={"model"},
     stochastic=True,
     version="2",

@@ -69,6 +69,7 @@ def odin_confidence(
 
 @builtin(
     "odin",
+    family="softmax / logit",
     needs={"model"},
     version="2",
     limits={

@@ -102,6 +102,7 @@ def _known_block(z: np.ndarray, fit: OpenMaxFit, alpha: int, distance: str) -> n
 
 @builtin(
     "openmax",
+    family="softmax / logit",
     needs={"logits"},
     fit_on="train",
     limits={"tail_size": at_least(1), "alpha": at_least(1), "distance": one_of(*DISTANCES)},

@@ -416,4 +416,4 @@ def _on_model(
     return np.concatenate(parts) if parts else np.zeros(0)
 
 
-register_prefix(PREFIX, pytorch_ood_detector, names)
+register_prefix(PREFIX, pytorch_ood_detector, names, family="pytorch-ood")

@@ -75,6 +75,7 @@ def fitted_temperature(fit: Outputs, *, temperature: float | None = None) -> dic
 
 @builtin(
     "temperature",
+    family="softmax / logit",
     needs={"logits"},
     fit_on="val",
     version="2",

@@ -91,7 +91,13 @@ def _head(train, head_weight, head_bias) -> tuple[np.ndarray, np.ndarray]:
     return weight, bias
 
 
-@builtin("vim", needs={"logits", "features"}, fit_on="train", limits={"dim": at_least(1)})
+@builtin(
+    "vim",
+    family="feature",
+    needs={"logits", "features"},
+    fit_on="train",
+    limits={"dim": at_least(1)},
+)
 def vim(
     outputs: Outputs,
     *,

@@ -8,14 +8,14 @@ Every protocol's results (seed × method × metric × severity) get the same rep
 of :mod:`oodsim.report.comparisons`, the variance by source of :mod:`oodsim.report.sources` and
 what was run (:mod:`oodsim.report.provenance`). :mod:`oodsim.report.severity` adds the
 per-level views of severity results, through the hooks of :mod:`oodsim.report.hooks` (where a
-registered protocol may give its own table and files). :mod:`oodsim.report.figures` holds
-what every plot shares: one style per method, a shade of its family's colour (:func:`method_styles`,
-:func:`method_family`), panel grids with one legend outside the axes, titles that fit.
+registered protocol may give its own table and files). :mod:`oodsim.report.styles` gives each
+method one look in every report, a colour of its family's palette and a marker
+(:func:`method_styles`, :func:`method_family`); :mod:`oodsim.report.figures` holds what every
+plot shares: panel grids with one legend outside the axes, titles that fit.
 """
 
 from oodsim.report.comparisons import plot_paired_differences
 from oodsim.report.decisions import plot_required_simulations, plot_win_probability
-from oodsim.report.figures import method_family, method_styles
 from oodsim.report.folder import (
     REPORT_MARKER,
     ReportFolderError,
@@ -26,6 +26,7 @@ from oodsim.report.folder import (
 from oodsim.report.hooks import ReportHooks, register_report, report_hooks
 from oodsim.report.plots import plot_distributions, plot_forest, plot_running_mean
 from oodsim.report.sources import plot_variance_sources
+from oodsim.report.styles import method_detectors, method_family, method_style, method_styles
 from oodsim.report.summary import write_report
 from oodsim.report.tables import format_summary_table
 
@@ -36,7 +37,9 @@ __all__ = [
     "check_report_folder",
     "is_complete",
     "format_summary_table",
+    "method_detectors",
     "method_family",
+    "method_style",
     "method_styles",
     "plot_distributions",
     "plot_forest",

@@ -54,7 +54,7 @@ def _draw_differences(
             ax.add_patch(Rectangle((j - 0.5, i - 0.5), 1, 1, facecolor="white", edgecolor="none"))
         elif np.isfinite(value):
             colour = ink(cmap(norm(advantage[i, j]))) if significant[i, j] else "0.35"
-            ax.text(j, i, f"{value:+.3f}", ha="center", va="center", fontsize=6.5, color=colour)
+            ax.text(j, i, f"{value:+.3f}", ha="center", va="center", fontsize=7.5, color=colour)
     methods = method_names(cell)
     ax.set_xticks(range(len(methods)), methods, rotation=45, ha="right", fontsize=8)
     ax.set_yticks(range(len(methods)), methods, fontsize=8)

@@ -12,19 +12,19 @@ import xarray as xr
 from matplotlib import colormaps
 from matplotlib.axes import Axes
 from matplotlib.cm import ScalarMappable
-from matplotlib.colors import LogNorm
+from matplotlib.colors import LogNorm, to_rgba
 from matplotlib.patches import Patch, Rectangle
 
 from oodsim.report.figures import (
     direction,
     ink,
-    method_styles,
     metric_label,
     panels,
     require_ood,
     save,
     suptitle,
 )
+from oodsim.report.styles import method_detectors, method_styles
 from oodsim.report.tables import win_intervals
 from oodsim.results.access import default_metric, method_names, n_scored
 from oodsim.stats import (
@@ -55,15 +55,15 @@ def plot_win_probability(
     n_boot: int = 400,
     wins: xr.Dataset | None = None,
 ) -> Path:
-    """Bar chart of the probability that each method has the best mean over ``k`` seeds, with
-    its bootstrap interval over the seeds as an error bar
-    (:func:`oodsim.stats.win.win_probability_intervals`; the replicates get
-    ``min(1000, n_draws)`` draws). ``pairing="both"`` (default) draws two bars per method,
-    independent (hatched) and paired (solid), side by side; ``"independent"`` or ``"paired"``
-    one. Every bar is labelled, a positive probability below 0.005 as ``<0.01``. Only OOD
-    metrics: ``accuracy`` is the same for every detector and raises ValueError. ``wins``:
-    intervals computed already (e.g. for the report's table, which then shows the same
-    numbers), with ``metric`` among them."""
+    """Horizontal bars of the probability that each method has the best mean over ``k`` seeds,
+    one row per method (the likeliest winner at the top), with its bootstrap interval over the
+    seeds as an error bar (:func:`oodsim.stats.win.win_probability_intervals`; the replicates
+    get ``min(1000, n_draws)`` draws). ``pairing="both"`` (default) draws two bars per method,
+    independent (hatched, light) above paired (solid); ``"independent"`` or ``"paired"`` one.
+    Every bar is labelled right of its error bar, a positive probability below 0.005 as
+    ``<0.01``. Only OOD metrics: ``accuracy`` is the same for every detector and raises
+    ValueError. ``wins``: intervals computed already (e.g. for the report's table, which then
+    shows the same numbers), with ``metric`` among them."""
     if pairing != "both" and pairing not in PAIRINGS:
         raise ValueError(f"pairing must be 'both' or one of {', '.join(PAIRINGS)}, got {pairing!r}")
     pairings = PAIRINGS if pairing == "both" else (pairing,)
@@ -74,55 +74,18 @@ def plot_win_probability(
         wins = win_intervals(results, metric, k, n_draws, rng, pairings, n_boot)
     elif "metric" in wins.dims:
         wins = wins.sel({"metric": metric})
-    styles = method_styles(method_names(score))
-    width_of = 0.8 / len(pairings)
+    styles = method_styles(method_names(score), method_detectors(results))
 
     def draw(ax: Axes, labels: dict[str, object], cell: xr.DataArray) -> None:
-        methods = method_names(cell)
-        x = np.arange(len(methods))
-        for q, p in enumerate(pairings):
-            w = wins.sel({**labels, "pairing": p})
-            value = w["win_probability"].values
-            spread = np.stack([value - w["lower"].values, w["upper"].values - value])
-            bars = ax.bar(
-                x + (q - (len(pairings) - 1) / 2) * width_of,
-                value,
-                width=width_of,
-                color=[styles[m]["color"] for m in methods],
-                edgecolor="k",
-                linewidth=0.5,
-                hatch=_HATCH[p] if len(pairings) > 1 else None,
-                yerr=np.clip(np.nan_to_num(spread), 0, None),
-                error_kw={"elinewidth": 0.7, "capsize": 1.5, "ecolor": "0.25"},
-            )
-            top = np.fmax(np.nan_to_num(value), np.nan_to_num(w["upper"].values))
-            rotation = 90 if len(pairings) > 1 else 0
-            for xi, yi, v in zip(bars_x(bars), top, value, strict=True):
-                ax.annotate(
-                    _bar_text(v),
-                    (xi, yi),
-                    xytext=(0, 2),
-                    textcoords="offset points",
-                    ha="center",
-                    va="bottom",
-                    fontsize=6,
-                    rotation=rotation,
-                )
-        ax.set_xticks(x, methods, rotation=45, ha="right", fontsize=8)
-        ax.set_ylim(0, 1.18)
-        ax.set_ylabel(f"P(best mean {metric}; {direction(metric)})", fontsize=8)
+        _draw_wins(ax, wins.sel(labels), pairings, styles)
+        ax.set_xlabel(f"P(best mean {metric}; {direction(metric)})", fontsize=8)
 
     wp = wins["win_probability"].sel(pairing=pairings[0], drop=True)
-    width = max(4.8, 1.2 + (0.42 + 0.2 * (len(pairings) - 1)) * wp.sizes["method"])
-    fig, _ = panels(wp, ("method",), draw, width=width, height=4.0)
+    rows = wp.sizes["method"] * (0.12 + 0.18 * len(pairings))
+    fig, _ = panels(wp, ("method",), draw, width=5.4, height=1.4 + rows)
     if len(pairings) > 1:
         handles = [
-            Patch(
-                facecolor="white",
-                edgecolor="k",
-                hatch=_HATCH[p],
-                label=PAIRING_LABELS[p].replace("k seeds", f"{k} seeds"),
-            )
+            Patch(**_bar_look(p, "0.4"), label=PAIRING_LABELS[p].replace("k seeds", f"{k} seeds"))
             for p in pairings
         ]
         fig.legend(handles=handles, loc="outside lower center", fontsize=8, frameon=False)
@@ -140,13 +103,49 @@ def plot_win_probability(
     return save(fig, path)
 
 
-def bars_x(bars: Any) -> list[float]:
-    """The centre of each bar of a bar container."""
-    return [b.get_x() + b.get_width() / 2 for b in bars]
+def _bar_look(pairing: str, colour: Any) -> dict[str, Any]:
+    """How a win-probability bar of ``pairing`` looks in its method's colour when both
+    pairings are drawn: independent draws hatched on a light face, paired draws solid."""
+    if pairing == "independent":
+        return {"facecolor": to_rgba(colour, 0.3), "edgecolor": colour, "hatch": "////"}
+    return {"facecolor": colour, "edgecolor": "k"}
 
 
-#: How a win-probability bar shows its pairing when both are drawn.
-_HATCH = {"independent": "////", "paired": ""}
+def _draw_wins(
+    ax: Axes, cell: xr.Dataset, pairings: tuple[str, ...], styles: dict[str, dict[str, Any]]
+) -> None:
+    """One row per method, the likeliest winner (over the pairings drawn) at the top; a bar
+    per pairing with its interval and its value right of the error bar."""
+    probability = cell["win_probability"].sel(pairing=list(pairings)).mean("pairing").values
+    methods = method_names(cell)
+    order = np.argsort(-np.nan_to_num(probability, nan=-1.0), kind="stable")
+    colours = [styles[methods[i]]["color"] for i in order]
+    height = 0.8 / len(pairings)
+    for q, p in enumerate(pairings):
+        w = cell.sel({"pairing": p})
+        value, upper = w["win_probability"].values[order], w["upper"].values[order]
+        spread = np.stack([value - w["lower"].values[order], upper - value])
+        y = np.arange(len(methods)) + (q - (len(pairings) - 1) / 2) * height
+        for yi, v, colour in zip(y, value, colours, strict=True):
+            look = _bar_look(p, colour) if len(pairings) > 1 else {"color": colour}
+            ax.barh(yi, v, height=height, linewidth=0.6, **look)
+        xerr = np.clip(np.nan_to_num(spread), 0, None)
+        ax.errorbar(value, y, xerr=xerr, fmt="none", elinewidth=0.8, capsize=2, ecolor="0.2")
+        ends = np.fmax(np.nan_to_num(value), np.nan_to_num(upper))
+        for yi, v, end in zip(y, value, ends, strict=True):
+            ax.annotate(
+                _bar_text(v),
+                (end, yi),
+                xytext=(3, 0),
+                textcoords="offset points",
+                va="center",
+                fontsize=8,
+            )
+    ax.set_yticks(range(len(methods)), [methods[i] for i in order], fontsize=8)
+    ax.set_ylim(len(methods) - 0.5, -0.5)
+    ax.set_xlim(0, 1.15)
+    ax.set_xticks([0, 0.25, 0.5, 0.75, 1.0])
+    ax.grid(axis="x", alpha=0.3)
 
 
 def _bar_text(value: float) -> str:
@@ -174,7 +173,7 @@ def _draw_heatmap(ax: Axes, cell: xr.DataArray, cmap: Any, norm: LogNorm, n_seed
             colour = ink(cmap(norm(value)))
             ax.text(j, i, f"{int(value)}", ha="center", va="center", fontsize=8, color=colour)
         else:
-            ax.text(j, i, f">{n_seeds}", ha="center", va="center", fontsize=6, color="0.25")
+            ax.text(j, i, f">{n_seeds}", ha="center", va="center", fontsize=7.5, color="0.25")
     methods = method_names(cell)
     ax.set_xticks(range(len(methods)), methods, rotation=45, ha="right", fontsize=8)
     ax.set_yticks(range(len(methods)), methods, fontsize=8)

@@ -1,90 +1,51 @@
 """Figure helpers shared by every report plot (:mod:`oodsim.report.plots`,
-:mod:`oodsim.report.decisions`, :mod:`oodsim.report.severity`): the method → style mapping (a
-colour map per method family), grids of panels with one legend outside the axes, titles that
-fit, axis limits inside a metric's range, a metric's direction on its axis label.
+:mod:`oodsim.report.decisions`, :mod:`oodsim.report.severity`): which methods a crowded figure
+draws in colour (:func:`best_few`), grids of panels with one legend outside the axes (methods
+grouped by family, styles of :mod:`oodsim.report.styles`), titles that fit, axis limits inside a
+metric's range, a metric's direction on its axis label.
 """
 
 from __future__ import annotations
 
 import math
 import textwrap
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import xarray as xr
-from matplotlib import colormaps
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 
 from oodsim.metrics import higher_is_better, is_ood_metric
 from oodsim.report.folder import write_file
+from oodsim.report.styles import CONTEXT, grouped
 from oodsim.results.access import iter_cells, ood_metrics
 
 _NCOLS = 3
 
 # ----------------------------------------------------------------------------- style
 
-#: Method families, each with its colour map: a family's methods are shades of one hue, so
-#: the colours say which kind of detector a curve is. A method belongs to a family when its
-#: label is a member's name or starts with one and ``_`` (``energy_t2``).
-FAMILIES: dict[str, tuple[str, tuple[str, ...]]] = {
-    "softmax / logit": (
-        "Blues",
-        ("msp", "temperature", "odin", "entropy", "max_logit", "energy", "openmax"),
-    ),
-    "sampling (MC dropout)": ("Oranges", ("mc_dropout", "mc_dropout_entropy")),
-    "feature": ("Greens", ("mahalanobis", "knn", "vim")),
-}
-#: The family of methods oodsim does not know (registered by users), in a neutral colour map.
-OTHER_FAMILY = "other"
-_OTHER_CMAP = "Greys"
-
-#: Positions in a family's colour map of its 1st, 2nd, ... method: far apart from the start,
-#: so a family's first methods differ most; past ten, the line style tells repeats apart.
-_SHADES = (0.9, 0.55, 0.75, 0.4, 0.98, 0.65, 0.47, 0.83, 0.6, 0.7)
-_MARKERS = ("o", "s", "^", "D", "v", "P", "X", "*", "<", ">", "p", "h", "d", "+", "x")
-_LINESTYLES = ("-", "--", ":", "-.")
+#: Figures of overlapping lines draw every method in colour up to this many methods; with more,
+#: the best :data:`BEST_FEW` in colour and the others in grey behind them (:func:`best_few`).
+MAX_COLOURED = 5
+BEST_FEW = 4
+#: How a method drawn as context looks: a thin grey line, no marker.
+CONTEXT_STYLE: dict[str, Any] = {"color": CONTEXT, "linewidth": 0.9, "linestyle": "-"}
 
 
-def method_family(method: object) -> str:
-    """The family of ``method`` (a key of :data:`FAMILIES`), else :data:`OTHER_FAMILY`."""
-    name = str(method).lower()
-    for family, (_, members) in FAMILIES.items():
-        if any(name == m or name.startswith(m + "_") for m in members):
-            return family
-    return OTHER_FAMILY
-
-
-def families(methods: Iterable[object]) -> dict[str, list[str]]:
-    """The methods of each family present, families in :data:`FAMILIES` order (then other),
-    methods in the order given."""
-    grouped: dict[str, list[str]] = {f: [] for f in [*FAMILIES, OTHER_FAMILY]}
-    for method in methods:
-        grouped[method_family(method)].append(str(method))
-    return {family: names for family, names in grouped.items() if names}
-
-
-def method_styles(methods: Iterable[object]) -> dict[str, dict[str, Any]]:
-    """Colour, marker and line style of each method, by its position in ``methods`` (the
-    results' method order), so a method looks the same in every figure of a report. The colour
-    is a shade of its family's colour map (:data:`FAMILIES`), the n-th method of a family the
-    n-th shade; markers differ for up to 15 methods."""
-    names = [str(m) for m in methods]
-    seen: dict[str, int] = {}
-    styles = {}
-    for i, method in enumerate(names):
-        family = method_family(method)
-        j = seen[family] = seen.get(family, -1) + 1
-        cmap = FAMILIES[family][0] if family in FAMILIES else _OTHER_CMAP
-        styles[method] = {
-            "color": colormaps[cmap](_SHADES[j % len(_SHADES)]),
-            "marker": _MARKERS[i % len(_MARKERS)],
-            "linestyle": _LINESTYLES[(j // len(_SHADES)) % len(_LINESTYLES)],
-        }
-    return styles
+def best_few(values: Mapping[str, float], metric: str) -> list[str]:
+    """The methods a figure of overlapping lines draws in colour: all of ``values`` (method →
+    the value it is ranked by) up to :data:`MAX_COLOURED`, else the best :data:`BEST_FEW` by
+    the metric's direction (methods without a value last), in the order given."""
+    if len(values) <= MAX_COLOURED:
+        return list(values)
+    sign = -1.0 if higher_is_better(metric) else 1.0
+    ranked = sorted(values, key=lambda m: sign * values[m] if np.isfinite(values[m]) else np.inf)
+    best = set(ranked[:BEST_FEW])
+    return [m for m in values if m in best]
 
 
 def direction(metric: str) -> str:
@@ -104,14 +65,26 @@ def markevery(i: int, n_points: int, n_marks: int = 8) -> tuple[int, int]:
     return (i * max(1, step // 5)) % step, step
 
 
-def legend(fig: Figure, styles: dict[str, dict[str, Any]], extra: Sequence[Any] = ()) -> None:
+def legend(
+    fig: Figure,
+    styles: dict[str, dict[str, Any]],
+    extra: Sequence[Any] = (),
+    detectors: Mapping[str, str] | None = None,
+    shown: Collection[str] | None = None,
+) -> None:
     """One legend for the whole figure, outside the axes on the right: the methods (line and
-    marker) grouped under their family's name in bold, then ``extra`` handles."""
+    marker; those in ``shown``, default all) grouped under their family's name in bold
+    (``detectors``: label → detector name, :func:`~oodsim.report.styles.method_detectors`),
+    one grey entry for the others when some are not shown, then ``extra`` handles."""
     handles, headers = [], []
-    for family, methods in families(styles).items():
+    listed = [m for m in styles if shown is None or m in shown]
+    for family, methods in grouped(listed, detectors).items():
         headers.append(len(handles))
         handles.append(Line2D([], [], linestyle="none", label=family))
         handles += [Line2D([], [], markersize=6, label=m, **styles[m]) for m in methods]
+    if len(listed) < len(styles):
+        n = len(styles) - len(listed)
+        handles.append(Line2D([], [], label=f"{n} other method{'s' * (n > 1)}", **CONTEXT_STYLE))
     box = fig.legend(
         handles=[*handles, *extra], loc="outside right center", fontsize=8, frameon=False
     )
@@ -123,8 +96,9 @@ def legend(fig: Figure, styles: dict[str, dict[str, Any]], extra: Sequence[Any] 
 
 
 def figure(n_panels: int, width: float = 4.8, height: float = 3.4) -> tuple[Figure, list[Axes]]:
-    """A figure with ``n_panels`` axes on a grid of at most three columns."""
-    ncols = min(_NCOLS, max(n_panels, 1))
+    """A figure with ``n_panels`` axes on a grid of at most three columns (four on two: a
+    square without an empty cell)."""
+    ncols = 2 if n_panels == 4 else min(_NCOLS, max(n_panels, 1))
     nrows = math.ceil(max(n_panels, 1) / ncols)
     fig = Figure(figsize=(width * ncols, height * nrows), layout="constrained")
     axes = [fig.add_subplot(nrows, ncols, i + 1) for i in range(max(n_panels, 1))]

@@ -1,14 +1,15 @@
 """PNG plots (matplotlib Agg) of evaluation results: each method's mean and interval (a forest
-plot), score distributions and running means; win probabilities and the seeds needed to
-separate two methods are :mod:`oodsim.report.decisions`.
+plot), score distributions (one row per method) and running means (the best few methods in
+colour, the others grey behind them); win probabilities and the seeds needed to separate two
+methods are :mod:`oodsim.report.decisions`.
 
 Every function takes the results Dataset (``score`` over seed × method × metric × severity
 [× ood, model, dataset]) and draws one panel per combination of the dims other than seed and
 method, so the same code serves open-set runs (severity "all") and severity sweeps. Plots rank
 detectors, so they show OOD metrics only: ``accuracy`` is the classifier's, the same for every
 detector of a seed, and appears once, in ``summary.md``. A method has the same colour, marker and
-line style in every figure (:func:`oodsim.report.figures.method_styles`), and every metric axis
-says which way is better.
+line style in every figure of every report (:func:`oodsim.report.styles.method_style`), and every
+metric axis says which way is better.
 """
 
 from __future__ import annotations
@@ -23,20 +24,23 @@ from matplotlib.axes import Axes
 from matplotlib.lines import Line2D
 from matplotlib.patches import Patch
 from matplotlib.ticker import MaxNLocator
-from scipy import stats as sps
 
 from oodsim.metrics import metric_range
 from oodsim.report.figures import (
+    BEST_FEW,
+    CONTEXT_STYLE,
+    MAX_COLOURED,
+    best_few,
     legend,
     limits,
     markevery,
-    method_styles,
     metric_label,
     panels,
     require_ood,
     save,
     suptitle,
 )
+from oodsim.report.styles import method_detectors, method_styles
 from oodsim.report.tables import interval_name
 from oodsim.results.access import (
     at_metrics,
@@ -104,7 +108,8 @@ def plot_forest(
         raise ValueError("results have no OOD metric to plot")
     require_ood(score, names, "a forest plot")
     est = at_metrics(estimate(results, confidence=confidence), names)
-    styles = method_styles(method_names(score))
+    detectors = method_detectors(results)
+    styles = method_styles(method_names(score), detectors)
     fig, _ = panels(
         est["mean"],
         ("method",),
@@ -112,22 +117,36 @@ def plot_forest(
         title=names[0],
         height=1.3 + 0.28 * len(styles),
     )
-    legend(fig, styles)
+    legend(fig, styles, detectors=detectors)
     none = " (one seed: no interval)" if int(est["n"].max()) < 2 else ""
     suptitle(fig, f"Mean over seeds [{interval_name(est)}], best method first{none}")
     return save(fig, path)
 
 
 def _density(values: np.ndarray, grid: np.ndarray) -> np.ndarray | None:
-    """Gaussian kernel density of ``values`` on ``grid``; None when there is none (one value,
-    constant values)."""
+    """Gaussian kernel density of ``values`` on ``grid`` with Scott's bandwidth (what
+    ``scipy.stats.gaussian_kde(values)(grid)`` gives, without its set-up per call); None when
+    there is none (one value, constant values)."""
     if values.size < 2:
         return None
-    try:
-        density = sps.gaussian_kde(values)(grid)
-    except (np.linalg.LinAlgError, ValueError):
+    width = float(np.std(values, ddof=1)) * values.size ** (-1 / 5)
+    if not np.isfinite(width) or width <= 0:
         return None
+    z = (grid[:, None] - values[None, :]) / width
+    density = np.exp(-0.5 * z**2).mean(axis=1) / (width * np.sqrt(2 * np.pi))
     return density if np.all(np.isfinite(density)) else None
+
+
+#: The height of a method's density in its row of the distribution plot (rows are 1 apart).
+_RIDGE = 0.85
+
+
+def _rows(ax: Axes, methods: list[str], xlabel: str) -> None:
+    """One row per method, the first at the top, named on the y axis."""
+    ax.set_yticks(range(len(methods)), methods, fontsize=8)
+    ax.set_ylim(len(methods) - 0.6, -0.95)
+    ax.set_xlabel(xlabel)
+    ax.grid(axis="x", alpha=0.3)
 
 
 def _draw_seeds(ax: Axes, cell: xr.DataArray, styles: dict[str, dict[str, Any]]) -> None:
@@ -142,63 +161,74 @@ def _draw_seeds(ax: Axes, cell: xr.DataArray, styles: dict[str, dict[str, Any]])
         )
         if v.size:
             ax.plot([v.mean()] * 2, [i - 0.35, i + 0.35], color=style["color"], linewidth=2)
-    ax.set_yticks(range(len(methods)), methods, fontsize=8)
-    ax.set_ylim(len(methods) - 0.5, -0.5)
     ax.set_xlim(*limits([values], None))  # a margin past the range keeps markers whole
-    ax.set_xlabel(f"{metric_label(str(cell['metric'].item()))}; markers: seeds, bars: means")
-    ax.grid(axis="x", alpha=0.3)
+    _rows(ax, methods, metric_label(str(cell["metric"].item())))
 
 
-def _draw_densities(ax: Axes, cell: xr.DataArray, styles: dict[str, dict[str, Any]]) -> None:
-    """One density curve (a vertical line when there is no density) and a rug per method;
-    with fewer than :data:`_MIN_DENSITY_SEEDS` seeds per method, the seeds themselves."""
+def _draw_densities(ax: Axes, cell: xr.DataArray, styles: dict[str, dict[str, Any]]) -> bool:
+    """One row per method: its density over the seeds (a vertical bar when there is none),
+    a tick per seed and its marker at the mean; with fewer than :data:`_MIN_DENSITY_SEEDS`
+    seeds per method, the seeds themselves (then it returns True)."""
     if np.isfinite(cell.values).sum(axis=cell.dims.index("seed")).max() < _MIN_DENSITY_SEEDS:
         _draw_seeds(ax, cell, styles)
-        return
+        return True
     name = str(cell["metric"].item())
     values = cell.transpose("seed", "method").values
     lo, hi = limits([values], None)
     pad = (hi - lo) * 0.25
     bounds = metric_range(name) or (-np.inf, np.inf)
     grid = np.linspace(max(lo - pad, bounds[0]), min(hi + pad, bounds[1]), _GRID)
-    for i, (method, column) in enumerate(zip(method_names(cell), values.T, strict=True)):
-        style = styles[method]
+    methods = method_names(cell)
+    for i, (method, column) in enumerate(zip(methods, values.T, strict=True)):
+        colour = styles[method]["color"]
         v = column[np.isfinite(column)]
         if v.size == 0:
             continue
         density = _density(v, grid)
         if density is None:
-            ax.axvline(v.mean(), color=style["color"], linestyle=style["linestyle"])
+            ax.plot([v.mean()] * 2, [i, i - _RIDGE], color=colour, linewidth=2)
         else:
-            ax.plot(grid, density, markevery=markevery(i, _GRID), markersize=4, **style)
-        ax.plot(v, np.zeros_like(v), "|", color=style["color"], alpha=0.5, markersize=8)
+            ridge = i - _RIDGE * density / density.max()
+            ax.fill_between(grid, i, ridge, color=colour, alpha=0.3, linewidth=0)
+            ax.plot(grid, ridge, color=colour, linewidth=1.2)
+        ax.plot(v, np.full(v.size, i), "|", color=colour, alpha=0.6, markersize=6)
+        mean = {"marker": styles[method]["marker"], "color": colour, "markeredgecolor": "k"}
+        ax.plot(v.mean(), i, linestyle="none", markersize=6, **mean)
     ax.set_xlim(grid[0], grid[-1])
-    ax.set_xlabel(metric_label(name))
-    ax.set_ylabel("density")
+    _rows(ax, methods, metric_label(name))
+    return False
 
 
 def plot_distributions(
     results: xr.Dataset | xr.DataArray, path: str | Path, metric: str | Sequence[str] | None = None
 ) -> Path:
-    """Kernel density of the score over seeds, one curve per method and one panel per OOD
-    metric (and per ood / dataset / model / severity label); constant or single-seed methods
-    are a vertical line, a rug marks the seeds, and with fewer than five seeds per method the
-    panel shows the seeds and their mean instead. ``accuracy`` (the same for every detector) is
-    left out; asking for it raises ValueError."""
+    """Kernel density of the score over seeds, one row per method (its density scaled to the
+    row, a tick per seed, its marker at the mean) and one panel per OOD metric (and per ood /
+    dataset / model / severity label); a constant or single-seed method is a vertical bar, and
+    with fewer than five seeds per method the panel shows the seeds and their mean instead.
+    ``accuracy`` (the same for every detector) is left out; asking for it raises ValueError."""
     score = as_score(results)
     names = metrics_of(score, metric) if metric is not None else ood_metrics(score)
     if not names:
         raise ValueError("results have no OOD metric to plot")
     require_ood(score, names, "a distribution plot")
-    styles = method_styles(method_names(score))
+    detectors = method_detectors(results)
+    styles = method_styles(method_names(score), detectors)
+    seeds_drawn: set[bool] = set()
     fig, _ = panels(
         at_metrics(score, names),
         ("seed", "method"),
-        lambda ax, labels, cell: _draw_densities(ax, cell, styles),
+        lambda ax, labels, cell: seeds_drawn.add(_draw_densities(ax, cell, styles)),
         title=names[0],
+        height=1.3 + 0.3 * len(styles),
     )
-    legend(fig, styles)
-    suptitle(fig, "Score distribution over seeds")
+    legend(fig, styles, detectors=detectors)
+    how = {
+        False: "a density per method (ticks: seeds, marker: the mean)",
+        True: f"fewer than {_MIN_DENSITY_SEEDS} seeds per method: markers are seeds, bars means",
+    }
+    drawn = "; ".join(how[few] for few in sorted(seeds_drawn))
+    suptitle(fig, f"Score distribution over seeds: {drawn}")
     return save(fig, path)
 
 
@@ -225,30 +255,44 @@ def _draw_running_mean(
     ax: Axes,
     cell: xr.DataArray,
     styles: dict[str, dict[str, Any]],
-    bounds: tuple[float, float] | None,
+    metric: str,
     confidence: float,
-) -> None:
-    """Each method's running mean, its interval from :data:`_MIN_INTERVAL_SEEDS` seeds on, and
-    y-limits that fit what is drawn (inside the metric's range)."""
+) -> list[str]:
+    """Each method's running mean; the best few by their final mean
+    (:func:`~oodsim.report.figures.best_few`) in colour with their interval from
+    :data:`_MIN_INTERVAL_SEEDS` seeds on, the others grey behind them; y-limits that fit what is
+    drawn (inside the metric's range). Returns the methods drawn in colour."""
+    bounds = metric_range(metric)
     values = cell.transpose("seed", "method").values
-    alpha = max(0.06, min(0.2, 0.6 / values.shape[1]))  # overlapping bands stay see-through
+    curves = {
+        method: running_interval(column, confidence, value_range=bounds)
+        for method, column in zip(method_names(cell), values.T, strict=True)
+    }
+    final = {m: float(c[1][-1]) if c[0].size else np.nan for m, c in curves.items()}
+    coloured = best_few(final, metric)
     drawn = []
-    for i, (method, column) in enumerate(zip(method_names(cell), values.T, strict=True)):
-        n, mean, lower, upper = running_interval(column, confidence, value_range=bounds)
+    for method, (n, mean, _, _) in curves.items():
+        if method not in coloured and n.size:
+            ax.plot(n, mean, zorder=1, **CONTEXT_STYLE)
+            drawn.append(mean)
+    alpha = max(0.08, min(0.2, 0.6 / len(coloured))) if coloured else 0.2
+    for i, method in enumerate(coloured):
+        n, mean, lower, upper = curves[method]
         if n.size == 0:
             continue
         style = styles[method]
-        ax.plot(n, mean, markevery=markevery(i, n.size), markersize=4, **style)
+        ax.plot(n, mean, markevery=markevery(i, n.size), markersize=4, zorder=3, **style)
         shown = n >= _MIN_INTERVAL_SEEDS
         if bounds is not None:
             lower, upper = np.clip(lower, *bounds), np.clip(upper, *bounds)
-        dodge = 0.04 * (i - (values.shape[1] - 1) / 2)
+        dodge = 0.04 * (i - (len(coloured) - 1) / 2)
         band = (n[shown], mean[shown], lower[shown], upper[shown])
         _draw_band(ax, *band, style["color"], dodge, alpha)
         drawn += [mean, lower[shown], upper[shown]]
     ax.set_ylim(*limits(drawn, bounds))
     ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     ax.grid(alpha=0.3)
+    return coloured
 
 
 def plot_running_mean(
@@ -259,17 +303,19 @@ def plot_running_mean(
 ) -> Path:
     """Running mean against the number of seeds, per method, in seed order, with its interval
     (:func:`oodsim.stats.running_interval`, inside the metric's range) from three seeds on; a
-    dashed line marks the stopping point recorded in ``attrs["stopping"]``. Only OOD metrics
-    (``accuracy`` raises ValueError)."""
+    dashed line marks the stopping point recorded in ``attrs["stopping"]``. With more than
+    five methods, each panel draws its best four by the final mean in colour and the others as
+    grey lines behind them. Only OOD metrics (``accuracy`` raises ValueError)."""
     score = as_score(results)
     metric = metric or default_metric(score)
     require_ood(score, [metric], "a running-mean plot")
-    styles = method_styles(method_names(score))
-    bounds = metric_range(metric)
+    detectors = method_detectors(results)
+    styles = method_styles(method_names(score), detectors)
     decision = StopDecision.recorded(results)
+    coloured: set[str] = set()
 
     def draw(ax: Axes, labels: dict[str, object], cell: xr.DataArray) -> None:
-        _draw_running_mean(ax, cell, styles, bounds, confidence)
+        coloured.update(_draw_running_mean(ax, cell, styles, metric, confidence))
         if decision is not None:
             ax.axvline(decision.n_seeds, color="k", linestyle="--")
         ax.set_xlabel("number of seeds")
@@ -284,6 +330,11 @@ def plot_running_mean(
     if decision is not None:
         label = f"stop ({decision.rule}, n={decision.n_seeds})"
         extra.append(Line2D([], [], color="k", linestyle="--", label=label))
-    legend(fig, styles, extra)
-    suptitle(fig, f"Running mean of {metric} over the seeds, in seed order")
+    legend(fig, styles, extra, detectors=detectors, shown=coloured)
+    few = (
+        f"; the best {BEST_FEW} by the final mean in colour, the others grey"
+        if len(styles) > MAX_COLOURED
+        else ""
+    )
+    suptitle(fig, f"Running mean of {metric} over the seeds, in seed order{few}")
     return save(fig, path)

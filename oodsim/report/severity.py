@@ -25,9 +25,12 @@ from matplotlib.axes import Axes
 from oodsim.protocols.severity import analysis
 from oodsim.protocols.severity.analysis import per_dataset, seed_mean
 from oodsim.report.figures import (
+    BEST_FEW,
+    CONTEXT_STYLE,
+    MAX_COLOURED,
+    best_few,
     figure,
     legend,
-    method_styles,
     metric_label,
     panels,
     require_ood,
@@ -35,6 +38,7 @@ from oodsim.report.figures import (
     suptitle,
 )
 from oodsim.report.folder import write_file
+from oodsim.report.styles import method_detectors, method_styles
 from oodsim.report.tables import markdown_row
 from oodsim.results.access import as_score, method_names, scored, scored_seeds
 
@@ -90,23 +94,34 @@ def format_level_table(results: xr.Dataset, metric: str = "auroc", digits: int =
 
 def plot_levels(results: xr.Dataset, path: str | Path, metric: str = "auroc") -> Path:
     """Metric vs. severity level (mean over seeds, ± one standard deviation): one panel per
-    model (and dataset), one line per κ in the report's shared styles; the classifier's ID
-    accuracy is named in each panel's title."""
+    model (and dataset), one line per κ in the report's shared styles, with more than five
+    κ the best four by their mean over the levels in colour and the others grey behind them;
+    the classifier's ID accuracy is named in each panel's title."""
     score = as_score(results).sel(metric=metric)
     require_ood(score, [metric], "a severity plot")
-    styles = method_styles(score["method"].values)
+    detectors = method_detectors(results)
+    styles = method_styles(score["method"].values, detectors)
     x = np.arange(score.sizes["severity"])
+    coloured: set[str] = set()
 
     def draw(ax: Axes, labels: dict[str, object], cell: xr.DataArray) -> None:
+        means = {m: seed_mean(cell.sel({"method": m})).transpose("severity").values for m in styles}
+        over_levels = {
+            m: float(np.nanmean(v)) if np.isfinite(v).any() else np.nan for m, v in means.items()
+        }
+        best = best_few(over_levels, metric)
         for method in styles:
+            if method not in best:
+                ax.plot(x, means[method], zorder=1, **CONTEXT_STYLE)
+        for method in best:
             values = cell.sel({"method": method})
-            mean = seed_mean(values).transpose("severity").values
-            ax.plot(x, mean, markersize=4, **styles[method])
+            ax.plot(x, means[method], markersize=4, zorder=3, **styles[method])
             if "seed" in values.dims and _n_seeds(results) > 1:
                 std = values.std("seed", skipna=True).transpose("severity").values
-                ax.fill_between(
-                    x, mean - std, mean + std, color=styles[method]["color"], alpha=0.12, lw=0
-                )
+                mean = means[method]
+                colour = styles[method]["color"]
+                ax.fill_between(x, mean - std, mean + std, color=colour, alpha=0.12, lw=0)
+        coloured.update(best)
         accuracy = float(seed_mean(scored(results, "id_accuracy").sel(labels)))
         name = f"{labels['dataset']}: {labels['model']}" if "dataset" in labels else labels["model"]
         ax.set_title(f"{name} (ID accuracy {accuracy:.3f})", fontsize=9)
@@ -116,9 +131,10 @@ def plot_levels(results: xr.Dataset, path: str | Path, metric: str = "auroc") ->
         ax.grid(alpha=0.3)
 
     fig, _ = panels(score, ("seed", "method", "severity"), draw)
-    legend(fig, styles)
+    legend(fig, styles, detectors=detectors, shown=coloured)
     band = ", band: ± one standard deviation" if _n_seeds(results) > 1 else ""
-    suptitle(fig, f"{metric} by severity level ({_over_seeds(results)}{band})")
+    few = f"; the best {BEST_FEW} in colour, the others grey" if len(styles) > MAX_COLOURED else ""
+    suptitle(fig, f"{metric} by severity level ({_over_seeds(results)}{band}{few})")
     return save(fig, path)
 
 
@@ -142,7 +158,7 @@ def plot_improvement(
     dataset."""
     _one_dataset(results)
     delta = seed_mean(analysis.improvement(results, baseline, metric))
-    styles = method_styles(results["method"].values)
+    styles = method_styles(results["method"].values, method_detectors(results))
     levels = _levels(results)
 
     def draw(ax: Axes, labels: dict[str, object], cell: xr.DataArray) -> None:

@@ -13,6 +13,7 @@ report of the same results and refuses any other folder unless ``overwrite=True`
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -39,8 +40,10 @@ from oodsim.report.summary_text import summary_text
 from oodsim.results.access import default_metric, n_scored, ood_metrics
 from oodsim.stats import PAIRINGS, as_score
 
-#: write_report draws every metric's distribution only up to this many panels.
+#: write_report draws every metric's distribution and forest plot only up to this many panels,
+#: and this many rows (a row per method in each panel); beyond, the main metric's alone.
 _MAX_PANELS = 24
+_MAX_ROWS = 96
 
 
 #: write_report's figures show at most this many cells (ood × severity × model × dataset);
@@ -59,58 +62,98 @@ NOTHING_TO_DRAW = (
 )
 
 
-def _figures(
+#: ``progress(step)``: told each step of a report as it starts ("drawing figure 3 of 6: forest")
+Progress = Callable[[str], object]
+
+
+def _figure_plan(
     results: xr.Dataset | xr.DataArray, out: Path, opts: ReportOptions, done: Analyses
-) -> list[Path]:
-    """The report's PNGs, the forest plot first (none without an OOD metric; no win
-    probability with < k seeds), of the cells of ``results`` (the shown ones); ``done`` holds
-    the analyses of all cells."""
+) -> list[tuple[str, Callable[[], Path]]]:
+    """The report's figures as (name, draw) in the order the summary shows them, the forest
+    plot first (none without an OOD metric; no win probability with < k seeds), of the cells
+    of ``results`` (the shown ones); ``done`` holds the analyses of all cells."""
     metric, k = opts.metric, opts.k
     score = as_score(results)
     ood = ood_metrics(score)
     if metric is None:
         return []
-    shown_metrics = ood if len(ood) * _n_cells(score) <= _MAX_PANELS else [metric]
-    distributions = plot_distributions(results, out / FIGURE_FILES["distributions"], shown_metrics)
+    n_panels = len(ood) * _n_cells(score)
+    few = n_panels <= _MAX_PANELS and n_panels * score.sizes["method"] <= _MAX_ROWS
+    shown_metrics = ood if few else [metric]
+    file = {name: out / FIGURE_FILES[name] for name in FIGURE_FILES}
+    distributions = (
+        "distributions",
+        lambda: plot_distributions(results, file["distributions"], shown_metrics),
+    )
     if resamples_one_test_set(results):  # the spread of the replicates only
         return [distributions]
-    figures = [plot_forest(results, out / FIGURE_FILES["forest"], shown_metrics), distributions]
+    plan = [("forest", lambda: plot_forest(results, file["forest"], shown_metrics)), distributions]
     shown = {d: score[d].values for d in score.dims if d not in ("seed", "method", "metric")}
+
+    def of_shown(analysis: xr.Dataset) -> xr.Dataset:
+        return analysis.sel({d: v for d, v in shown.items() if d in analysis.dims})
+
     if done.comparison is not None:
-        comparison = done.comparison.sel(
-            {d: v for d, v in shown.items() if d in done.comparison.dims}
-        )
-        figures.append(
-            plot_paired_differences(
-                results,
-                out / FIGURE_FILES["paired_differences"],
-                metric,
-                opts.alpha,
-                opts.adjust,
-                comparison=comparison,
+        comparison = of_shown(done.comparison)
+        plan.append(
+            (
+                "paired_differences",
+                lambda: plot_paired_differences(
+                    results,
+                    file["paired_differences"],
+                    metric,
+                    opts.alpha,
+                    opts.adjust,
+                    comparison=comparison,
+                ),
             )
         )
-    figures.append(plot_running_mean(results, out / FIGURE_FILES["running_mean"], metric))
+    plan.append(("running_mean", lambda: plot_running_mean(results, file["running_mean"], metric)))
     if done.wins is not None:  # a k-seed experiment needs k seeds to draw from
-        figures.append(
-            plot_win_probability(
-                results,
-                out / FIGURE_FILES["win_probability"],
-                metric,
-                k,
-                opts.n_draws,
-                opts.rng,
-                "both" if len(opts.pairings) > 1 else opts.pairings[0],
-                wins=done.wins.sel({d: v for d, v in shown.items() if d in done.wins.dims}),
+        pairing = "both" if len(opts.pairings) > 1 else opts.pairings[0]
+        wins = of_shown(done.wins)
+        plan.append(
+            (
+                "win_probability",
+                lambda: plot_win_probability(
+                    results,
+                    file["win_probability"],
+                    metric,
+                    k,
+                    opts.n_draws,
+                    opts.rng,
+                    pairing,
+                    wins=wins,
+                ),
             )
         )
     if done.sources is not None and isinstance(results, xr.Dataset):
-        figures.append(
-            plot_variance_sources(
-                results, out / FIGURE_FILES["variance_sources"], metric, components=done.sources
+        sources = done.sources
+        plan.append(
+            (
+                "variance_sources",
+                lambda: plot_variance_sources(
+                    results, file["variance_sources"], metric, components=sources
+                ),
             )
         )
-    return figures
+    return plan
+
+
+def _figures(
+    results: xr.Dataset | xr.DataArray,
+    out: Path,
+    opts: ReportOptions,
+    done: Analyses,
+    progress: Progress,
+) -> list[Path]:
+    """Draw the figures of :func:`_figure_plan`, telling ``progress`` each one."""
+    plan = _figure_plan(results, out, opts, done)
+    written = []
+    for i, (name, draw) in enumerate(plan, 1):
+        progress(f"drawing figure {i} of {len(plan)}: {name}")
+        written.append(draw())
+    return written
 
 
 def _n_cells(score: xr.DataArray) -> int:
@@ -148,6 +191,7 @@ def write_report(
     overwrite: bool = False,
     source: str | Path | None = None,
     figures: bool = True,
+    progress: Progress | None = None,
 ) -> Path:
     """Write all plots (the forest plot of the estimates first) and ``summary.md`` (what was
     run, which seeds were excluded and why, estimates, win probabilities, paired comparisons,
@@ -173,6 +217,10 @@ def write_report(
     holding a file the report writes (``summary.md``, a figure) that its marker does not list
     is refused whatever ``overwrite`` says. A report interrupted before its end leaves
     a marker that says so (:func:`~oodsim.report.folder.is_complete`) and lists what it wrote.
+
+    ``progress(step)``, optional, is told each step as it starts, in words ("computing win
+    probabilities and paired comparisons", "drawing figure 3 of 6: distributions"), from the
+    thread that writes the report.
     """
     if pairing != "both" and pairing not in PAIRINGS:
         raise ValueError(f"pairing must be 'both' or one of {', '.join(PAIRINGS)}, got {pairing!r}")
@@ -185,10 +233,13 @@ def write_report(
     marker = marker_for(results, source)
     previous = claim(out, marker, overwrite)
     opts = ReportOptions(metric, k, alpha, n_draws, rng, pairings, adjust)
+    tell = progress or (lambda step: None)
     shown, note = _shown(results)
+    tell("computing win probabilities and paired comparisons")
     done = run_analyses(results, opts)  # once, for the tables and the figures alike
     drawn = figures and n_scored(score) > 0
-    written = _figures(shown, out, opts, done) if drawn else []
+    written = _figures(shown, out, opts, done, tell) if drawn else []
+    tell(f"writing {SUMMARY}")
     lines = summary_text(results, opts, source, done, shown)
     lines += ["", "## Figures", ""]
     if drawn:
@@ -198,6 +249,7 @@ def write_report(
         lines.append(NOTHING_TO_DRAW if figures else NO_FIGURES)
     files = report_hooks(results).files  # the protocol's own files (severity's levels)
     if isinstance(results, xr.Dataset) and files is not None:
+        tell(f"writing the files of the {results.attrs.get('protocol', '?')} protocol")
         extra, extra_lines = files(results, out, metric or "auroc", drawn)
         written += extra
         lines += extra_lines
