@@ -23,6 +23,7 @@ local cluster leave Ctrl-C, which a terminal sends to all of them too, to the dr
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 import os
 import signal
@@ -109,6 +110,8 @@ NOT_STARTED = (
 
 #: seconds an interrupted run waits for its local workers to stop logging before it closes them
 QUIET_TIMEOUT = 5.0
+#: seconds an interrupted run waits for its local worker processes to die once killed
+ABANDON_TIMEOUT = 5.0
 #: seconds the close of the run's own local cluster may take (its workers end with the driver)
 CLOSE_TIMEOUT = 30.0
 #: seconds each request to a shared scheduler (an ``address``) may take while the run ends:
@@ -170,7 +173,7 @@ def _local_cluster(n_workers: int | None) -> Iterator[Any]:
     from distributed import LocalCluster
 
     # it subclasses distributed's Nanny (loaded only when a cluster is needed)
-    from oodsim.engine.local_nanny import LocalNanny, quiet_given_up_starts
+    from oodsim.engine.local_nanny import LocalNanny, kill_now, quiet_given_up_starts
 
     quiet_given_up_starts()
 
@@ -213,6 +216,7 @@ def _local_cluster(n_workers: int | None) -> Iterator[Any]:
             except TimeoutError:  # a nanny's start (distributed closed the cluster)
                 raise ClusterError(NOT_STARTED.format(LOCAL_START_TIMEOUT)) from None
             stack.callback(_close_local, cluster)
+            stack.enter_context(signals.ended_with(functools.partial(kill_now, cluster)))
         LOCAL_SECURITY[cluster.scheduler_address] = cluster.security
         try:
             yield cluster
@@ -253,6 +257,11 @@ def cluster_client(
             try:  # Ctrl-C while the workers set up too (a broadcast cut short logged errors)
                 with _workers_set_up(client, shipped or Shipped(), shared=bool(address)):
                     yield client
+            except KeyboardInterrupt:  # the run stops: its work in flight is abandoned
+                logging.disable(logging.CRITICAL)
+                if local:
+                    _abandon(client)  # killed workers print nothing
+                raise
             except BaseException:
                 _quiet(client, local)
                 raise
@@ -318,6 +327,22 @@ def _quiet(client: Any, local: bool) -> None:
                 on_error="ignore",
                 callback_timeout=QUIET_TIMEOUT,
             )
+
+
+def _abandon(client: Any) -> None:
+    """Kill the workers of the run's own local cluster at once (see
+    :func:`oodsim.engine.local_nanny.abandon`), within :data:`ABANDON_TIMEOUT`; a cluster
+    that cannot (it is closing already) is closed as usual."""
+    # loaded with the cluster (it subclasses distributed's Nanny)
+    from oodsim.engine.local_nanny import abandon
+
+    cluster = getattr(client, "cluster", None)
+    if cluster is None:
+        return
+    try:
+        abandon(cluster, ABANDON_TIMEOUT)
+    except Exception as error:
+        logging.getLogger(__name__).debug("the local workers were not killed: %r", error)
 
 
 @contextlib.contextmanager
