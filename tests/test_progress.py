@@ -78,7 +78,8 @@ def test_a_beat_reaches_an_in_process_subscriber_with_its_task() -> None:
 def test_an_in_process_run_says_what_it_trains_before_the_seed_lands(tmp_path: Path) -> None:
     stream = io.StringIO()
     oodsim.run(small_digits(1), cache=tmp_path / "cache", progress=stream)
-    first, *_, last = _lines(stream)
+    opening, first, *_, last = _lines(stream)
+    assert opening.startswith("oodsim: digits (open_set; 1 simulations: 0 in the cache")
     assert first.startswith("oodsim: 0/1 simulations (0 cached) in ")
     assert first.endswith("; simulation 0: training, epoch 1/6"), first
     assert last.startswith("oodsim: 1/1 simulations (0 cached) in ")
@@ -143,7 +144,7 @@ def test_a_rerun_says_which_seed_it_scores_here(tmp_path: Path) -> None:
     oodsim.run(spec, cache=tmp_path / "c", n_workers=1, progress=False)
     stream = io.StringIO()
     oodsim.run(spec, cache=tmp_path / "c", n_workers=1, progress=stream)
-    assert "; seed 0: scoring here, from the cache" in _lines(stream)[0], _lines(stream)
+    assert "; seed 0: scoring here, from the cache" in _lines(stream)[1], _lines(stream)
 
 
 def test_without_a_worker_the_line_says_so_not_that_the_work_is_quiet(
