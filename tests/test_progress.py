@@ -4,6 +4,7 @@ something (two seeds per worker) and with a range, the plan in ``oodsim run``'s 
 from __future__ import annotations
 
 import io
+import json
 import re
 from pathlib import Path
 
@@ -13,7 +14,8 @@ import oodsim
 from oodsim.engine import progress as progress_module
 from oodsim.engine.inprocess import InProcess
 from oodsim.engine.plan import count_cached
-from oodsim.engine.progress import ROUNDS_BEFORE_ESTIMATE, Progress
+from oodsim.engine.progress import RECORD_ENV, Progress
+from oodsim.engine.time_left import ROUNDS_BEFORE_ESTIMATE
 from oodsim.heartbeat import TOPIC, beat, describe, working_on
 from oodsim.protocols import bind
 from oodsim.store import Store
@@ -223,3 +225,24 @@ def test_a_silent_run_tells_each_stall_once() -> None:
         "that drops its packets); the run stops after 5:00 without an answer",
         "oodsim: no worker yet (0:11): the cluster's workers have not connected",
     ]
+
+
+def test_a_run_records_its_landings_where_asked(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``$OODSIM_RECORD_LANDINGS``: the landings that ``benchmarks/progress.py`` replays."""
+    record = tmp_path / "landings.json"
+    monkeypatch.setenv(RECORD_ENV, str(record))
+    progress = Progress(3, None, slots=lambda: 2)
+    progress.update(failed=False, cached=True)
+    progress.update(failed=True, cached=False)
+    assert not record.exists()  # written when the run has ended
+    progress.update(failed=False, cached=False)
+    landings = json.loads(record.read_text())["landings"]
+    assert [flags for _, *flags in landings] == [
+        [True, False, 2],
+        [False, True, 2],
+        [False, False, 2],
+    ]
+    times = [when for when, *_ in landings]
+    assert times == sorted(times) and times[0] >= 0

@@ -2,29 +2,33 @@
 
 A run says what it does from its first seconds: until seeds finish, the heartbeats of the
 work (:mod:`oodsim.heartbeat`: "simulation 3: training, epoch 4/30") fill the line. A time
-left is shown only once it means something: after every worker finished two seeds, from the
-pace after the first round (which also pays for start-up), with a range.
+left is shown only once it means something: after every worker finished two seeds, with a
+range meant to hold the true time left nine times in ten (:mod:`oodsim.engine.time_left`).
 """
 
 from __future__ import annotations
 
 import contextlib
+import json
 import math
-import statistics
+import os
 import threading
 import time
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any, TextIO
 
+from oodsim.engine.time_left import time_left
 from oodsim.errors import tell_interrupt
 from oodsim.heartbeat import describe
 
-#: completed rounds (seeds per worker) before a time left is shown
-ROUNDS_BEFORE_ESTIMATE = 2
 #: seconds without any worker before the status line says so
 NO_WORKER_NOTICE = 10.0
 #: seconds without a heartbeat or a landed seed, while work is pending, before it says so
 QUIET_NOTICE = 120.0
+#: the environment variable naming a JSON file where a run that ends records when each of its
+#: seeds landed (``benchmarks/progress.py`` records and replays them)
+RECORD_ENV = "OODSIM_RECORD_LANDINGS"
 
 
 class Progress:
@@ -57,6 +61,9 @@ class Progress:
         self.started = time.perf_counter()
         self.last = -math.inf  # when a line was last printed
         self.finished: list[float] = []  # when each computed (not cached) seed landed
+        # every landing: (seconds since the start, cached, failed, slots), for RECORD_ENV
+        self.landings: list[tuple[float, bool, bool, int]] = []
+        self.record = os.environ.get(RECORD_ENV, "").strip()
         self.eta = ""
         self.working = ""  # the latest heartbeat (or notice), in words
         self.workerless = False  # the cluster has no worker (said by no_worker)
@@ -73,13 +80,16 @@ class Progress:
         now = time.perf_counter()
         # asked before the lock: the cluster answers on the thread that delivers heartbeats,
         # which may be waiting for the lock
-        slots = self.slots() if self.stream is not None else 1
+        slots = self.slots() if self.stream is not None or self.record else 1
         with self._lock:
             self.done += 1
             self.cached += cached
             self.failed += failed
             if not cached:
                 self.finished.append(now)
+            self.landings.append((round(now - self.started, 3), cached, failed, slots))
+            if self.record and self.done == self.total:
+                self._write_record()
             self.news, self.working, self.workerless, self.unheard = now, "", False, False
             self.noticed = False
             self.eta = self._time_left(slots) if self.stream is not None else ""
@@ -198,6 +208,17 @@ class Progress:
             self.interrupted(error, reason)
             raise
 
+    def _write_record(self) -> None:
+        """Write the landings to the file named by :data:`RECORD_ENV` (a run that ended)."""
+        record = {
+            "total": self.total,
+            "unit": self.unit,
+            "cpus": os.cpu_count(),
+            "load": [round(x, 2) for x in os.getloadavg()],
+            "landings": [list(landing) for landing in self.landings],
+        }
+        Path(self.record).write_text(json.dumps(record) + "\n", encoding="utf-8")
+
     def _notice(self) -> None:
         """In a silent run, tell the stall on the status line's place once, on ``notices``."""
         if self.stream is None and self.notices is not None and not self.noticed:
@@ -226,20 +247,14 @@ class Progress:
             self.ended = True
 
     def _time_left(self, slots: int) -> str:
-        """ ", ~m:ss left (low–high)" once each worker finished ``ROUNDS_BEFORE_ESTIMATE``
-        seeds, else "". The pace is the mean gap between landings after the first round;
-        the range is that mean ± 2 standard errors, times the seeds left."""
-        left = self.total - self.done
-        slots = max(1, slots)
-        if left <= 0 or len(self.finished) < ROUNDS_BEFORE_ESTIMATE * slots:
+        """ ", ~m:ss left (low–high)" once each slot finished ``ROUNDS_BEFORE_ESTIMATE``
+        seeds (:func:`~oodsim.engine.time_left.time_left`: a prediction interval), else ""."""
+        computed = [when - self.started for when in self.finished]
+        estimate = time_left(computed, self.done, self.total, slots)
+        if estimate is None:
             return ""
-        gaps = [b - a for a, b in zip(self.finished[slots - 1 :], self.finished[slots:])]
-        if not gaps:
-            return ""
-        pace = statistics.fmean(gaps)
-        error = statistics.stdev(gaps) / math.sqrt(len(gaps)) if len(gaps) > 1 else pace
-        low, high = max(pace - 2 * error, 0.0), pace + 2 * error
-        return f", ~{clock(left * pace)} left ({clock(left * low)}–{clock(left * high)})"
+        low, middle, high = estimate.low, estimate.middle, estimate.high
+        return f", ~{clock(middle)} left ({clock(low)}–{clock(high)})"
 
 
 def clock(seconds: float) -> str:
