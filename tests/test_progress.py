@@ -6,6 +6,7 @@ from __future__ import annotations
 import io
 import json
 import re
+import time
 from pathlib import Path
 
 import pytest
@@ -246,3 +247,29 @@ def test_a_run_records_its_landings_where_asked(
     ]
     times = [when for when, *_ in landings]
     assert times == sorted(times) and times[0] >= 0
+
+
+class _TimedLines(io.StringIO):
+    """A log (not a terminal) that notes when each line was written."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.times: list[float] = []
+
+    def write(self, text: str) -> int:
+        self.times += [time.monotonic()] * text.count("\n")
+        return super().write(text)
+
+
+@pytest.mark.slow
+def test_a_line_comes_at_least_every_interval_while_the_cluster_starts(tmp_path: Path) -> None:
+    """From the opening line to the first seed's heartbeat (a cluster's start took 15 to 22 s
+    on a loaded machine, without a word), the line names the start and comes at least every
+    ``interval`` (5 s) in a log."""
+    stream = _TimedLines()
+    oodsim.run(small_digits(2), n_workers=2, cache=tmp_path / "cache", progress=stream)
+    lines = _lines(stream)
+    first_seed = next(i for i, line in enumerate(lines) if "simulation" in line.split(";")[-1])
+    assert "local cluster: starting 2 workers" in lines[1], lines
+    starting = stream.times[: first_seed + 1]
+    assert max(b - a for a, b in zip(starting, starting[1:])) <= 5.0, list(zip(starting, lines))

@@ -34,7 +34,9 @@ import contextlib
 import logging
 import os
 import signal
-from typing import Any
+import threading
+from collections.abc import Callable
+from typing import Any, ClassVar
 
 from distributed import Nanny
 from distributed.core import Status
@@ -45,9 +47,55 @@ from oodsim.engine.quiet_logs import DroppedUnlessDebug, install
 LOGGER = "distributed.nanny"
 
 
+class StartTold:
+    """Tells a listener of heartbeats (:mod:`oodsim.heartbeat`'s messages, the status line's
+    ``Progress.heard``) how the start of a local cluster of ``n`` workers goes: "local cluster:
+    starting 2 workers", then "local cluster: 1 of 2 workers ready" as each worker has
+    registered, and nothing once :meth:`started` (a worker that its nanny restarts later is
+    not news)."""
+
+    def __init__(self, told: Callable[[dict[str, Any]], None], n: int) -> None:
+        self.told, self.n = told, n
+        self.ready = 0
+        self.done = False
+        self._lock = threading.Lock()  # the nannies start on the cluster's event loop
+
+    def starting(self) -> None:
+        self._say(f"starting {self.n} worker{'s' * (self.n != 1)}")
+
+    def one_ready(self) -> None:
+        with self._lock:
+            self.ready += 1
+            ready = self.ready
+        self._say(f"{ready} of {self.n} workers ready")
+
+    def started(self) -> None:
+        self.done = True
+
+    def _say(self, stage: str) -> None:
+        if not self.done:
+            with contextlib.suppress(Exception):  # the status line is never worth a failed start
+                self.told({"task": "local cluster", "stage": stage})
+
+
 class LocalNanny(Nanny):
     """Dask's :class:`~distributed.Nanny`, whose :meth:`kill` kills a worker process that
-    has not started (see the module)."""
+    has not started (see the module), and which says when its worker is ready
+    (:meth:`telling`)."""
+
+    #: told when this class's workers are ready (a class of :meth:`telling`), else None
+    start_told: ClassVar[StartTold | None] = None
+
+    @classmethod
+    def telling(cls, told: StartTold) -> type[LocalNanny]:
+        """This class, whose nannies tell ``told`` when their worker is ready."""
+        return type(cls.__name__, (cls,), {"start_told": told, "__module__": __name__})
+
+    async def start_unsafe(self) -> Any:
+        started = await super().start_unsafe()
+        if self.start_told is not None and self.process is not None:
+            self.start_told.one_ready()
+        return started
 
     async def kill(self, timeout: float = 5, reason: str = "nanny-kill") -> None:
         worker = self.process  # distributed's WorkerProcess: its start and its OS process

@@ -26,6 +26,9 @@ from oodsim.heartbeat import describe
 NO_WORKER_NOTICE = 10.0
 #: seconds without a heartbeat or a landed seed, while work is pending, before it says so
 QUIET_NOTICE = 120.0
+#: seconds before ``interval`` that a line naming what the run does is shown again (with a
+#: watcher that asks every half second, a line comes at least every ``interval`` seconds)
+KEEP_ALIVE_EARLY = 1.0
 #: the environment variable naming a JSON file where a run that ends records when each of its
 #: seeds landed (``benchmarks/progress.py`` records and replays them)
 RECORD_ENV = "OODSIM_RECORD_LANDINGS"
@@ -106,17 +109,22 @@ class Progress:
             self._show(now)
 
     def waiting(self) -> None:
-        """Asked every few seconds while the run goes on (:meth:`watching`): after
-        :data:`QUIET_NOTICE` seconds without a heartbeat or a seed, say so. A stopped
-        (SIGSTOP) worker held a run's other work back, and its status line stood still for
-        8.5 minutes (until distributed's ``worker-ttl`` had the worker restarted and the run
-        went on; oodsim's local cluster now has a silent worker restarted after 60 to 120 s:
-        ``LOCAL_WORKER_TTL`` of :mod:`oodsim.engine.cluster`)."""
+        """Asked every half second while the run goes on (:meth:`watching`): the line, naming
+        what the run does (a cluster's start, a heartbeat), is shown again with the time that
+        went by (on a terminal every half second, in logs at least every ``interval`` seconds),
+        so that a long step is no silent stretch. After :data:`QUIET_NOTICE` seconds without a
+        heartbeat or a seed, it says so. A stopped (SIGSTOP) worker held a run's other work
+        back, and its status line stood still for 8.5 minutes (until distributed's
+        ``worker-ttl`` had the worker restarted and the run went on; oodsim's local cluster now
+        has a silent worker restarted after 60 to 120 s: ``LOCAL_WORKER_TTL`` of
+        :mod:`oodsim.engine.cluster`)."""
         now = time.perf_counter()
         with self._lock:
             quiet = now - self.news
             if self.ended or self.workerless or self.unheard or quiet < QUIET_NOTICE:
-                return  # (without a worker or an answer, the line says so: no_worker...)
+                if self.working and not self.ended:  # (else the line says so: no_worker...)
+                    self._show(now, early=KEEP_ALIVE_EARLY)
+                return
             last = f" (the last: {self.latest})" if self.latest else ""
             self.working = (
                 f"nothing heard from the work for {clock(quiet)}{last}; a long step sends no "
@@ -177,7 +185,7 @@ class Progress:
         self.stopped(reason)
 
     @contextlib.contextmanager
-    def watching(self, every: float = 2.0) -> Iterator[None]:
+    def watching(self, every: float = 0.5) -> Iterator[None]:
         """For the block, a thread asks :meth:`waiting` every ``every`` seconds: a silent
         stretch is told wherever it is (seeds scored here from the cache, work on a cluster,
         an in-process task), not only while the run waits for a cluster's futures. Nothing
@@ -225,10 +233,13 @@ class Progress:
             self.noticed = True
             print(f"oodsim: {self.working}", file=self.notices, flush=True)
 
-    def _show(self, now: float, final: bool = False) -> None:
+    def _show(self, now: float, final: bool = False, early: float = 0.0) -> None:
+        """Print the line, unless one was printed less than a second (on a terminal) or
+        ``interval`` seconds (in logs) ago, less ``early`` (at most half of that)."""
         if self.stream is None or self.ended:
             return
-        if not (final or now - self.last >= (1.0 if self.tty else self.interval)):
+        limit = 1.0 if self.tty else self.interval
+        if not (final or now - self.last >= limit - min(early, limit / 2)):
             return
         self.last = now
         failed = f", {self.failed} failed" if self.failed else ""
