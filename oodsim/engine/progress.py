@@ -18,7 +18,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, TextIO
 
-from oodsim.engine.time_left import time_left
+from oodsim.engine.time_left import HISTORY, time_left
 from oodsim.errors import tell_interrupt
 from oodsim.heartbeat import describe
 
@@ -64,7 +64,7 @@ class Progress:
         self.started = time.perf_counter()
         self.last = -math.inf  # when a line was last printed
         self.finished: list[float] = []  # when each computed (not cached) seed landed
-        # every landing: (seconds since the start, cached, failed, slots), for RECORD_ENV
+        # with RECORD_ENV, every landing: (seconds since the start, cached, failed, slots)
         self.landings: list[tuple[float, bool, bool, int]] = []
         self.record = os.environ.get(RECORD_ENV, "").strip()
         self.eta = ""
@@ -90,9 +90,10 @@ class Progress:
             self.failed += failed
             if not cached:
                 self.finished.append(now)
-            self.landings.append((round(now - self.started, 3), cached, failed, slots))
-            if self.record and self.done == self.total:
-                self._write_record()
+            if self.record:
+                self.landings.append((round(now - self.started, 3), cached, failed, slots))
+                if self.done == self.total:
+                    self._write_record()
             self.news, self.working, self.workerless, self.unheard = now, "", False, False
             self.noticed = False
             self.eta = self._time_left(slots) if self.stream is not None else ""
@@ -260,8 +261,8 @@ class Progress:
     def _time_left(self, slots: int) -> str:
         """ ", ~m:ss left (low–high)" once each slot finished ``ROUNDS_BEFORE_ESTIMATE``
         seeds (:func:`~oodsim.engine.time_left.time_left`: a prediction interval), else ""."""
-        computed = [when - self.started for when in self.finished]
-        estimate = time_left(computed, self.done, self.total, slots)
+        computed = [when - self.started for when in self.finished[-HISTORY:]]
+        estimate = time_left(computed, self.done, self.total, slots, len(self.finished))
         if estimate is None:
             return ""
         low, middle, high = estimate.low, estimate.middle, estimate.high

@@ -40,6 +40,8 @@ PACE_MEMORY = 60.0
 PRIOR_SECONDS = 60.0
 #: completed rounds (seeds per slot) before a time left is given
 ROUNDS_BEFORE_ESTIMATE = 2
+#: landings the estimate looks back on at most (a run of many seeds costs the same per landing)
+HISTORY = 1000
 #: the smallest squared coefficient of variation of the gaps assumed (a window of equal gaps
 #: still says little of the next ones)
 MIN_CV2 = 0.05
@@ -58,23 +60,28 @@ class TimeLeft:
         return self.low <= seconds <= self.high
 
 
-def time_left(computed: Sequence[float], done: int, total: int, slots: int) -> TimeLeft | None:
+def time_left(
+    computed: Sequence[float], done: int, total: int, slots: int, count: int | None = None
+) -> TimeLeft | None:
     """The time left after ``done`` of ``total`` seeds landed, ``computed`` the times (seconds
     since the run started, in order) at which the computed ones (not from the cache) landed,
     with ``slots`` seeds running at once; None before :data:`ROUNDS_BEFORE_ESTIMATE` rounds
-    have landed, or when nothing is left (see the module)."""
+    have landed, or when nothing is left (see the module). ``computed`` may be the latest
+    :data:`HISTORY` of them, ``count`` saying how many there were in all."""
     left, slots = total - done, max(1, slots)
-    if left <= 0 or len(computed) < max(2, ROUNDS_BEFORE_ESTIMATE * slots):
+    count = len(computed) if count is None else count
+    if left <= 0 or count < max(2, ROUNDS_BEFORE_ESTIMATE * slots):
         return None
-    gaps = [b - a for a, b in zip(computed, computed[1:])]
+    recent_landings = computed[-HISTORY:]
+    gaps = [b - a for a, b in zip(recent_landings, recent_landings[1:])]
     recent = _window(gaps, 2 * slots)
     pace = max(_mean(recent), 1e-3)
     cv2 = max(_variance(recent) / pace**2 if len(recent) > 1 else 1.0, MIN_CV2)
-    spread2 = _spread2(gaps, cv2, 2 * slots, observed=computed[-1] - computed[0])
+    spread2 = _spread2(gaps, cv2, 2 * slots, observed=recent_landings[-1] - recent_landings[0])
     middle = left * pace
     variance = cv2 / len(recent) + _drift(spread2, sum(recent), middle) + cv2 / left
     z = NormalDist().inv_cdf(0.5 + LEVEL / 2) * math.sqrt(variance)
-    since_start = left * computed[-1] / len(computed)  # the start-up included
+    since_start = left * computed[-1] / count  # the start-up included
     return TimeLeft(middle * math.exp(-z), middle, max(middle * math.exp(z), since_start))
 
 
