@@ -5,9 +5,11 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from importlib.metadata import version
@@ -19,6 +21,8 @@ import oodsim
 from oodsim.cli import main as cli_main
 from oodsim.cli.main import parser
 from oodsim.errors import SpecError
+from oodsim.protocols import bind
+from oodsim.store import Store
 from tests.conftest import ROOT, children, digits_toml, signalled, wait_for
 
 #: what a stopped run prints once, with the number of seeds found complete in the store
@@ -220,6 +224,59 @@ def test_ctrl_c_while_the_local_cluster_starts_is_one_resume_line(
     assert not noise, output
     # every process of the run ends with it (those not yet reaped are not running)
     wait_for(lambda: not _running_in_session(driver.pid), 60, "the run's processes to end")
+
+
+def _complete_seeds(spec: Path, cache: Path) -> int:
+    """How many seeds of ``spec`` have every entry of their tasks in the store at ``cache``."""
+    job = bind(oodsim.load(spec))
+    store = Store(cache)
+    seeds = job.spec.seeds.all()[: job.spec.max_seeds]
+    return sum(all(task.done(store) for task in job.plan(seed)) for seed in seeds)
+
+
+@pytest.mark.parametrize("again", [False, True], ids=["once", "again-after-the-resume-line"])
+def test_ctrl_c_ends_a_run_whose_resume_line_stays_true(tmp_path: Path, again: bool) -> None:
+    """Ctrl-C while the workers train: the run kills its local workers instead of waiting
+    for their seeds (its exit came 5 to 10 s after the resume line), and a second Ctrl-C
+    after the resume line, which used to be ignored, ends the command at once. Either way
+    the seeds the line counts have every entry in the store, the store verifies (a write cut
+    short leaves no entry), and no process of the run is left."""
+    spec = digits_toml(tmp_path / "spec.toml", 8)
+    cache = tmp_path / "cache"
+    run = [*OODSIM, "run", str(spec), "--workers", "2", "--cache", str(cache)]
+    driver = subprocess.Popen(
+        [*run, "--out", str(tmp_path / "r.zarr")],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        cwd=ROOT,
+        start_new_session=True,
+    )
+    lines: list[str] = []
+    reader = threading.Thread(target=lambda: lines.extend(driver.stdout or ()), daemon=True)
+    reader.start()
+    try:
+        wait_for(lambda: any(cache.glob("checkpoint/*/*/meta.json")), 300, "a checkpoint")
+        os.killpg(driver.pid, signal.SIGINT)
+        if again:
+            wait_for(lambda: any(RESUME in line for line in lines), 60, "the resume line")
+            os.killpg(driver.pid, signal.SIGINT)
+            driver.wait(timeout=4)  # at once (the bound is only for a machine under load)
+        driver.wait(timeout=120)
+    finally:
+        if driver.poll() is None:
+            os.killpg(driver.pid, signal.SIGKILL)
+            driver.wait()
+    reader.join(timeout=60)
+    output = "".join(lines)
+    assert driver.returncode == 130, output
+    assert output.count(RESUME) == 1, output
+    noise = [line for line in lines if any(word in line for word in NOISE)]
+    assert not noise, output
+    wait_for(lambda: not _running_in_session(driver.pid), 60, "the run's processes to end")
+    said = int(re.search(r"interrupted; (\d+) of", output).group(1))
+    assert said <= _complete_seeds(spec, cache)
+    assert Store(cache).verify() == []
 
 
 def _running_in_session(session: int) -> list[str]:

@@ -22,6 +22,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 import tomllib
 from pathlib import Path
@@ -276,6 +277,42 @@ def test_a_run_whose_every_seed_killed_its_worker_is_an_error(tmp_path: Path) ->
 def _jobs_of(pid: int) -> set[int]:
     """The job processes (dask workers) that the oodsim process ``pid`` runs as local jobs."""
     return {job.pid for job in children(pid, "distributed.cli.dask_worker")}
+
+
+def test_a_second_ctrl_c_after_the_resume_line_still_cancels_the_jobs(tmp_path: Path) -> None:
+    """A Ctrl-C after the resume line ends the command at once, without the close that
+    cancels the jobs: the run cancels them first (``jobqueue.cancel_now``)."""
+    spec = cluster_spec_file(tmp_path, n_seeds=1000)
+    out = ["--cache", str(tmp_path / "cache"), "--out", str(tmp_path / "r.zarr")]
+    run = [sys.executable, "-m", "oodsim.cli", "run", str(spec), "--cluster", "local-jobs"]
+    driver = subprocess.Popen(
+        [*run, *out],
+        cwd=tmp_path,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+    )
+    lines: list[str] = []
+    reader = threading.Thread(target=lambda: lines.extend(driver.stdout or ()), daemon=True)
+    reader.start()
+    jobs: set[int] = set()
+    try:
+        checkpoints = tmp_path / "cache" / "checkpoint"
+        wait_for(lambda: any(checkpoints.glob("*/*/meta.json")), RUN_TIMEOUT, "a checkpoint")
+        jobs.update(_jobs_of(driver.pid))
+        os.killpg(driver.pid, signal.SIGINT)
+        wait_for(lambda: any("to resume." in line for line in lines), 60, "the resume line")
+        os.killpg(driver.pid, signal.SIGINT)
+        driver.wait(timeout=60)
+    finally:
+        if driver.poll() is None:
+            os.killpg(driver.pid, signal.SIGKILL)
+            driver.wait()
+    reader.join(timeout=60)
+    assert driver.returncode == 130, "".join(lines)
+    assert jobs
+    wait_for(lambda: not any(Path(f"/proc/{pid}").exists() for pid in jobs), 60, "jobs to end")
 
 
 def test_a_preempted_job_is_replaced_and_the_results_are_the_same(

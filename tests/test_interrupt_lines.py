@@ -68,7 +68,12 @@ def test_ctrl_c_before_the_first_simulation_is_one_line(
     code = cli_main(["run", str(_spec_file(tmp_path)), *options] + (["--quiet"] if quiet else []))
     lines = capsys.readouterr().err.strip().splitlines()
     assert code == 130
-    assert lines == [BEFORE]
+    if quiet:
+        assert lines == [BEFORE]
+    else:  # after the opening line, which says what the run was to do
+        opening, told = lines
+        assert opening.startswith(f"oodsim: {DATASET} (open_set; 2 simulations: 0 in the cache")
+        assert told == BEFORE
     assert not list(cache.glob("*/*/*/meta.json"))
     assert not (tmp_path / "r.zarr").exists()
 
@@ -84,7 +89,7 @@ def test_an_interrupted_run_tells_its_caller_once(tmp_path: Path) -> None:
     stream = io.StringIO()
     with pytest.raises(KeyboardInterrupt) as shown:
         oodsim.run(spec, cache=tmp_path / "c", n_workers=1, progress=stream)
-    assert stream.getvalue().strip() == BEFORE
+    assert stream.getvalue().strip().splitlines()[1:] == [BEFORE]  # after the opening line
     assert not getattr(shown.value, "__notes__", None)
     assert not list((tmp_path / "c").glob("*/*/*/meta.json"))
 

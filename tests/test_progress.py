@@ -4,7 +4,9 @@ something (two seeds per worker) and with a range, the plan in ``oodsim run``'s 
 from __future__ import annotations
 
 import io
+import json
 import re
+import time
 from pathlib import Path
 
 import pytest
@@ -13,7 +15,8 @@ import oodsim
 from oodsim.engine import progress as progress_module
 from oodsim.engine.inprocess import InProcess
 from oodsim.engine.plan import count_cached
-from oodsim.engine.progress import ROUNDS_BEFORE_ESTIMATE, Progress
+from oodsim.engine.progress import RECORD_ENV, Progress
+from oodsim.engine.time_left import ROUNDS_BEFORE_ESTIMATE
 from oodsim.heartbeat import TOPIC, beat, describe, working_on
 from oodsim.protocols import bind
 from oodsim.store import Store
@@ -78,7 +81,8 @@ def test_a_beat_reaches_an_in_process_subscriber_with_its_task() -> None:
 def test_an_in_process_run_says_what_it_trains_before_the_seed_lands(tmp_path: Path) -> None:
     stream = io.StringIO()
     oodsim.run(small_digits(1), cache=tmp_path / "cache", progress=stream)
-    first, *_, last = _lines(stream)
+    opening, first, *_, last = _lines(stream)
+    assert opening.startswith("oodsim: digits (open_set; 1 simulations: 0 in the cache")
     assert first.startswith("oodsim: 0/1 simulations (0 cached) in ")
     assert first.endswith("; simulation 0: training, epoch 1/6"), first
     assert last.startswith("oodsim: 1/1 simulations (0 cached) in ")
@@ -143,7 +147,7 @@ def test_a_rerun_says_which_seed_it_scores_here(tmp_path: Path) -> None:
     oodsim.run(spec, cache=tmp_path / "c", n_workers=1, progress=False)
     stream = io.StringIO()
     oodsim.run(spec, cache=tmp_path / "c", n_workers=1, progress=stream)
-    assert "; seed 0: scoring here, from the cache" in _lines(stream)[0], _lines(stream)
+    assert "; seed 0: scoring here, from the cache" in _lines(stream)[1], _lines(stream)
 
 
 def test_without_a_worker_the_line_says_so_not_that_the_work_is_quiet(
@@ -222,3 +226,50 @@ def test_a_silent_run_tells_each_stall_once() -> None:
         "that drops its packets); the run stops after 5:00 without an answer",
         "oodsim: no worker yet (0:11): the cluster's workers have not connected",
     ]
+
+
+def test_a_run_records_its_landings_where_asked(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``$OODSIM_RECORD_LANDINGS``: the landings that ``benchmarks/progress.py`` replays."""
+    record = tmp_path / "landings.json"
+    monkeypatch.setenv(RECORD_ENV, str(record))
+    progress = Progress(3, None, slots=lambda: 2)
+    progress.update(failed=False, cached=True)
+    progress.update(failed=True, cached=False)
+    assert not record.exists()  # written when the run has ended
+    progress.update(failed=False, cached=False)
+    landings = json.loads(record.read_text())["landings"]
+    assert [flags for _, *flags in landings] == [
+        [True, False, 2],
+        [False, True, 2],
+        [False, False, 2],
+    ]
+    times = [when for when, *_ in landings]
+    assert times == sorted(times) and times[0] >= 0
+
+
+class _TimedLines(io.StringIO):
+    """A log (not a terminal) that notes when each line was written."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.times: list[float] = []
+
+    def write(self, text: str) -> int:
+        self.times += [time.monotonic()] * text.count("\n")
+        return super().write(text)
+
+
+@pytest.mark.slow
+def test_a_line_comes_at_least_every_interval_while_the_cluster_starts(tmp_path: Path) -> None:
+    """From the opening line to the first seed's heartbeat (a cluster's start took 15 to 22 s
+    on a loaded machine, without a word), the line names the start and comes at least every
+    ``interval`` (5 s) in a log."""
+    stream = _TimedLines()
+    oodsim.run(small_digits(2), n_workers=2, cache=tmp_path / "cache", progress=stream)
+    lines = _lines(stream)
+    first_seed = next(i for i, line in enumerate(lines) if "simulation" in line.split(";")[-1])
+    assert "local cluster: starting 2 workers" in lines[1], lines
+    starting = stream.times[: first_seed + 1]
+    assert max(b - a for a, b in zip(starting, starting[1:])) <= 5.0, list(zip(starting, lines))

@@ -61,26 +61,52 @@ def test_sigterm_is_held_like_ctrl_c() -> None:
         signal.raise_signal(signal.SIGTERM)
 
 
-def test_a_stopping_run_closes_before_another_ctrl_c_acts() -> None:
-    """``holding``: Ctrl-C acts at once until the run calls ``hold()`` (it is stopping); the
-    next one waits for the block's end, where the run's own interrupt is on its way out."""
-    steps = []
-    with pytest.raises(KeyboardInterrupt), signals.holding() as stopping:
+def test_a_ctrl_c_before_the_resume_line_waits_for_it_then_ends_the_run_at_once() -> None:
+    """``holding``: once interrupted (``hold()``), another Ctrl-C waits until the run said how
+    to resume (``told()``), and then ends the run at once: what the run registered to end
+    (its local workers) is ended, and here, outside the ``oodsim`` command, Ctrl-C's own
+    handler raises ``KeyboardInterrupt`` where the run was, before its close."""
+    steps: list[str] = []
+    with (
+        pytest.raises(KeyboardInterrupt),
+        signals.holding() as stopping,
+        signals.ended_with(lambda: steps.append("workers killed")),
+    ):
         try:
             signal.raise_signal(signal.SIGINT)
         except KeyboardInterrupt:
             stopping.hold()
             signal.raise_signal(signal.SIGINT)  # impatient
+            steps.append("resume line")
+            stopping.told()
             steps.append("closed the cluster")
             raise
-    assert steps == ["closed the cluster"]
+    assert steps == ["resume line", "workers killed"]
     assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
 
 
-def test_a_third_ctrl_c_stops_a_close_that_hangs() -> None:
+def test_a_ctrl_c_after_the_resume_line_ends_the_run_at_once() -> None:
+    steps: list[str] = []
+    with (
+        pytest.raises(KeyboardInterrupt, match="^$"),
+        signals.holding() as stopping,
+        signals.ended_with(lambda: steps.append("workers killed")),
+    ):
+        stopping.hold()
+        stopping.told()
+        steps.append("closing")
+        signal.raise_signal(signal.SIGINT)
+        raise KeyboardInterrupt("the close went on")
+    assert steps == ["closing", "workers killed"]
+
+
+def test_a_third_ctrl_c_stops_a_count_that_hangs() -> None:
+    """Before the resume line the run counts what is in the store: a count that hangs (a file
+    system that does not answer) is cut short by a third Ctrl-C."""
     steps = []
     with pytest.raises(KeyboardInterrupt, match="hung"), signals.holding() as stopping:
         stopping.hold()
+        signal.raise_signal(signal.SIGINT)
         signal.raise_signal(signal.SIGINT)
         try:
             signal.raise_signal(signal.SIGINT)
@@ -88,6 +114,33 @@ def test_a_third_ctrl_c_stops_a_close_that_hangs() -> None:
             steps.append("stopped at once")
         raise KeyboardInterrupt("hung")
     assert steps == ["stopped at once"]
+
+
+#: a stopped run in a process of the ``oodsim`` command's (``owned``), with a forkserver
+#: queue whose semaphores the resource tracker would report as leaked after a plain _exit
+_OWNED_RUN = """
+import multiprocessing, signal, sys, time
+from oodsim.engine import signals
+queue = multiprocessing.get_context("forkserver").Queue()
+with signals.owned(), signals.holding() as stopping:
+    with signals.ended_with(lambda: print("workers killed", flush=True)):
+        stopping.hold()
+        print("resume line", flush=True)
+        stopping.told()
+        signal.raise_signal(signal.SIGINT)
+        print("closed the cluster")
+"""
+
+
+def test_a_ctrl_c_after_the_resume_line_ends_the_command_at_once() -> None:
+    """In the ``oodsim`` command, the process exits at once, with 130 and nothing more to
+    say; the semaphores of its queues are released (no resource tracker warning)."""
+    ended = subprocess.run(
+        [sys.executable, "-c", _OWNED_RUN], capture_output=True, text=True, timeout=60
+    )
+    assert ended.returncode == 130, ended.stderr
+    assert ended.stdout.splitlines() == ["resume line", "workers killed"]
+    assert ended.stderr == ""
 
 
 def _sleeper(**options: object) -> subprocess.Popen:

@@ -84,7 +84,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         spec = load(args.spec)
         metric = table_metric(spec, args.metric)
         # loaded once the spec is good, so that its errors come at once
-        from oodsim.engine import run
+        from oodsim.engine import run, signals
         from oodsim.store import CacheRoot, cache_root, default_results
 
         # one cache and results folder per project, from any folder: the spec file's project
@@ -102,17 +102,18 @@ def cmd_run(args: argparse.Namespace) -> int:
 
             check_report_folder(args.report, spec, overwrite=args.overwrite, results=out)
     started = time.perf_counter()
-    results = run(  # says what it will do, then tells its own interrupt
-        spec,
-        address=address,
-        cluster=cluster,
-        n_workers=args.workers,
-        cache=cache,
-        out=out,
-        progress=not args.quiet,
-        worker_timeout=args.worker_timeout,
-        overwrite=args.overwrite,
-    )
+    with signals.owned():  # a Ctrl-C after the resume line ends the command at once
+        results = run(  # says what it will do, then tells its own interrupt
+            spec,
+            address=address,
+            cluster=cluster,
+            n_workers=args.workers,
+            cache=cache,
+            out=out,
+            progress=not args.quiet,
+            worker_timeout=args.worker_timeout,
+            overwrite=args.overwrite,
+        )
     seconds = time.perf_counter() - started
     with telling_interrupt(f"oodsim: interrupted after the run; its results are in {out}"):
         # after the run: tables and the report

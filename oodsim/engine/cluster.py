@@ -23,6 +23,7 @@ local cluster leave Ctrl-C, which a terminal sends to all of them too, to the dr
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 import os
 import signal
@@ -38,6 +39,7 @@ from oodsim.engine.job_cluster import NO_HTTP_ROUTES, check_jobs, job_cluster
 from oodsim.engine.quiet_logs import DroppedUnlessDebug, install
 from oodsim.engine.work import Shipped, quiet_own_failures
 from oodsim.errors import ClusterError, format_warning
+from oodsim.heartbeat import Listener
 from oodsim.specs.cluster import ClusterSpec
 
 LOCAL_WORKER_TIMEOUT = 120.0  # seconds without any worker before a local run gives up
@@ -109,6 +111,8 @@ NOT_STARTED = (
 
 #: seconds an interrupted run waits for its local workers to stop logging before it closes them
 QUIET_TIMEOUT = 5.0
+#: seconds an interrupted run waits for its local worker processes to die once killed
+ABANDON_TIMEOUT = 5.0
 #: seconds the close of the run's own local cluster may take (its workers end with the driver)
 CLOSE_TIMEOUT = 30.0
 #: seconds each request to a shared scheduler (an ``address``) may take while the run ends:
@@ -162,17 +166,20 @@ class _UnansweredHeartbeats(DroppedUnlessDebug):
 
 
 @contextlib.contextmanager
-def _local_cluster(n_workers: int | None) -> Iterator[Any]:
-    """A private local cluster (see the module docstring), closed on exit."""
+def _local_cluster(n_workers: int | None, told: Listener | None = None) -> Iterator[Any]:
+    """A private local cluster (see the module docstring), closed on exit; ``told`` (a
+    heartbeat listener: the status line) hears how its start goes."""
     # distributed loads only when a cluster is needed (cached runs start none)
     import dask.config
     from dask.utils import parse_timedelta
     from distributed import LocalCluster
 
     # it subclasses distributed's Nanny (loaded only when a cluster is needed)
-    from oodsim.engine.local_nanny import LocalNanny, quiet_given_up_starts
+    from oodsim.engine.local_nanny import LocalNanny, StartTold, kill_now, quiet_given_up_starts
 
     quiet_given_up_starts()
+    n = n_workers or os.cpu_count() or 1
+    start = StartTold(told, n) if told is not None else None
 
     # every nanny of the cluster: a bounded start of its worker process, killed if it does not
     starting = {"death_timeout": LOCAL_START_TIMEOUT}
@@ -198,21 +205,27 @@ def _local_cluster(n_workers: int | None) -> Iterator[Any]:
             try:
                 cluster = gpu.cuda_cluster({**private, **starting}, n_workers, nanny=LocalNanny)
                 if cluster is None:
+                    if start is not None:
+                        start.starting()
                     # CPU workers fork from a server that imported torch once (engine.forkserver)
                     forked = stack.enter_context(forkserver.forking())
                     cluster = LocalCluster(
-                        n_workers=n_workers or os.cpu_count() or 1,
+                        n_workers=n,
                         threads_per_worker=1,
                         processes=True,
                         silence_logs=logging.ERROR,
-                        worker_class=LocalNanny,
+                        worker_class=LocalNanny if start is None else LocalNanny.telling(start),
                         **starting,
                         **private,
                         **forked,
                     )
             except TimeoutError:  # a nanny's start (distributed closed the cluster)
                 raise ClusterError(NOT_STARTED.format(LOCAL_START_TIMEOUT)) from None
+            finally:
+                if start is not None:
+                    start.started()
             stack.callback(_close_local, cluster)
+            stack.enter_context(signals.ended_with(functools.partial(kill_now, cluster)))
         LOCAL_SECURITY[cluster.scheduler_address] = cluster.security
         try:
             yield cluster
@@ -238,9 +251,11 @@ def cluster_client(
     n_workers: int | None = None,
     jobs: ClusterSpec | None = None,
     shipped: Shipped | None = None,
+    told: Listener | None = None,
 ) -> Iterator[Any]:
     """A ``distributed.Client``: to ``address``; else to a new cluster of batch ``jobs``
-    (SLURM, PBS, local jobs), or a new private local cluster; a new cluster is closed on
+    (SLURM, PBS, local jobs), or a new private local cluster, whose start ``told`` hears (a
+    heartbeat listener: "local cluster: 1 of 2 workers ready"); a new cluster is closed on
     exit (its jobs cancelled). Every worker, those that join later too, sets itself up once
     (:mod:`oodsim.engine.worker_setup`: the ``shipped`` registrations of the driver). After
     Ctrl-C or SIGTERM (a ``KeyboardInterrupt``), or an error that ends the run (a lost
@@ -249,10 +264,15 @@ def cluster_client(
     disabled = logging.root.manager.disable
     quiet_own_failures("distributed.scheduler")  # a local or job cluster's, in this process
     try:
-        with _client(address, n_workers, jobs) as (client, local):
+        with _client(address, n_workers, jobs, told) as (client, local):
             try:  # Ctrl-C while the workers set up too (a broadcast cut short logged errors)
                 with _workers_set_up(client, shipped or Shipped(), shared=bool(address)):
                     yield client
+            except KeyboardInterrupt:  # the run stops: its work in flight is abandoned
+                logging.disable(logging.CRITICAL)
+                if local:
+                    _abandon(client)  # killed workers print nothing
+                raise
             except BaseException:
                 _quiet(client, local)
                 raise
@@ -320,9 +340,25 @@ def _quiet(client: Any, local: bool) -> None:
             )
 
 
+def _abandon(client: Any) -> None:
+    """Kill the workers of the run's own local cluster at once (see
+    :func:`oodsim.engine.local_nanny.abandon`), within :data:`ABANDON_TIMEOUT`; a cluster
+    that cannot (it is closing already) is closed as usual."""
+    # loaded with the cluster (it subclasses distributed's Nanny)
+    from oodsim.engine.local_nanny import abandon
+
+    cluster = getattr(client, "cluster", None)
+    if cluster is None:
+        return
+    try:
+        abandon(cluster, ABANDON_TIMEOUT)
+    except Exception as error:
+        logging.getLogger(__name__).debug("the local workers were not killed: %r", error)
+
+
 @contextlib.contextmanager
 def _client(
-    address: str | None, n_workers: int | None, jobs: ClusterSpec | None
+    address: str | None, n_workers: int | None, jobs: ClusterSpec | None, told: Listener | None
 ) -> Iterator[tuple[Any, bool]]:
     """``(client, local)`` of :func:`cluster_client`: ``local`` when the cluster is oodsim's
     local one (its workers are this process's children and write to its terminal)."""
@@ -343,5 +379,5 @@ def _client(
             yield client, False
         return
     check_main_guard()  # worker processes re-import the script: fail here, in one message
-    with _local_cluster(n_workers) as cluster, Client(cluster) as client:
+    with _local_cluster(n_workers, told) as cluster, Client(cluster) as client:
         yield client, True

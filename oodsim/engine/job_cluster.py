@@ -9,6 +9,7 @@ resubmits lost jobs) is :mod:`oodsim.engine.jobqueue`; what the batch system say
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import shutil
 import socket
@@ -173,6 +174,9 @@ def job_cluster(spec: ClusterSpec) -> Iterator[Any]:
                     except (OSError, ValueError) as error:
                         message = f"the {spec.kind} cluster could not start: {error}"
                         raise ClusterError(message) from None
+                    # a run that ends at once (a second Ctrl-C) still cancels its jobs
+                    ender = functools.partial(jobqueue.cancel_now, cluster)
+                    stack.enter_context(signals.ended_with(ender))
                 try:  # submit now, so that a refused job is an error here, in one line
                     cluster.sync(jobqueue.submit_jobs, cluster, spec.n_jobs)
                 except Exception as error:

@@ -21,7 +21,10 @@ from __future__ import annotations
 import contextlib
 import functools
 import logging
+import os
+import shlex
 import signal
+import subprocess
 import threading
 import time
 from pathlib import Path
@@ -113,6 +116,30 @@ class _WorkerInOwnSession:
                 return str(self.process.pid)
             if b"error" in line.lower():
                 raise RuntimeError("Worker failed\n\n" + "".join(lines))
+
+
+def cancel_now(cluster: Any) -> None:
+    """Cancel every job of ``cluster`` without waiting for the batch system: a run that ends at
+    once (:func:`oodsim.engine.signals.end_at_once`, in a signal handler) would otherwise leave
+    its jobs queued or running. The batch system's cancel command (``scancel``, ``qdel``)
+    starts in a session of its own and is left to finish; a local job's worker is sent
+    SIGTERM (it closes itself and its own worker process)."""
+    jobs = list(cluster.workers.values())
+    ids = [str(job.job_id) for job in jobs if getattr(job, "job_id", None)]
+    command = getattr(cluster.job_cls, "cancel_command", None)
+    if command and ids:
+        with contextlib.suppress(OSError):
+            subprocess.Popen(
+                [*shlex.split(command), *ids],
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+                start_new_session=True,
+            )
+    elif command is None:  # local jobs: the job's id is its worker's process id
+        for job_id in ids:
+            with contextlib.suppress(OSError, ValueError):
+                os.kill(int(job_id), signal.SIGTERM)
 
 
 def _config_name(kind: str) -> str:

@@ -2,29 +2,36 @@
 
 A run says what it does from its first seconds: until seeds finish, the heartbeats of the
 work (:mod:`oodsim.heartbeat`: "simulation 3: training, epoch 4/30") fill the line. A time
-left is shown only once it means something: after every worker finished two seeds, from the
-pace after the first round (which also pays for start-up), with a range.
+left is shown only once it means something: after every worker finished two seeds, with a
+range meant to hold the true time left nine times in ten (:mod:`oodsim.engine.time_left`).
 """
 
 from __future__ import annotations
 
 import contextlib
+import json
 import math
-import statistics
+import os
 import threading
 import time
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any, TextIO
 
+from oodsim.engine.time_left import HISTORY, time_left
 from oodsim.errors import tell_interrupt
 from oodsim.heartbeat import describe
 
-#: completed rounds (seeds per worker) before a time left is shown
-ROUNDS_BEFORE_ESTIMATE = 2
 #: seconds without any worker before the status line says so
 NO_WORKER_NOTICE = 10.0
 #: seconds without a heartbeat or a landed seed, while work is pending, before it says so
 QUIET_NOTICE = 120.0
+#: seconds before ``interval`` that a line naming what the run does is shown again (with a
+#: watcher that asks every half second, a line comes at least every ``interval`` seconds)
+KEEP_ALIVE_EARLY = 1.0
+#: the environment variable naming a JSON file where a run that ends records when each of its
+#: seeds landed (``benchmarks/progress.py`` records and replays them)
+RECORD_ENV = "OODSIM_RECORD_LANDINGS"
 
 
 class Progress:
@@ -57,6 +64,9 @@ class Progress:
         self.started = time.perf_counter()
         self.last = -math.inf  # when a line was last printed
         self.finished: list[float] = []  # when each computed (not cached) seed landed
+        # with RECORD_ENV, every landing: (seconds since the start, cached, failed, slots)
+        self.landings: list[tuple[float, bool, bool, int]] = []
+        self.record = os.environ.get(RECORD_ENV, "").strip()
         self.eta = ""
         self.working = ""  # the latest heartbeat (or notice), in words
         self.workerless = False  # the cluster has no worker (said by no_worker)
@@ -73,13 +83,17 @@ class Progress:
         now = time.perf_counter()
         # asked before the lock: the cluster answers on the thread that delivers heartbeats,
         # which may be waiting for the lock
-        slots = self.slots() if self.stream is not None else 1
+        slots = self.slots() if self.stream is not None or self.record else 1
         with self._lock:
             self.done += 1
             self.cached += cached
             self.failed += failed
             if not cached:
                 self.finished.append(now)
+            if self.record:
+                self.landings.append((round(now - self.started, 3), cached, failed, slots))
+                if self.done == self.total:
+                    self._write_record()
             self.news, self.working, self.workerless, self.unheard = now, "", False, False
             self.noticed = False
             self.eta = self._time_left(slots) if self.stream is not None else ""
@@ -96,17 +110,22 @@ class Progress:
             self._show(now)
 
     def waiting(self) -> None:
-        """Asked every few seconds while the run goes on (:meth:`watching`): after
-        :data:`QUIET_NOTICE` seconds without a heartbeat or a seed, say so. A stopped
-        (SIGSTOP) worker held a run's other work back, and its status line stood still for
-        8.5 minutes (until distributed's ``worker-ttl`` had the worker restarted and the run
-        went on; oodsim's local cluster now has a silent worker restarted after 60 to 120 s:
-        ``LOCAL_WORKER_TTL`` of :mod:`oodsim.engine.cluster`)."""
+        """Asked every half second while the run goes on (:meth:`watching`): the line, naming
+        what the run does (a cluster's start, a heartbeat), is shown again with the time that
+        went by (on a terminal every half second, in logs at least every ``interval`` seconds),
+        so that a long step is no silent stretch. After :data:`QUIET_NOTICE` seconds without a
+        heartbeat or a seed, it says so. A stopped (SIGSTOP) worker held a run's other work
+        back, and its status line stood still for 8.5 minutes (until distributed's
+        ``worker-ttl`` had the worker restarted and the run went on; oodsim's local cluster now
+        has a silent worker restarted after 60 to 120 s: ``LOCAL_WORKER_TTL`` of
+        :mod:`oodsim.engine.cluster`)."""
         now = time.perf_counter()
         with self._lock:
             quiet = now - self.news
             if self.ended or self.workerless or self.unheard or quiet < QUIET_NOTICE:
-                return  # (without a worker or an answer, the line says so: no_worker...)
+                if self.working and not self.ended:  # (else the line says so: no_worker...)
+                    self._show(now, early=KEEP_ALIVE_EARLY)
+                return
             last = f" (the last: {self.latest})" if self.latest else ""
             self.working = (
                 f"nothing heard from the work for {clock(quiet)}{last}; a long step sends no "
@@ -167,7 +186,7 @@ class Progress:
         self.stopped(reason)
 
     @contextlib.contextmanager
-    def watching(self, every: float = 2.0) -> Iterator[None]:
+    def watching(self, every: float = 0.5) -> Iterator[None]:
         """For the block, a thread asks :meth:`waiting` every ``every`` seconds: a silent
         stretch is told wherever it is (seeds scored here from the cache, work on a cluster,
         an in-process task), not only while the run waits for a cluster's futures. Nothing
@@ -198,16 +217,30 @@ class Progress:
             self.interrupted(error, reason)
             raise
 
+    def _write_record(self) -> None:
+        """Write the landings to the file named by :data:`RECORD_ENV` (a run that ended)."""
+        record = {
+            "total": self.total,
+            "unit": self.unit,
+            "cpus": os.cpu_count(),
+            "load": [round(x, 2) for x in os.getloadavg()],
+            "landings": [list(landing) for landing in self.landings],
+        }
+        Path(self.record).write_text(json.dumps(record) + "\n", encoding="utf-8")
+
     def _notice(self) -> None:
         """In a silent run, tell the stall on the status line's place once, on ``notices``."""
         if self.stream is None and self.notices is not None and not self.noticed:
             self.noticed = True
             print(f"oodsim: {self.working}", file=self.notices, flush=True)
 
-    def _show(self, now: float, final: bool = False) -> None:
+    def _show(self, now: float, final: bool = False, early: float = 0.0) -> None:
+        """Print the line, unless one was printed less than a second (on a terminal) or
+        ``interval`` seconds (in logs) ago, less ``early`` (at most half of that)."""
         if self.stream is None or self.ended:
             return
-        if not (final or now - self.last >= (1.0 if self.tty else self.interval)):
+        limit = 1.0 if self.tty else self.interval
+        if not (final or now - self.last >= limit - min(early, limit / 2)):
             return
         self.last = now
         failed = f", {self.failed} failed" if self.failed else ""
@@ -226,20 +259,14 @@ class Progress:
             self.ended = True
 
     def _time_left(self, slots: int) -> str:
-        """ ", ~m:ss left (low–high)" once each worker finished ``ROUNDS_BEFORE_ESTIMATE``
-        seeds, else "". The pace is the mean gap between landings after the first round;
-        the range is that mean ± 2 standard errors, times the seeds left."""
-        left = self.total - self.done
-        slots = max(1, slots)
-        if left <= 0 or len(self.finished) < ROUNDS_BEFORE_ESTIMATE * slots:
+        """ ", ~m:ss left (low–high)" once each slot finished ``ROUNDS_BEFORE_ESTIMATE``
+        seeds (:func:`~oodsim.engine.time_left.time_left`: a prediction interval), else ""."""
+        computed = [when - self.started for when in self.finished[-HISTORY:]]
+        estimate = time_left(computed, self.done, self.total, slots, len(self.finished))
+        if estimate is None:
             return ""
-        gaps = [b - a for a, b in zip(self.finished[slots - 1 :], self.finished[slots:])]
-        if not gaps:
-            return ""
-        pace = statistics.fmean(gaps)
-        error = statistics.stdev(gaps) / math.sqrt(len(gaps)) if len(gaps) > 1 else pace
-        low, high = max(pace - 2 * error, 0.0), pace + 2 * error
-        return f", ~{clock(left * pace)} left ({clock(left * low)}–{clock(left * high)})"
+        low, middle, high = estimate.low, estimate.middle, estimate.high
+        return f", ~{clock(middle)} left ({clock(low)}–{clock(high)})"
 
 
 def clock(seconds: float) -> str:

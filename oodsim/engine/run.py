@@ -155,10 +155,11 @@ def run(
                         break
                 batch = following
         except KeyboardInterrupt as error:
-            stopping.hold()  # another Ctrl-C waits until the cluster has closed
+            stopping.hold()  # another Ctrl-C waits for the resume line
             stored = submitter.stored(results)
             reached = submitter.reached
             tracker.interrupted(error, interrupted_message(stored, reached, len(seeds), job.unit))
+            stopping.told()  # and then ends the run at once, rather than wait for the close
             raise
         events = submitter.task_events()
         if decision is not None and decision.stop and len(results) < len(seeds):

@@ -72,7 +72,11 @@ class Submitter(contextlib.ExitStack):
                 InProcess()
                 if self.where.in_process
                 else cluster_client(
-                    self.where.address, self.where.n_workers, self.where.jobs, self.shipped
+                    self.where.address,
+                    self.where.n_workers,
+                    self.where.jobs,
+                    self.shipped,
+                    told=self.listener,  # how the cluster's start goes, on the status line
                 )
             )
             if self.listener is not None:  # the work's heartbeats, for the status line
