@@ -7,6 +7,7 @@ import difflib
 import warnings
 from collections.abc import Iterable, Iterator
 from pathlib import Path
+from typing import NoReturn
 
 #: Set (by ``oodsim --debug``) to keep the tracebacks that oodsim otherwise leaves out, e.g.
 #: the local workers' own log of a failed task.
@@ -125,6 +126,18 @@ def spec_problems(problems: Iterable[SpecError], where: str = "the spec") -> Spe
     :class:`SpecProblems` (``where``: the spec file they were found in)."""
     found = [p for problem in problems for p in problem.problems]
     return found[0] if len(found) == 1 else SpecProblems(found, where)
+
+
+def raise_alone(error: BaseException) -> NoReturn:
+    """Raise ``error`` without the exception being handled as its context: a spec error
+    raised on a worker is pickled back to the driver, and distributed's pickling of
+    exceptions (tblib) carries the context along, which the converter's own errors (cattrs)
+    cannot survive. ``raise error from None`` only hides the context; this drops it."""
+    try:
+        raise error
+    except BaseException:
+        error.__context__ = None
+        raise
 
 
 class SpecFileNotFound(SpecError, FileNotFoundError):

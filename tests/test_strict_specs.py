@@ -18,6 +18,7 @@ from typing import Any
 
 import attrs
 import pytest
+import tblib.pickling_support
 
 import oodsim
 from oodsim.cli import main as cli_main
@@ -725,7 +726,10 @@ def test_several_problems_of_data_built_in_python_name_their_fields_alone() -> N
 
 
 def test_an_error_of_several_problems_survives_pickling(tmp_path: Path) -> None:
-    """Spec errors raised on a worker travel back to the driver whole."""
+    """Spec errors raised on a worker travel back to the driver whole, with distributed's
+    pickling of exceptions (tblib's, which carries an error's context: the converter's own
+    errors, which cannot be unpickled, were in it)."""
+    tblib.pickling_support.install()  # what importing distributed does, for every error class
     with pytest.raises(SpecError) as caught:
         load_text(tmp_path, replaced(replaced(BASE, "n = 50", "n = 0"), "lr = 0.05", "lr = -1.0"))
     again = pickle.loads(pickle.dumps(caught.value))

@@ -14,7 +14,7 @@ import attrs
 import cattrs
 from cattrs.errors import AttributeValidationNote, IterableValidationNote
 
-from oodsim.errors import SpecError, UnknownNameError, spec_problems
+from oodsim.errors import SpecError, UnknownNameError, raise_alone, spec_problems
 from oodsim.specs.toml_lines import path_parts
 from oodsim.specs.types import (
     TABLE_READERS,
@@ -298,12 +298,12 @@ def spec_errors(what: str = "spec", rename: Callable[[str], str] | None = None) 
     try:
         yield
     except SpecError as error:
-        raise _placed(error, (), rename, what) from None
+        raise_alone(_placed(error, (), rename, what))
     except cattrs.BaseValidationError as error:
         found = [p for leaf, parts in _leaves(error) for p in _problems(leaf, parts, rename, what)]
-        raise spec_problems(found) from None
+        raise_alone(spec_problems(found))
     except (TypeError, ValueError) as error:
-        raise SpecError(what, str(error), "fields of the documented types") from None
+        raise_alone(SpecError(what, str(error), "fields of the documented types"))
 
 
 def structure(

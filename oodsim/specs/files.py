@@ -10,7 +10,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, TypeVar
 
-from oodsim.errors import SpecError, SpecFileNotFound, spec_problems
+from oodsim.errors import SpecError, SpecFileNotFound, raise_alone, spec_problems
 from oodsim.specs.toml_lines import line_of
 from oodsim.store.fs import NotARegularFile, TooLarge, read_limited
 
@@ -102,7 +102,7 @@ def errors_in_file(shown: str, text: str) -> Iterator[None]:
                 problem.moved(location=f"{shown}:{line}" if line else shown)
             lines[id(problem)] = line or 0
         in_order = sorted(error.problems, key=lambda problem: lines[id(problem)])
-        raise spec_problems(in_order, shown) from None
+        raise_alone(spec_problems(in_order, shown))
 
 
 def _spec_text(path: Path) -> str:
