@@ -273,3 +273,15 @@ def test_a_line_comes_at_least_every_interval_while_the_cluster_starts(tmp_path:
     assert "local cluster: starting 2 workers" in lines[1], lines
     starting = stream.times[: first_seed + 1]
     assert max(b - a for a, b in zip(starting, starting[1:])) <= 5.0, list(zip(starting, lines))
+
+
+def test_the_status_line_tells_excluded_seeds_apart_from_failed_ones() -> None:
+    """A degenerate seed is scored and left out by the spec's rule: the line said "failed"."""
+    stream = io.StringIO()
+    tracker = Progress(3, stream)
+    tracker.update(False, cached=True, excluded=True)
+    tracker.update(True, cached=False)
+    tracker.update(False, cached=True)
+    assert stream.getvalue().splitlines()[-1].startswith(
+        "oodsim: 3/3 seeds (2 cached, 1 excluded, 1 failed) in "
+    )

@@ -1,4 +1,5 @@
-"""The status line of a run: done/total, cached, failed, elapsed, what is running, time left.
+"""The status line of a run: done/total, cached, excluded, failed, elapsed, what is running,
+time left.
 
 A run says what it does from its first seconds: until seeds finish, the heartbeats of the
 work (:mod:`oodsim.heartbeat`: "simulation 3: training, epoch 4/30") fill the line. A time
@@ -60,7 +61,7 @@ class Progress:
         self.notices = notices
         self.noticed = False  # a silent run told the stall it is in
         self.slots = slots
-        self.done = self.cached = self.failed = 0
+        self.done = self.cached = self.failed = self.excluded = 0
         self.started = time.perf_counter()
         self.last = -math.inf  # when a line was last printed
         self.finished: list[float] = []  # when each computed (not cached) seed landed
@@ -78,8 +79,9 @@ class Progress:
         self.tty = bool(stream is not None and getattr(stream, "isatty", lambda: False)())
         self._lock = threading.Lock()  # heartbeats arrive on the Dask client's thread
 
-    def update(self, failed: bool, cached: bool) -> None:
-        """One seed landed (scored from the cache, or computed)."""
+    def update(self, failed: bool, cached: bool, excluded: bool = False) -> None:
+        """One seed landed (scored from the cache, or computed): failed, or scored and
+        excluded by the spec's rule (a degenerate classifier), or neither."""
         now = time.perf_counter()
         # asked before the lock: the cluster answers on the thread that delivers heartbeats,
         # which may be waiting for the lock
@@ -88,6 +90,7 @@ class Progress:
             self.done += 1
             self.cached += cached
             self.failed += failed
+            self.excluded += excluded
             if not cached:
                 self.finished.append(now)
             if self.record:
@@ -243,7 +246,8 @@ class Progress:
         if not (final or now - self.last >= limit - min(early, limit / 2)):
             return
         self.last = now
-        failed = f", {self.failed} failed" if self.failed else ""
+        failed = f", {self.excluded} excluded" if self.excluded else ""
+        failed += f", {self.failed} failed" if self.failed else ""
         working = f"; {self.working}" if self.working and not final else ""
         line = (
             f"oodsim: {self.done}/{self.total} {self.unit} ({self.cached} cached{failed}) "

@@ -244,7 +244,9 @@ def _collect(
     results = []
     for result, cached in submitter.collect(batch, tracker.no_worker, tracker.unanswered):
         results.append(_check(spec, result))
-        tracker.update(result.failed, cached=cached)
+        kind = failure_kind(result.failure)
+        excluded = kind is not None and kind.excluded
+        tracker.update(result.failed and not excluded, cached=cached, excluded=excluded)
     order = {seed: i for i, seed in enumerate(batch)}
     return sorted(results, key=lambda r: order[r.seed])
 
