@@ -13,7 +13,9 @@ def add_results_command(commands: argparse._SubParsersAction) -> None:
     """``oodsim results ls [PATH ...]``."""
     text = "list saved results and the earlier results kept beside them"
     results = commands.add_parser("results", help=text, description=text)
-    actions = results.add_subparsers(dest="action", required=True, metavar="ACTION")
+    actions = results.add_subparsers(
+        dest="action", required=True, metavar="ACTION", help="what to do with them"
+    )
     text = (
         "list results: the latest of each spec name, then its earlier results kept by key "
         "(open one with oodsim.open_results(PATH) or `oodsim report PATH`)"
