@@ -10,6 +10,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from tests.conftest import ROOT
 
 PACKAGE = ROOT / "oodsim"
@@ -154,6 +156,7 @@ def test_cycle_finder_finds_a_cycle() -> None:
     assert _cycles(graph) == [["a", "b", "c"]]
 
 
+@pytest.mark.slow  # imports every module in a fresh interpreter
 def test_every_module_imports_in_a_fresh_interpreter() -> None:
     names = sorted(_modules())
     script = (

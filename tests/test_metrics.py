@@ -141,7 +141,7 @@ def test_tiny_sets_match_sklearn(data: tuple) -> None:
     assert_matches_sklearn(*data)
 
 
-@pytest.mark.parametrize("n", [2, 3, 4])
+@pytest.mark.parametrize("n", [2, 3, pytest.param(4, marks=pytest.mark.slow)])
 def test_all_tiny_tie_patterns_match_sklearn(n: int) -> None:
     """Every κ in {0, 1, 2}^n against every labelling with both classes, in one batched call."""
     grid = np.array(list(itertools.product([0.0, 1.0, 2.0], repeat=n)))

@@ -63,6 +63,7 @@ def test_sgd_trains_to_the_same_weights_as_torch(momentum: float, weight_decay: 
     assert any(not torch.equal(a, b) for a, b in zip(ours.parameters(), _model().parameters()))
 
 
+@pytest.mark.slow  # trains in a fresh interpreter
 def test_training_does_not_import_the_compiler() -> None:
     """The point of the module: a process that trains never imports torch._dynamo."""
     code = (

@@ -282,6 +282,8 @@ def test_the_status_line_tells_excluded_seeds_apart_from_failed_ones() -> None:
     tracker.update(False, cached=True, excluded=True)
     tracker.update(True, cached=False)
     tracker.update(False, cached=True)
-    assert stream.getvalue().splitlines()[-1].startswith(
-        "oodsim: 3/3 seeds (2 cached, 1 excluded, 1 failed) in "
+    assert (
+        stream.getvalue()
+        .splitlines()[-1]
+        .startswith("oodsim: 3/3 seeds (2 cached, 1 excluded, 1 failed) in ")
     )

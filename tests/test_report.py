@@ -164,6 +164,7 @@ def test_write_report_writes_plots_and_tables(tmp_path: Path) -> None:
     assert f"| odin | {mean.item():.4f} [" in text
 
 
+@pytest.mark.slow  # every figure of a sweep: one of the suite's longest report tests
 def test_write_report_with_sweep_dims_and_no_stopping(tmp_path: Path) -> None:
     results = make_results(levels=("0", "1", "2"), models=("svhn", "noise"))
     summary = write_report(results, tmp_path, metric="aupr_out", n_draws=500)
@@ -411,6 +412,7 @@ def _marker(folder: Path) -> dict:
         return {}
 
 
+@pytest.mark.slow  # draws two whole reports
 def test_an_interrupted_report_says_so_and_leaves_nothing_of_other_results(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -478,6 +480,7 @@ def test_report_progress_is_silent_while_quick_then_says_every_step() -> None:
     assert slow.getvalue() == "\n".join(lines) + "\n"  # nothing after the report ended
 
 
+@pytest.mark.slow  # every figure of a severity report
 def test_severity_report_lists_its_files_and_thins_the_levels_of_its_figures(
     tmp_path: Path,
 ) -> None:

@@ -84,6 +84,7 @@ def test_sequential_rules_and_other_protocols_refuse_a_design(tmp_path: Path) ->
         attrs.evolve(severity, seeds=SeedsSpec(n=4, design={"init": 4}))
 
 
+@pytest.mark.slow  # trains through the command line
 def test_a_designed_run_from_the_cli_carries_the_grid_into_results_and_report(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], cluster_address: str
 ) -> None:

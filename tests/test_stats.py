@@ -554,6 +554,7 @@ def _false_stop_rate(rule, n_methods: int, reps: int, rng: np.random.Generator) 
     return stops / reps
 
 
+@pytest.mark.slow  # a Monte Carlo of stopping decisions
 def test_ranking_false_stop_rate_under_equal_means() -> None:
     alpha, reps = 0.05, 300
     rng = np.random.default_rng(13)

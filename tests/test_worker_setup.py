@@ -80,6 +80,7 @@ if __name__ == "__main__":
     importlib.util.find_spec("dask_jobqueue") is None,
     reason='needs the [cluster] extra (dask-jobqueue): pip install -e ".[test]"',
 )
+@pytest.mark.slow  # starts a cluster of local jobs
 def test_job_workers_that_join_later_take_the_scripts_registrations(tmp_path: Path) -> None:
     """Batch jobs start their workers after the run's client set up its workers (one worker
     plugin, :mod:`oodsim.engine.worker_setup`): the workers still know the detector that the
