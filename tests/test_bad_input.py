@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import gzip
 import importlib
+import importlib.metadata
+import json
 import os
 import re
 import socket
@@ -34,6 +36,7 @@ from oodsim.metrics import accuracy, auroc
 from oodsim.outputs import Outputs
 from oodsim.specs import DatasetSpec, ExperimentSpec
 from oodsim.store import CorruptEntryWarning, Store, StoreError
+from oodsim.zoo.known import RECORD_FORMAT
 from tests.conftest import ROOT, digits_toml, small_digits
 
 BASE = (ROOT / "specs" / "digits.toml").read_text()
@@ -834,42 +837,165 @@ def test_a_missing_spec_says_where_it_looked(
     assert sorted(tmp_path.iterdir()) == []
 
 
-def test_spec_and_file_errors_come_before_anything_heavy_is_imported(tmp_path: Path) -> None:
-    """``oodsim run`` reads and checks the spec before the engine loads: in a fresh
-    interpreter, refusing a missing file, a bad TOML, a bad spec (several problems) and
-    reading the good digits spec import none of torch, dask, distributed, xarray,
-    matplotlib, pandas, scipy and scikit-learn (each takes from 0.1 s to seconds), so every
-    such error comes at once."""
-    bad = tmp_path / "bad.toml"
-    bad.write_text(BASE.replace("lr = 0.05", 'lr = "fast"').replace("n = 50", "n = 0"))
-    (tmp_path / "broken.toml").write_text("name = = 1\n")
-    code = """
-import contextlib, io, sys
+#: what reading and checking a spec must not import (each takes from 0.1 s to seconds)
+HEAVY_MODULES = (
+    "torch",
+    "torchvision",
+    "timm",
+    "dask",
+    "distributed",
+    "xarray",
+    "matplotlib",
+    "pandas",
+    "scipy",
+    "sklearn",
+)
+
+
+def read_in_a_fresh_interpreter(
+    folder: Path, bad: list[str], good: list[str], env: dict[str, str] | None = None
+) -> dict[str, Any]:
+    """``oodsim run`` each of ``bad`` (files in ``folder``), then ``oodsim.load`` each of
+    ``good``, in a fresh interpreter: the exit codes, the good specs' names, which of
+    :data:`HEAVY_MODULES` got imported, and the error lines."""
+    code = f"""
+import contextlib, io, json, sys
 from oodsim.cli import main
 import oodsim
 err = io.StringIO()
 with contextlib.redirect_stderr(err):
-    codes = [main(["run", p, "--cache", "c"]) for p in ("nosuch.toml", "broken.toml", "bad.toml")]
-spec = oodsim.load("digits")
-heavy = {"torch", "dask", "distributed", "xarray", "matplotlib", "pandas", "scipy", "sklearn"}
-print(codes, spec.name, sorted(heavy & {m.partition(".")[0] for m in sys.modules}))
-print(err.getvalue())
+    codes = [main(["run", p, "--cache", "c"]) for p in {bad!r}]
+names = [oodsim.load(p).name for p in {good!r}]
+imported = {{m.partition(".")[0] for m in sys.modules}}
+heavy = [m for m in {HEAVY_MODULES!r} if m in imported]
+print(json.dumps({{"codes": codes, "names": names, "heavy": heavy, "err": err.getvalue()}}))
 """
     done = subprocess.run(
-        [sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=60
+        [sys.executable, "-c", code],
+        cwd=folder,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env,
     )
     assert done.returncode == 0, done.stderr
-    first, *errors = done.stdout.splitlines()
-    assert first == "[2, 2, 2] digits []", done.stdout
+    read = json.loads(done.stdout.splitlines()[-1])
+    read["err"] = read["err"].splitlines()
+    return read
+
+
+def line_of(path: Path, text: str) -> int:
+    """The line of ``path`` that is ``text``."""
+    return path.read_text().splitlines().index(text) + 1
+
+
+def test_spec_and_file_errors_come_before_anything_heavy_is_imported(tmp_path: Path) -> None:
+    """``oodsim run`` reads and checks the spec before the engine loads: in a fresh
+    interpreter, refusing a missing file, a bad TOML, a bad open set spec (several problems)
+    and a bad severity spec, and reading the good digits and severity specs, import none of
+    :data:`HEAVY_MODULES`, so every such error comes at once."""
+    bad = tmp_path / "bad.toml"
+    bad.write_text(BASE.replace("lr = 0.05", 'lr = "fast"').replace("n = 50", "n = 0"))
+    (tmp_path / "broken.toml").write_text("name = = 1\n")
+    bad_severity = tmp_path / "bad_severity.toml"
+    bad_severity.write_text(SEVERITY.replace("n_est = 60", "n_est = 0"))
+    read = read_in_a_fresh_interpreter(
+        tmp_path,
+        ["nosuch.toml", "broken.toml", "bad.toml", "bad_severity.toml"],
+        ["digits", "severity_fashion_mnist"],
+    )
+    assert (read["codes"], read["names"]) == ([2] * 4, ["digits", "severity_fashion_mnist"])
+    assert read["heavy"] == []
+    errors = read["err"]
     assert errors[0].startswith("oodsim: error: no such file: nosuch.toml")
     assert errors[1].startswith("oodsim: error: broken.toml:1:8: invalid TOML")
-    lines = bad.read_text().splitlines()
-    lr, n = lines.index('lr = "fast"') + 1, lines.index("n = 0") + 1
-    assert errors[2:5] == [
+    lr, n = line_of(bad, 'lr = "fast"'), line_of(bad, "n = 0")
+    assert errors[2:] == [
         "oodsim: error: 2 problems in bad.toml:",
         f"  bad.toml:{lr}: training.lr: 'fast' is not allowed; expected a finite number",
         f"  bad.toml:{n}: seeds.n: 0 is not allowed; expected a number > 0",
+        f"oodsim: error: bad_severity.toml:{line_of(bad_severity, 'n_est = 0')}: n_est: 0 is "
+        "not allowed; expected a number > 0",
     ]
+
+
+@pytest.mark.slow  # the first interpreter imports torch, timm and torchvision (seconds)
+def test_zoo_model_specs_are_checked_without_torch_once_the_names_are_recorded(
+    tmp_path: Path,
+) -> None:
+    """Severity and ImageNet-O specs name timm and torchvision models, checked against the
+    names those libraries know. The first check asks the libraries (importing torch) and
+    records their names per installed version; in a fresh interpreter after it, the good and
+    the bad specs are read and refused from the record, importing none of
+    :data:`HEAVY_MODULES`, with the very messages the libraries' own answers gave. A library
+    a script imported is asked itself: a model the script registered is known."""
+    cood = (ROOT / "specs" / "cood_severity.toml").read_text()
+    bad_cood = tmp_path / "bad_cood.toml"
+    bad_cood.write_text(
+        cood.replace("n_test = 50", "n_test = -5")
+        .replace('"timm:resnet50.a1_in1k"', '"timm:resnet5O.a1_in1k"')
+        .replace('"torchvision:efficientnet_b0"', '"torchvision:efficientnet_b0.IMAGENET1K_V9"')
+    )
+    imagenet_o = (ROOT / "specs" / "imagenet_o.toml").read_text()
+    bad_imagenet_o = tmp_path / "bad_imagenet_o.toml"
+    bad_imagenet_o.write_text(
+        imagenet_o.replace("batch_size = 64 ", "batch_size = 0 ").replace(
+            '"timm:resnet50.a1_in1k"', '"timm:resnet50.a1_in1x"'
+        )
+    )
+    env = dict(os.environ, XDG_CACHE_HOME=str(tmp_path / "xdg"))
+    files, shipped = ["bad_cood.toml", "bad_imagenet_o.toml"], ["cood_severity", "imagenet_o"]
+
+    asked = read_in_a_fresh_interpreter(tmp_path, files, shipped, env)
+    assert {"torch", "timm", "torchvision"} <= set(asked["heavy"])
+    records = tmp_path / "xdg" / "oodsim-model-names"
+    assert sorted(p.name for p in records.iterdir()) == [
+        f"{library}-{importlib.metadata.version(library)}-v{RECORD_FORMAT}.json"
+        for library in ("timm", "torchvision")
+    ]
+
+    recorded = read_in_a_fresh_interpreter(tmp_path, files, shipped, env)
+    assert (recorded["codes"], recorded["names"]) == ([2, 2], shipped)
+    assert recorded["heavy"] == []
+    assert recorded["err"] == asked["err"]
+    n_test = line_of(bad_cood, "n_test = -5")
+    weights = line_of(bad_cood, '  "torchvision:efficientnet_b0.IMAGENET1K_V9",')
+    model = line_of(bad_cood, '  "timm:resnet5O.a1_in1k",')
+    tag = line_of(bad_imagenet_o, '  "timm:resnet50.a1_in1x",')
+    errors = recorded["err"]
+    assert errors[:3] == [
+        "oodsim: error: 3 problems in bad_cood.toml:",
+        f"  bad_cood.toml:{n_test}: n_test: -5 is not allowed; expected a number > 0",
+        f"  bad_cood.toml:{weights}: torchvision "
+        "efficientnet_b0 weights: 'IMAGENET1K_V9' is not allowed; expected one of 'DEFAULT', "
+        "'IMAGENET1K_V1'. Did you mean 'IMAGENET1K_V1'?",
+    ]
+    assert errors[3].startswith(
+        f"  bad_cood.toml:{model}: timm model: 'resnet5O' is not allowed; expected one of the "
+    )
+    assert "names of timm.list_models(). Did you mean 'resnet50'" in errors[3]
+    assert errors[4] == "oodsim: error: 2 problems in bad_imagenet_o.toml:"
+    assert errors[6].startswith(
+        f"  bad_imagenet_o.toml:{tag}: timm resnet50 tag: "
+        "'a1_in1x' is not allowed; expected one of 'a1_in1k', "
+    )
+
+    # timm imported already (a script may register a model): asked itself, record untouched
+    registers = """
+from timm.models import register_model
+@register_model
+def oodsim_probe_net(pretrained=False, **kwargs):
+    raise NotImplementedError
+from oodsim.zoo import ModelRef
+print(ModelRef(name="timm:oodsim_probe_net").label)
+"""
+    timm_record = records / f"timm-{importlib.metadata.version('timm')}-v{RECORD_FORMAT}.json"
+    before = timm_record.read_bytes()
+    done = subprocess.run(
+        [sys.executable, "-c", registers], capture_output=True, text=True, timeout=120, env=env
+    )
+    assert done.stdout.split() == ["timm:oodsim_probe_net"], done.stderr
+    assert timm_record.read_bytes() == before
 
 
 @pytest.mark.parametrize(

@@ -41,8 +41,9 @@ BUILTINS = {
     "imagenet_o": "oodsim.protocols.imagenet_o",
 }
 #: built-in protocol name → ``module:function`` reading its spec from TOML data and the spec
-#: file's folder (what its ``PROTOCOL.from_data`` does), imported alone: an open set spec is
-#: read and checked without torch, dask or xarray
+#: file's folder (what its ``PROTOCOL.from_data`` does), imported alone: a spec of each is
+#: read and checked without torch, dask or xarray (zoo models' names against the names
+#: recorded of timm and torchvision, :mod:`oodsim.zoo.known`)
 SPEC_READERS = {
     "open_set": "oodsim.specs.experiment:spec_from_dict",
     "severity": "oodsim.protocols.severity.reading:severity_spec_from_dict",

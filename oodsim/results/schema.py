@@ -23,12 +23,10 @@ import numpy as np
 import xarray as xr
 
 from oodsim.results.failures import failure_kind
+from oodsim.specs.seeded import NO_SEVERITY  # noqa: F401  (re-exported: specs check stopping levels)
 from oodsim.store import summarize_events
 
 SCORE_DIMS = ("method", "metric", "severity")
-
-
-NO_SEVERITY = "all"
 
 
 def exclusions(results: xr.Dataset) -> dict[str, list[tuple[int, str]]]:

@@ -16,7 +16,7 @@ from oodsim.specs.files import read_spec
 from oodsim.specs.params import is_grid
 from oodsim.specs.parts import DatasetSpec, ModelSpec, OODSetSpec, SplitSpec, TrainingSpec
 from oodsim.specs.run import RunSpec, check_labels
-from oodsim.specs.seeded import DegenerateSpec
+from oodsim.specs.seeded import NO_SEVERITY, DegenerateSpec
 from oodsim.specs.types import spec_class
 
 
@@ -70,7 +70,7 @@ class ExperimentSpec(RunSpec):
         self._check_split_fits_dataset()
         self._check_detectors_fit_the_classes()
         self._check_design()
-        self.check_stopping(("all",))
+        self.check_stopping((NO_SEVERITY,))
 
     def _check_grids(self) -> None:
         tuned = [d.label for d in self.detectors if is_grid(d.kwargs)]

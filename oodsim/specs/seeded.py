@@ -28,6 +28,10 @@ from oodsim.specs.types import (
 #: The most levels one designed stream may take (a grid is run in full).
 MAX_DESIGN_LEVELS = 1000
 
+#: The one severity level of the results of a protocol without levels (open set, ImageNet-O):
+#: the level a stopping rule there may name (:meth:`Seeded.check_stopping`).
+NO_SEVERITY = "all"
+
 
 _ONE_OF_THEM = (
     "values lists the seeds to run; n and start count them (start .. start + n - 1): give "

@@ -16,67 +16,54 @@ checkpoint folder (``$TORCH_HOME/hub/checkpoints``) or the Hugging Face cache
 itself and hands timm/torchvision the path, so they never try a download; with no file the error
 lists every place it looked. ``pretrained=False`` (random weights, seeded) works anywhere.
 
-The modules: :mod:`.names` (names, :class:`ModelRef`), :mod:`.weights` (finding local
-weights), :mod:`.preprocessing` (each model's preprocessing, batches) and :mod:`.loading`
-(:func:`load_model`).
+The modules: :mod:`.names` (names, :class:`ModelRef`), :mod:`.known` (the names timm and
+torchvision know, recorded per installed version), :mod:`.weights` (finding local weights),
+:mod:`.preprocessing` (each model's preprocessing, batches) and :mod:`.loading`
+(:func:`load_model`). The names below load from their module on first use: a spec names and
+checks its models (:class:`ModelRef`) without loading torch, which only the last three need.
 """
 
-from oodsim.zoo.loading import (
-    LoadedModel,
-    SplitHead,
-    TimmFeatures,
-    create_model,
-    load_model,
-    split_final_linear,
-)
-from oodsim.zoo.names import (
-    PREFIXES,
-    VERSION,
-    ModelRef,
-    check_name,
-    file_digest,
-    model_refs,
-    split_name,
-    weights_identity,
-)
-from oodsim.zoo.preprocessing import (
-    INTERPOLATIONS,
-    Preprocessing,
-    array_batches,
-    file_batches,
-    infer_tensors,
-)
-from oodsim.zoo.weights import (
-    find_timm_weights,
-    find_torchvision_weights,
-    hf_cache_dir,
-    missing_weights,
-    torch_checkpoint_dir,
-)
+from __future__ import annotations
 
-__all__ = [
-    "INTERPOLATIONS",
-    "LoadedModel",
-    "ModelRef",
-    "PREFIXES",
-    "Preprocessing",
-    "SplitHead",
-    "TimmFeatures",
-    "VERSION",
-    "array_batches",
-    "check_name",
-    "create_model",
-    "file_batches",
-    "file_digest",
-    "find_timm_weights",
-    "find_torchvision_weights",
-    "hf_cache_dir",
-    "infer_tensors",
-    "load_model",
-    "missing_weights",
-    "model_refs",
-    "split_final_linear",
-    "split_name",
-    "torch_checkpoint_dir",
-    "weights_identity",
-]
+import importlib
+from typing import Any
+
+#: public name → the module of this package that defines it
+_HOMES = {
+    "LoadedModel": "loading",
+    "SplitHead": "loading",
+    "TimmFeatures": "loading",
+    "create_model": "loading",
+    "load_model": "loading",
+    "split_final_linear": "loading",
+    "PREFIXES": "names",
+    "VERSION": "names",
+    "ModelRef": "names",
+    "check_name": "names",
+    "file_digest": "names",
+    "model_refs": "names",
+    "split_name": "names",
+    "weights_identity": "names",
+    "INTERPOLATIONS": "preprocessing",
+    "Preprocessing": "preprocessing",
+    "array_batches": "preprocessing",
+    "file_batches": "preprocessing",
+    "infer_tensors": "preprocessing",
+    "find_timm_weights": "weights",
+    "find_torchvision_weights": "weights",
+    "hf_cache_dir": "weights",
+    "missing_weights": "weights",
+    "torch_checkpoint_dir": "weights",
+}
+
+__all__ = sorted(_HOMES)
+
+
+def __getattr__(name: str) -> Any:
+    if name in _HOMES:
+        return getattr(importlib.import_module(f"{__name__}.{_HOMES[name]}"), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *_HOMES})

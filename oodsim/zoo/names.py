@@ -18,6 +18,7 @@ from oodsim.errors import DataNotFoundError, SpecError, UnknownNameError
 from oodsim.keys import digest, key_fields, no_key
 from oodsim.specs import ExperimentSpec, KeyedSpec
 from oodsim.specs.types import register_table
+from oodsim.zoo.known import known_names
 
 VERSION = "1"  # bump when loading or the feature contract changes: it enters output keys
 
@@ -38,14 +39,6 @@ def split_name(name: str) -> tuple[str, str, str]:
     return prefix, arch, tag
 
 
-@functools.cache
-def _torchvision_names() -> tuple[str, ...]:
-    # torchvision loads only for torchvision: names
-    import torchvision.models as tvm
-
-    return tuple(tvm.list_models(module=tvm))
-
-
 def _unknown(field: str, value: str, known: Sequence[str], where: str) -> SpecError:
     """An unknown name in a registry too large to list: name the closest matches instead."""
     close = difflib.get_close_matches(value, known, n=3)
@@ -53,27 +46,24 @@ def _unknown(field: str, value: str, known: Sequence[str], where: str) -> SpecEr
     return SpecError(field, value, f"one of the {len(known)} names of {where}", hint)
 
 
-def check_name(name: str) -> None:
-    """Raise :class:`SpecError` (naming close matches) for a model no library knows."""
-    prefix, arch, tag = split_name(name)
-    if prefix == "timm":
-        # timm is optional (the zoo extra): imported only for timm: names
-        import timm
+#: where the names of each library come from, as a spec error says it
+_LISTED_BY = {"timm": "timm.list_models()", "torchvision": "torchvision.models.list_models()"}
+#: what a model's tag is called in each library
+_TAG_NOUN = {"timm": "tag", "torchvision": "weights"}
 
-        if not timm.is_model(arch):
-            raise _unknown("timm model", arch, timm.list_models(), "timm.list_models()")
-        tags = [n.partition(".")[2] for n in timm.list_pretrained(f"{arch}.*")]
-        if tag and tag not in tags:
-            raise UnknownNameError(f"timm {arch} tag", tag, tags)
-    elif prefix == "torchvision":
-        if arch not in _torchvision_names():
-            raise _unknown(
-                "torchvision model", arch, _torchvision_names(), "torchvision.models.list_models()"
-            )
-        if tag:
-            enum = torchvision_weights_enum(arch)
-            if tag not in enum.__members__:
-                raise UnknownNameError(f"torchvision {arch} weights", tag, enum.__members__)
+
+def check_name(name: str) -> None:
+    """Raise :class:`SpecError` (naming close matches) for a model no library knows. The
+    libraries' names are read from a record of their installed versions where one exists
+    (:mod:`oodsim.zoo.known`): checking a spec need not import torch."""
+    prefix, arch, tag = split_name(name)
+    if prefix == "trained":
+        return
+    known = known_names(prefix)
+    if arch not in known.tags:
+        raise _unknown(f"{prefix} model", arch, known.listed, _LISTED_BY[prefix])
+    if tag and tag not in known.tags[arch]:
+        raise UnknownNameError(f"{prefix} {arch} {_TAG_NOUN[prefix]}", tag, known.tags[arch])
 
 
 def torchvision_weights_enum(arch: str) -> Any:

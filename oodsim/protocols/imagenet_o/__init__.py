@@ -23,161 +23,54 @@ Three ways in:
 
 The modules follow the flow: :mod:`.recipe` (the recipe on logits, bootstrap replicates),
 :mod:`.folders` (one model on image folders), :mod:`.spec` (:class:`ImageNetOSpec`),
-:mod:`.compute` (the logits task) and :mod:`.scoring` (a seed from the store, the interval).
+:mod:`.compute` (the logits task), :mod:`.scoring` (a seed from the store, the interval) and
+:mod:`.protocol` (:class:`~.protocol.ImageNetOProtocol`, the plug-in the engine runs). The names
+below load from their module on first use: reading a spec (:mod:`.spec`, what ``oodsim.load``
+imports) loads neither torch nor the engine's results.
 
 Two AUPRs: ``aupr`` is the card's trapezoid ``auc(recall, precision)``, ``ap`` the authors'
 code's ``average_precision_score``; both with ImageNet-O as positives and score −max softmax."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from functools import partial
-from pathlib import Path
+import importlib
 from typing import Any
 
-import numpy as np
+#: public name → the module of this package that defines it
+_HOMES = {
+    "PROTOCOL": "protocol",
+    "ImageNetOProtocol": "protocol",
+    "ImageNetOSpec": "spec",
+    "spec_from_data": "spec",
+    "LOGITS": "recipe",
+    "SEED_MEANING": "recipe",
+    "STOPPING_REFUSED": "recipe",
+    "bootstrap_indices": "recipe",
+    "check_bootstrap": "recipe",
+    "check_seed": "recipe",
+    "evaluate_logits": "recipe",
+    "max_softmax": "recipe",
+    "ood_metrics": "recipe",
+    "restrict_logits": "recipe",
+    "subset_columns": "recipe",
+    "check_options": "folders",
+    "evaluate_folders": "folders",
+    "evaluate_logit_files": "folders",
+    "id_files": "folders",
+    "ood_files": "folders",
+    "file_sets": "compute",
+    "logits_key": "compute",
+    "bootstrap_interval": "scoring",
+}
 
-from oodsim.artifacts.outputs import OUTPUTS, warn_legacy_outputs
-from oodsim.keys import digest
-from oodsim.protocols.base import Protocol, Task
-from oodsim.protocols.imagenet_o.compute import check_weights, file_sets, infer_logits, logits_key
-from oodsim.protocols.imagenet_o.folders import (
-    check_options,
-    evaluate_folders,
-    evaluate_logit_files,
-    id_files,
-    ood_files,
-)
-from oodsim.protocols.imagenet_o.recipe import (
-    LOGITS,
-    NAME,
-    SEED_MEANING,
-    STOPPING_REFUSED,
-    bootstrap_indices,
-    check_bootstrap,
-    check_seed,
-    evaluate_logits,
-    max_softmax,
-    ood_metrics,
-    restrict_logits,
-    result_labels,
-    subset_columns,
-)
-from oodsim.protocols.imagenet_o.scoring import (
-    bootstrap_interval,
-    full_test_set,
-    metric_array,
-    resample,
-)
-from oodsim.protocols.imagenet_o.spec import ImageNetOSpec, spec_from_data
-from oodsim.results import NO_SEVERITY, Layout, SeedResult
-from oodsim.store import Store
-
-__all__ = [
-    "LOGITS",
-    "PROTOCOL",
-    "SEED_MEANING",
-    "STOPPING_REFUSED",
-    "ImageNetOProtocol",
-    "ImageNetOSpec",
-    "bootstrap_indices",
-    "bootstrap_interval",
-    "check_bootstrap",
-    "check_options",
-    "check_seed",
-    "evaluate_folders",
-    "evaluate_logit_files",
-    "evaluate_logits",
-    "file_sets",
-    "id_files",
-    "logits_key",
-    "max_softmax",
-    "ood_files",
-    "ood_metrics",
-    "restrict_logits",
-    "spec_from_data",
-    "subset_columns",
-]
+__all__ = sorted(_HOMES)
 
 
-class ImageNetOProtocol(Protocol):
-    """ImageNet-O: one logits task per model (shared by all seeds), scored per seed."""
-
-    name = NAME
-    spec_type = ImageNetOSpec
-
-    spec: ImageNetOSpec
-
-    @classmethod
-    def from_data(cls, data: Mapping[str, Any], base: Path | None) -> ImageNetOSpec:
-        return spec_from_data(data, base)
-
-    def preflight(self, store: Store) -> None:
-        """Both image folders readable and non-empty, every model's weights on disk, the cache
-        writable; the reads come first, so bad input leaves the cache untouched."""
-        spec = self.spec
-        file_sets(spec)
-        for ref in spec.models:
-            check_weights(ref)
-        store.ensure_writable()
-        warn_legacy_outputs(store)
-
-    def plan(self, seed: int) -> list[Task]:
-        spec = self.spec
-        sets = file_sets(spec)
-        tasks = []
-        for ref in spec.models:
-            entries = tuple((OUTPUTS, logits_key(ref, files)) for files in sets)
-            tasks.append(
-                Task(
-                    key=digest("imagenet_o_task", "1", {"entries": [k for _, k in entries]}),
-                    entries=entries,
-                    compute=partial(infer_logits, ref, sets, spec.batch_size),
-                    label=f"logits of {ref.label}",
-                )
-            )
-        return tasks
-
-    def score(self, seed: int, store: Store) -> SeedResult:
-        spec = self.spec
-        id_set, ood_set = file_sets(spec)
-        id_kappa, ood_kappa, full = full_test_set(spec, store)
-        scores = full
-        if spec.bootstrap:
-            scores = metric_array(spec, *resample(spec, seed, id_kappa, ood_kappa))[:, :, None, :]
-        n_id, n_ood = len(id_set.files), len(ood_set.files)
-        return SeedResult(
-            seed,
-            {
-                "score": scores,
-                "full_score": full,
-                "n_id": n_id,
-                "n_ood": n_ood,
-                "chance": n_ood / (n_id + n_ood),
-                "n_id_classes": id_set.n_classes,
-            },
-        )
-
-    def layout(self) -> Layout:
-        spec = self.spec
-        coords = {
-            "method": [d.label for d in spec.detectors],
-            "metric": list(spec.metrics),
-            "severity": [NO_SEVERITY],
-            "model": [m.label for m in spec.models],
-        }
-        variables = {
-            "score": ("method", "metric", "severity", "model"),
-            "full_score": ("method", "metric", "severity", "model"),
-            "n_id": (),
-            "n_ood": (),
-            "chance": (),
-            "n_id_classes": (),
-        }
-        # what a seed is, in the results themselves and in their attrs (result_labels: also
-        # what the point estimate is and which interval the seeds give)
-        static = {"seed_meaning": ((), np.array(SEED_MEANING[spec.bootstrap]))}
-        return Layout(coords, variables, static=static, attrs=result_labels(spec.bootstrap))
+def __getattr__(name: str) -> Any:
+    if name in _HOMES:
+        return getattr(importlib.import_module(f"{__name__}.{_HOMES[name]}"), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
-PROTOCOL = ImageNetOProtocol
+def __dir__() -> list[str]:
+    return sorted({*globals(), *_HOMES})

@@ -13,7 +13,6 @@ from oodsim.detectors import get_detector
 from oodsim.errors import SpecError
 from oodsim.keys import no_key
 from oodsim.protocols.imagenet_o.recipe import DEFAULT_METRICS, METRIC_NAMES, STOPPING_REFUSED
-from oodsim.results import NO_SEVERITY
 from oodsim.specs import (
     RunSpec,
     check_labels,
@@ -21,6 +20,7 @@ from oodsim.specs import (
 )
 from oodsim.specs.converter import structure, unstructure
 from oodsim.specs.params import is_grid
+from oodsim.specs.seeded import NO_SEVERITY
 from oodsim.specs.types import (
     check_fields,
     path_string,

@@ -9,49 +9,25 @@ ID-like κ finds them and grouped into severity levels (0 = easiest). The module
 - :mod:`.plan`: what a seed needs (units of work) and the content keys of their entries;
 - :mod:`.compute`: the engine tasks of a seed and what they run on a worker;
 - :mod:`.scoring`: κ, levels and metrics of a seed from the store; the result layout;
-- :mod:`.analysis`: correlations and improvements across models of finished results.
+- :mod:`.analysis`: correlations and improvements across models of finished results;
+- :mod:`.protocol`: :class:`~.protocol.SeverityProtocol`, the plug-in the engine runs.
 
-:data:`PROTOCOL` is what ``oodsim.load`` / ``oodsim.run`` use for ``protocol = "severity"``.
+:data:`PROTOCOL` is what ``oodsim.run`` uses for ``protocol = "severity"``; it loads on first
+use, so reading a severity spec (:mod:`.reading`, what ``oodsim.load`` imports) loads neither
+torch nor the engine's results.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from pathlib import Path
 from typing import Any
 
-from oodsim.protocols.base import Protocol, Task
-from oodsim.protocols.severity import compute, plan, scoring
-from oodsim.protocols.severity.reading import severity_spec_from_dict
-from oodsim.protocols.severity.spec import SeveritySpec
-from oodsim.results import Layout, SeedResult
-from oodsim.store import Store
+__all__ = ["PROTOCOL", "SeverityProtocol"]
 
 
-class SeverityProtocol(Protocol):
-    """Severity levels of every (model, κ[, dataset]) per seed."""
+def __getattr__(name: str) -> Any:
+    if name in __all__:
+        # the plug-in plans and scores with torch and xarray: loaded for a run, not for a spec
+        from oodsim.protocols.severity import protocol
 
-    name = "severity"
-    spec_type = SeveritySpec
-    unit = "seeds"
-
-    spec: SeveritySpec
-
-    @classmethod
-    def from_data(cls, data: Mapping[str, Any], base: Path | None) -> SeveritySpec:
-        return severity_spec_from_dict(data, base)
-
-    def preflight(self, store: Store) -> None:
-        plan.preflight(self.spec, store, self.spec.seeds.all()[: self.spec.max_seeds])
-
-    def plan(self, seed: int) -> list[Task]:
-        return compute.tasks(self.spec, seed)
-
-    def score(self, seed: int, store: Store) -> SeedResult:
-        return scoring.score(self.spec, seed, store)
-
-    def layout(self) -> Layout:
-        return scoring.layout(self.spec)
-
-
-PROTOCOL = SeverityProtocol
+        return getattr(protocol, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
