@@ -25,8 +25,7 @@ checks its models (:class:`ModelRef`) without loading torch, which only the last
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
+from oodsim.lazy import lazy_attributes
 
 #: public name → the module of this package that defines it
 _HOMES = {
@@ -59,11 +58,4 @@ _HOMES = {
 __all__ = sorted(_HOMES)
 
 
-def __getattr__(name: str) -> Any:
-    if name in _HOMES:
-        return getattr(importlib.import_module(f"{__name__}.{_HOMES[name]}"), name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
-
-def __dir__() -> list[str]:
-    return sorted({*globals(), *_HOMES})
+__getattr__, __dir__ = lazy_attributes(__name__, _HOMES, globals())

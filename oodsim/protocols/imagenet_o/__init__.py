@@ -33,8 +33,7 @@ code's ``average_precision_score``; both with ImageNet-O as positives and score 
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
+from oodsim.lazy import lazy_attributes
 
 #: public name → the module of this package that defines it
 _HOMES = {
@@ -66,11 +65,4 @@ _HOMES = {
 __all__ = sorted(_HOMES)
 
 
-def __getattr__(name: str) -> Any:
-    if name in _HOMES:
-        return getattr(importlib.import_module(f"{__name__}.{_HOMES[name]}"), name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
-
-def __dir__() -> list[str]:
-    return sorted({*globals(), *_HOMES})
+__getattr__, __dir__ = lazy_attributes(__name__, _HOMES, globals())
