@@ -7,7 +7,14 @@ from __future__ import annotations
 from functools import partial
 
 from oodsim.artifacts.kappa import Prepared
-from oodsim.artifacts.keys import CHECKPOINT, HELD_OUT, KAPPA, needs_model, simulation_keys
+from oodsim.artifacts.keys import (
+    CHECKPOINT,
+    HELD_OUT,
+    KAPPA,
+    PartKeys,
+    needs_model,
+    simulation_keys,
+)
 from oodsim.artifacts.simulation import simulation
 from oodsim.artifacts.tasks import Task, checked_kappa
 from oodsim.keys import digest
@@ -35,12 +42,14 @@ def compute_seed(spec: ExperimentSpec, seed: int, store: Store) -> None:
             checked_kappa(detector.label, sim.seed, partial(prepared.kappa, sim, detector))
 
 
-def simulation_task(spec: ExperimentSpec, seed: int) -> Task:
+def simulation_task(spec: ExperimentSpec, seed: int, parts: PartKeys | None = None) -> Task:
     """The one task that fills every entry of simulation ``seed`` of ``spec`` (the checkpoint
-    is verified before the task counts as done: scoring never reads it)."""
-    needed = simulation_keys(spec, seed).entries
+    is verified before the task counts as done: scoring never reads it); ``parts``: the
+    spec's :class:`~oodsim.artifacts.keys.PartKeys`, hashed once for a run."""
+    parts = parts or PartKeys.of(spec)
+    needed = simulation_keys(spec, seed, parts).entries
     return Task(
-        key=digest("simulation", "1", {"spec": spec.key, "seed": seed}),
+        key=digest("simulation", "1", {"spec": parts.spec, "seed": seed}),
         entries=tuple(needed),
         compute=partial(compute_seed, spec, seed),
         verify=(needed[0],),

@@ -25,15 +25,45 @@ KAPPA = "kappa"
 HELD_OUT = "held_out"
 
 
-def checkpoint_key(spec: ExperimentSpec, streams: SeedStreams) -> str:
+@attrs.frozen
+class PartKeys:
+    """The keys of an experiment and of the parts every checkpoint key hashes in, with its
+    architecture's version: the same for every seed of a run. A spec's key reads registries
+    and data fingerprints (:meth:`~oodsim.specs.DatasetSpec.key_extra`), which a run holds
+    fixed, so a run hashes them once (:meth:`of`), not twice a seed."""
+
+    spec: str
+    dataset: str
+    split: str
+    model: str
+    training: str
+    architecture: str
+
+    @classmethod
+    def of(cls, spec: ExperimentSpec) -> PartKeys:
+        return cls(
+            spec=spec.key,
+            dataset=spec.dataset.key,
+            split=spec.split.key,
+            model=spec.model.key,
+            training=spec.training.key,
+            architecture=get_architecture(spec.model.arch).version,
+        )
+
+
+def checkpoint_key(
+    spec: ExperimentSpec, streams: SeedStreams, parts: PartKeys | None = None
+) -> str:
+    """The key of a seed's checkpoint (``parts``: the spec's, hashed once for a run)."""
+    parts = parts or PartKeys.of(spec)
     return digest(
         CHECKPOINT,
-        f"{versions.TRAINING}/{get_architecture(spec.model.arch).version}",
+        f"{versions.TRAINING}/{parts.architecture}",
         {
-            "dataset": spec.dataset.key,
-            "split": spec.split.key,
-            "model": spec.model.key,
-            "training": spec.training.key,
+            "dataset": parts.dataset,
+            "split": parts.split,
+            "model": parts.model,
+            "training": parts.training,
             "streams": streams.entropies(TRAINING_STREAMS),
         },
     )
@@ -99,10 +129,13 @@ class SimulationKeys:
         return next(s.entry[1] for s in self.sets if s.label == label)
 
 
-def simulation_keys(spec: ExperimentSpec, seed: int) -> SimulationKeys:
-    """The keys of simulation ``seed`` of ``spec``."""
+def simulation_keys(
+    spec: ExperimentSpec, seed: int, parts: PartKeys | None = None
+) -> SimulationKeys:
+    """The keys of simulation ``seed`` of ``spec`` (``parts``: :class:`PartKeys` of the spec,
+    hashed once for a run)."""
     streams = spec.seeds.streams(seed)
-    checkpoint = checkpoint_key(spec, streams)
+    checkpoint = checkpoint_key(spec, streams, parts)
     split_entry = (OUTPUTS, outputs_key(checkpoint))
     sets = [EvalSet("in_test", split_entry, "in_test")]
     for ood in spec.ood:

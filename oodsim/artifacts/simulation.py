@@ -14,6 +14,7 @@ from oodsim.artifacts.keys import (
     OOD_OUTPUTS,
     OUTPUTS,
     EvalSet,
+    PartKeys,
     SimulationKeys,
     simulation_keys,
 )
@@ -304,8 +305,12 @@ def subset_outputs(arrays: dict[str, np.ndarray], prefix: str) -> Outputs:
     )
 
 
-def simulation(spec: ExperimentSpec, seed: int, store: Store) -> Simulation:
-    return Simulation(spec, seed, store, simulation_keys(spec, seed))
+def simulation(
+    spec: ExperimentSpec, seed: int, store: Store, parts: PartKeys | None = None
+) -> Simulation:
+    """Simulation ``seed`` of ``spec`` over ``store`` (``parts``: the spec's
+    :class:`~oodsim.artifacts.keys.PartKeys`, hashed once for a run)."""
+    return Simulation(spec, seed, store, simulation_keys(spec, seed, parts))
 
 
 def trained_model(

@@ -13,7 +13,7 @@ def table_metric(spec, metric: str | None) -> str:
     otherwise), by default auroc or else the spec's first OOD metric."""
     # loaded by the command that needs it, so `oodsim --help` stays fast
     from oodsim.errors import UnknownNameError
-    from oodsim.stats import is_ood_metric
+    from oodsim.metrics import is_ood_metric
 
     names = tuple(spec.metrics)
     if metric is not None:

@@ -21,6 +21,7 @@ plans the same ones for its ``trained`` models); :mod:`.scoring` scores a seed f
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -34,6 +35,7 @@ from oodsim.artifacts.keys import (
     KAPPA,
     OOD_OUTPUTS,
     OUTPUTS,
+    PartKeys,
     checkpoint_key,
     entries,
     kappa_key,
@@ -101,12 +103,18 @@ class OpenSetProtocol(Protocol):
         simulation(self.spec, self.spec.seeds.all()[0], store).check()
         store.ensure_writable()
 
+    @functools.cached_property
+    def part_keys(self) -> PartKeys:
+        """The keys of the spec and its parts, hashed once for the run (this object lives
+        for one run: :func:`oodsim.protocols.bind`)."""
+        return PartKeys.of(self.spec)
+
     def plan(self, seed: int) -> list[Task]:
-        return [simulation_task(self.spec, seed)]
+        return [simulation_task(self.spec, seed, self.part_keys)]
 
     def score(self, seed: int, store: Store) -> SeedResult:
         spec = self.spec
-        sim = simulation(spec, seed, store)
+        sim = simulation(spec, seed, store, self.part_keys)
         scored = score(sim)
         scores = scored.score[:, :, None, :]  # severity axis
         variables = {
