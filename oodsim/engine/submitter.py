@@ -222,9 +222,11 @@ class Submitter(contextlib.ExitStack):
         aside on read: bytes altered while the run went on), in scoring or in its own task, is
         planned, computed and scored once more, in this run. At most once per seed; a seed
         that failed for a reason of its own (diverged training, non-finite κ) is returned as
-        it is."""
+        it is, and so is a seed scored and excluded by the spec's rule (a degenerate
+        classifier: its entries were read whole)."""
         seed = result.seed
-        if not result.failed or seed in self.healed:
+        kind = failure_kind(result.failure)
+        if kind is None or kind.excluded or seed in self.healed:
             return result
         planned = self._plan(seed)
         if any(map(self._failed, planned)) or all(t.done(self.store) for t in planned.values()):
