@@ -310,7 +310,9 @@ def test_a_second_ctrl_c_after_the_resume_line_still_cancels_the_jobs(tmp_path: 
             os.killpg(driver.pid, signal.SIGKILL)
             driver.wait()
     reader.join(timeout=60)
-    assert driver.returncode == 130, "".join(lines)
+    # 130, or killed by the signal itself where it came as the interpreter ended (Python
+    # restores the default handlers then): a shell says 130 of either
+    assert driver.returncode in (130, -signal.SIGINT), "".join(lines)
     assert jobs
     wait_for(lambda: not any(Path(f"/proc/{pid}").exists() for pid in jobs), 60, "jobs to end")
 
