@@ -269,7 +269,9 @@ def test_ctrl_c_ends_a_run_whose_resume_line_stays_true(tmp_path: Path, again: b
             driver.wait()
     reader.join(timeout=60)
     output = "".join(lines)
-    assert driver.returncode == 130, output
+    # a second Ctrl-C that comes as the interpreter ends kills it with SIGINT (Python has
+    # restored the default handler): a shell reports 130 of that too
+    assert driver.returncode in ((130, -signal.SIGINT) if again else (130,)), output
     assert output.count(RESUME) == 1, output
     noise = [line for line in lines if any(word in line for word in NOISE)]
     assert not noise, output
