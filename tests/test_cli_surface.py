@@ -169,7 +169,7 @@ def test_a_driver_stopped_for_a_while_leaves_no_worker_tracebacks(tmp_path: Path
     its local workers train: each worker logged a 30-line traceback for every heartbeat its
     scheduler, in the stopped driver, did not answer (about 180 lines a minute). Once the
     driver goes on, the run ends as usual, without them. (Dask's connect timeout is cut to
-    8 s here, so that heartbeats fail within the test's 20 s stop, as they do after 30 s; the
+    8 s here, so that heartbeats fail within the test's 14 s stop, as they do after 30 s; the
     workers' first connections, on a loaded machine, still have those 8 s.)"""
     spec = digits_toml(tmp_path / "spec.toml", 4)
     cache = tmp_path / "cache"
@@ -187,7 +187,7 @@ def test_a_driver_stopped_for_a_while_leaves_no_worker_tracebacks(tmp_path: Path
         )
         assert driver.poll() is None, driver.communicate()[1]
         driver.send_signal(signal.SIGSTOP)
-        time.sleep(20)
+        time.sleep(14)
         driver.send_signal(signal.SIGCONT)
         _, err = driver.communicate(timeout=300)
     finally:

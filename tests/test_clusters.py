@@ -485,33 +485,37 @@ def test_every_protocol_takes_a_cluster_table_that_stays_out_of_the_key() -> Non
             protocol.from_data(bad, ROOT / "specs")
 
 
-@pytest.mark.parametrize("quiet", [[], ["--quiet"]], ids=["status-line", "quiet"])
-def test_job_workers_that_never_connect_are_told_then_stop_the_run(
-    tmp_path: Path, quiet: list[str]
-) -> None:
+def test_job_workers_that_never_connect_are_told_then_stop_the_run(tmp_path: Path) -> None:
     """The probe: local jobs with `memory = "1MB"` hung with no output for 240 s. The status
     line now says that no worker has connected and where to look, and local jobs (no batch
     queue) stop after the worker timeout (by default 120 s, here 14 s) with one line. A
-    ``--quiet`` run, which has no status line, says it once (it waited without a word)."""
-    spec = cluster_spec_file(tmp_path, memory='"1MB"')
-    out = ["--cache", str(tmp_path / "cache"), "--out", str(tmp_path / "r.zarr")]
-    done = subprocess.run(
-        [sys.executable, "-m", "oodsim.cli", "run", str(spec), *out, *quiet]
-        + ["--cluster", "local-jobs", "--worker-timeout", "14"],
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=RUN_TIMEOUT,
-    )
-    assert done.returncode == 2, done.stderr[-3000:]
-    lines = done.stderr.strip().splitlines()
+    ``--quiet`` run, which has no status line, says it once (it waited without a word). The
+    two runs (with a status line, and quiet) wait side by side."""
+    runs = {}
+    for name, quiet in (("status-line", []), ("quiet", ["--quiet"])):
+        folder = tmp_path / name
+        folder.mkdir()
+        spec = cluster_spec_file(folder, memory='"1MB"')
+        out = ["--cache", str(folder / "cache"), "--out", str(folder / "r.zarr")]
+        runs[name] = subprocess.Popen(
+            [sys.executable, "-m", "oodsim.cli", "run", str(spec), *out, *quiet]
+            + ["--cluster", "local-jobs", "--worker-timeout", "14"],
+            cwd=folder,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
     told = "no worker yet (0:1"  # from 10 s on; local jobs have no queue and write no logs
-    assert any(told in line and "the local jobs' workers have not" in line for line in lines)
-    assert lines[-1].startswith("oodsim: error: the Dask cluster has had no worker for 14 s")
-    if quiet:  # once, where the status line would have said it every few seconds
-        notices = [line for line in lines if told in line]
-        assert len(notices) == 1 and notices[0].startswith(f"oodsim: {told}"), lines
-    assert "Traceback" not in done.stderr
+    for name, process in runs.items():
+        _, err = process.communicate(timeout=RUN_TIMEOUT)
+        assert process.returncode == 2, (name, err[-3000:])
+        lines = err.strip().splitlines()
+        assert any(told in line and "the local jobs' workers have not" in line for line in lines)
+        assert lines[-1].startswith("oodsim: error: the Dask cluster has had no worker for 14 s")
+        if name == "quiet":  # once, where the status line would have said it every few seconds
+            notices = [line for line in lines if told in line]
+            assert len(notices) == 1 and notices[0].startswith(f"oodsim: {told}"), lines
+        assert "Traceback" not in err, (name, err)
 
 
 @pytest.mark.parametrize(

@@ -87,10 +87,10 @@ def test_an_interrupted_run_ends_though_its_scheduler_is_frozen(
 
 def test_a_frozen_scheduler_stops_the_run_with_one_line(tmp_path: Path) -> None:
     """No signal: the run asks the scheduler, with a deadline, while it waits; after
-    ``$OODSIM_SCHEDULER_TIMEOUT`` seconds without an answer (12 here, 300 by default) it stops
+    ``$OODSIM_SCHEDULER_TIMEOUT`` seconds without an answer (8 here, 300 by default) it stops
     with one line that names the scheduler. Meanwhile its status line says that the scheduler
     does not answer, not that the work may be stuck; what finished stays in the store."""
-    env = dict(os.environ, **{SCHEDULER_TIMEOUT_ENV: "12"})
+    env = dict(os.environ, **{SCHEDULER_TIMEOUT_ENV: "8"})
     cache = tmp_path / "cache"
     with _cluster(tmp_path) as (address, scheduler):
         run = subprocess.Popen(
@@ -113,7 +113,7 @@ def test_a_frozen_scheduler_stops_the_run_with_one_line(tmp_path: Path) -> None:
     assert run.returncode == 2, err
     last = err.strip().splitlines()[-1]
     assert last.startswith(
-        f"oodsim: error: the Dask scheduler at {address} has not answered for 12 s"
+        f"oodsim: error: the Dask scheduler at {address} has not answered for 8 s"
     ), err
     assert "finished work is cached" in last and "Traceback" not in err, err
     assert "; the Dask scheduler has not answered for 0:" in err, err
