@@ -19,7 +19,7 @@ import xarray as xr
 import oodsim
 from oodsim import stats
 from oodsim.report import write_report
-from oodsim.report.sources import variance_sources_table
+from oodsim.report.source_table import variance_sources_table
 
 METRICS = ("auroc", "aupr_in", "aupr_out", "fpr95")
 

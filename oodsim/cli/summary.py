@@ -72,7 +72,7 @@ def print_variance_sources(results, metric: str) -> None:
     """Under ``[seeds.design]``: each method's variance share by source of randomness, with
     its interval (:func:`oodsim.stats.variance_components`)."""
     # loaded by the command that needs it, so `oodsim --help` stays fast
-    from oodsim.report.sources import has_design, variance_sources_table
+    from oodsim.report.source_table import has_design, variance_sources_table
     from oodsim.stats import is_ood_metric, variance_components
 
     if not has_design(results) or not is_ood_metric(metric):

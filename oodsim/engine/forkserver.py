@@ -1,7 +1,7 @@
 """The workers of oodsim's local cluster start from a fork server that imported torch once.
 
 Dask's nanny starts each worker in a fresh interpreter (``spawn``), which then imports
-distributed, numpy, torch, zarr and scikit-learn: about 5 s of CPU per worker before it trains
+distributed, numpy, torch, zarr and scipy: about 5 s of CPU per worker before it trains
 anything, paid again for every worker a nanny restarts (7 s while training used
 ``torch.optim``, which imports ``torch._dynamo``; :mod:`oodsim.models.optimizer` avoids it).
 Measured on a 2-core machine (with ``torch.optim``), a 2-seed digits run with 2 workers used
@@ -39,7 +39,7 @@ WORKER_MODULES = (
     "numpy",
     "torch",
     "zarr",
-    "sklearn.datasets",  # the embedded default's data (digits); brings scipy.stats
+    "scipy.special",  # the detectors' κ (oodsim.detectors._scipy)
     "oodsim.engine.cluster",
     "oodsim.engine.work",
     "oodsim.simulation.training",

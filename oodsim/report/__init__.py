@@ -12,44 +12,49 @@ registered protocol may give its own table and files). :mod:`oodsim.report.style
 method one look in every report, a colour of its family's palette and a marker
 (:func:`method_styles`, :func:`method_family`); :mod:`oodsim.report.figures` holds what every
 plot shares: panel grids with one legend outside the axes, titles that fit.
+
+The names below load their module on first use (``from oodsim.report import report_hooks``
+does not import matplotlib): a run that prints tables and writes no figures never pays for it.
 """
 
-from oodsim.report.comparisons import plot_paired_differences
-from oodsim.report.decisions import plot_required_simulations, plot_win_probability
-from oodsim.report.folder import (
-    REPORT_MARKER,
-    ReportFolderError,
-    check_report_folder,
-    is_complete,
-    report_folder,
-)
-from oodsim.report.hooks import ReportHooks, register_report, report_hooks
-from oodsim.report.plots import plot_distributions, plot_forest, plot_running_mean
-from oodsim.report.sources import plot_variance_sources
-from oodsim.report.styles import method_detectors, method_family, method_style, method_styles
-from oodsim.report.summary import write_report
-from oodsim.report.tables import format_summary_table
+from __future__ import annotations
 
-__all__ = [
-    "REPORT_MARKER",
-    "ReportFolderError",
-    "ReportHooks",
-    "check_report_folder",
-    "is_complete",
-    "format_summary_table",
-    "method_detectors",
-    "method_family",
-    "method_style",
-    "method_styles",
-    "plot_distributions",
-    "plot_forest",
-    "plot_paired_differences",
-    "plot_required_simulations",
-    "plot_running_mean",
-    "plot_variance_sources",
-    "plot_win_probability",
-    "register_report",
-    "report_folder",
-    "report_hooks",
-    "write_report",
-]
+import importlib
+from typing import Any
+
+#: public name -> the module that defines it
+_NAMES = {
+    "plot_paired_differences": "comparisons",
+    "plot_required_simulations": "decisions",
+    "plot_win_probability": "decisions",
+    "REPORT_MARKER": "folder",
+    "ReportFolderError": "folder",
+    "check_report_folder": "folder",
+    "is_complete": "folder",
+    "report_folder": "folder",
+    "ReportHooks": "hooks",
+    "register_report": "hooks",
+    "report_hooks": "hooks",
+    "plot_distributions": "plots",
+    "plot_forest": "plots",
+    "plot_running_mean": "plots",
+    "plot_variance_sources": "sources",
+    "method_detectors": "styles",
+    "method_family": "styles",
+    "method_style": "styles",
+    "method_styles": "styles",
+    "write_report": "summary",
+    "format_summary_table": "tables",
+}
+
+__all__ = sorted(_NAMES)
+
+
+def __getattr__(name: str) -> Any:
+    if name in _NAMES:
+        return getattr(importlib.import_module(f"oodsim.report.{_NAMES[name]}"), name)
+    raise AttributeError(f"module 'oodsim.report' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *_NAMES})

@@ -9,7 +9,7 @@ import numpy as np
 import xarray as xr
 
 from oodsim.report.hooks import report_hooks
-from oodsim.report.sources import has_design
+from oodsim.report.source_table import has_design
 from oodsim.report.tables import (
     win_intervals,
 )

@@ -25,7 +25,7 @@ from oodsim.report.comparisons import (
 )
 from oodsim.report.figures import metric_label
 from oodsim.report.provenance import seed_lines, spec_lines
-from oodsim.report.sources import variance_sources_table
+from oodsim.report.source_table import variance_sources_table
 from oodsim.report.tables import (
     bootstrap_table,
     estimate_table,

@@ -8,8 +8,7 @@ import warnings
 from typing import Literal
 
 import numpy as np
-from scipy import stats as sps
-from scipy.special import expit, logit
+from scipy.special import betaincinv, expit, logit, stdtrit
 
 from oodsim.stats.checks import check_alpha
 
@@ -64,7 +63,7 @@ def t_interval(
     (``"auto"``) replaces it where values sit on a bound or are all equal.
     """
     mean, sem, n = np.asarray(mean, float), np.asarray(sem, float), np.asarray(n)
-    q = sps.t.ppf(0.5 + confidence / 2, np.maximum(n - 1, 1))
+    q = stdtrit(np.maximum(n - 1, 1), 0.5 + confidence / 2)
     half = np.where(n > 1, q * sem, np.nan)
     lower, upper = mean - half, mean + half
     low, high = np.broadcast_to(low, mean.shape), np.broadcast_to(high, mean.shape)
@@ -174,8 +173,8 @@ def two_part_interval(
     a = 1.0 - confidence
     with np.errstate(invalid="ignore", divide="ignore"):
         q = k / n
-        q_low = np.where(k > 0, sps.beta.ppf(a / 2, np.maximum(k, 1), n - k + 1), 0.0)
-        q_up = np.where(k < n, sps.beta.ppf(1 - a / 2, k + 1, np.maximum(n - k, 1)), 1.0)
+        q_low = np.where(k > 0, betaincinv(np.maximum(k, 1), n - k + 1, a / 2), 0.0)
+        q_up = np.where(k < n, betaincinv(k + 1, np.maximum(n - k, 1), 1 - a / 2), 1.0)
         nu_low, nu_up = t_interval(nu, nu_sem, k, confidence, 0.0, 1.0)
         log_mu = np.log(q) + np.log(nu)
         lower = np.exp(log_mu - np.hypot(np.log(q) - np.log(q_low), np.log(nu) - np.log(nu_low)))

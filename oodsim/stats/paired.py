@@ -14,7 +14,7 @@ from typing import Literal
 
 import numpy as np
 import xarray as xr
-from scipy import stats as sps
+from scipy.special import stdtrit
 
 from oodsim.metrics import higher_is_better
 from oodsim.results.access import metrics_of, select_metric
@@ -218,8 +218,8 @@ def compare(
     with np.errstate(invalid="ignore", divide="ignore"):
         df = np.where(n >= 2, n - 1.0, np.nan)
         sem = np.sqrt(se2)
-        low = mean + sem * sps.t.ppf((1.0 - confidence) / 2.0, df)
-        high = mean + sem * sps.t.ppf((1.0 + confidence) / 2.0, df)
+        low = mean + sem * stdtrit(df, (1.0 - confidence) / 2.0)
+        high = mean + sem * stdtrit(df, (1.0 + confidence) / 2.0)
         low = np.where(sem == 0, mean, low)
         high = np.where(sem == 0, mean, high)
         effect = mean / np.sqrt(var)

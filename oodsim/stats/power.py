@@ -14,7 +14,6 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 import xarray as xr
-from scipy import stats as sps
 
 from oodsim.stats.checks import check_alpha
 from oodsim.stats.paired import _as_dataset, _moments, _pair_diffs, _pair_input, _square
@@ -32,6 +31,8 @@ def _t_power(nc: np.ndarray, df: np.ndarray, alpha: float) -> np.ndarray:
     symmetry: scipy's ``nct.cdf`` returns NaN there for large noncentralities (where
     statsmodels' ``ttest_power`` then returns NaN too), ``nct.sf`` does not.
     """
+    from scipy import stats as sps  # scipy.stats (0.5 s) loads with the first power asked
+
     crit = sps.t.isf(alpha / 2.0, df)
     with np.errstate(invalid="ignore", over="ignore"):
         return sps.nct.sf(crit, df, nc) + sps.nct.sf(crit, df, -nc)

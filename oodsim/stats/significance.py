@@ -8,7 +8,7 @@ from typing import Literal
 
 import numpy as np
 import xarray as xr
-from scipy import stats as sps
+from scipy.special import stdtr
 
 from oodsim.results.access import iter_cells, metrics_of, select_metric
 from oodsim.results.select import score_view
@@ -63,7 +63,7 @@ def _p_from_t(diff: np.ndarray, se2: np.ndarray, df: np.ndarray) -> np.ndarray:
     """
     with np.errstate(invalid="ignore", divide="ignore"):
         t = diff / np.sqrt(se2)
-        p = 2.0 * sps.t.sf(np.abs(t), df)
+        p = 2.0 * stdtr(df, -np.abs(t))  # Student's t survival function
     degenerate = se2 == 0
     p = np.where(degenerate & (diff != 0), 0.0, p)
     return np.where(degenerate & (diff == 0), np.nan, p)
@@ -102,6 +102,8 @@ def _wilcoxon_p(d: np.ndarray) -> float:
     """scipy's two-sided Wilcoxon signed-rank p-value; NaN when all differences are zero."""
     if not np.any(d != 0):
         return np.nan
+    from scipy import stats as sps  # scipy.stats (0.5 s) loads with the first Wilcoxon test
+
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         try:

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import numpy as np
 import xarray as xr
-from scipy import stats as sps
 
 from oodsim.results.access import iter_cells
 from oodsim.results.select import score_view
@@ -75,6 +74,8 @@ def one_way_anova(
     raw = (msb - msw) / n0
     between = max(raw, 0.0)
     q = (1.0 - confidence) / 2.0
+    from scipy import stats as sps  # scipy.stats (0.5 s) loads with the first analysis
+
     f_upper, f_lower = sps.f.ppf(1 - q, df_b, df_w), sps.f.ppf(q, df_b, df_w)
     with np.errstate(divide="ignore", invalid="ignore"):
         # numpy's division: F is inf where the seeds agree within every group (MSW = 0, a
