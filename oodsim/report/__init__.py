@@ -19,11 +19,10 @@ does not import matplotlib): a run that prints tables and writes no figures neve
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
+from oodsim.lazy import lazy_attributes
 
 #: public name -> the module that defines it
-_NAMES = {
+_HOMES = {
     "plot_paired_differences": "comparisons",
     "plot_required_simulations": "decisions",
     "plot_win_probability": "decisions",
@@ -47,14 +46,7 @@ _NAMES = {
     "format_summary_table": "tables",
 }
 
-__all__ = sorted(_NAMES)
+__all__ = sorted(_HOMES)
 
 
-def __getattr__(name: str) -> Any:
-    if name in _NAMES:
-        return getattr(importlib.import_module(f"oodsim.report.{_NAMES[name]}"), name)
-    raise AttributeError(f"module 'oodsim.report' has no attribute {name!r}")
-
-
-def __dir__() -> list[str]:
-    return sorted({*globals(), *_NAMES})
+__getattr__, __dir__ = lazy_attributes(__name__, _HOMES, globals())
