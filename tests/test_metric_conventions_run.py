@@ -18,12 +18,23 @@ from oodsim.protocols.open_set import checkpoint_key, outputs_key
 from oodsim.seeds import SeedStreams
 from oodsim.store import Store
 from tests.conftest import small_digits
+from tests.oscr_oracles import arpl_oscr, strict_oscr_loop
 
-METRICS = ("auroc", "fpr95", "fpr95_ood", "aupr_in", "ap_in", "ap_out", "oscr", "aurc")
+METRICS = (
+    "auroc",
+    "fpr95",
+    "fpr95_ood",
+    "aupr_in",
+    "ap_in",
+    "ap_out",
+    "oscr",
+    "oscr_pytorch_ood",
+    "aurc",
+)
 
 
-def _oscr(kappa: np.ndarray, is_ood: np.ndarray, correct: np.ndarray) -> float:
-    """OSCR written out: CCR vs FPR over every threshold of κ, trapezoid."""
+def _oscr_pytorch_ood(kappa: np.ndarray, is_ood: np.ndarray, correct: np.ndarray) -> float:
+    """pytorch-ood's OSCR written out: CCR vs FPR, both κ >= t, over every threshold, trapezoid."""
     points = [(0.0, 0.0)]
     for t in np.unique(kappa)[::-1]:
         fpr = np.mean(kappa[is_ood] >= t)
@@ -61,7 +72,13 @@ def test_open_set_metrics_match_their_anchors(tmp_path: Path) -> None:
         assert got("fpr95_ood") == pytest.approx(metrics.compute()["FPR95TPR"], abs=1e-6)
         assert got("ap_in") == pytest.approx(average_precision_score(~is_ood, kappa), abs=1e-12)
         assert got("ap_out") == pytest.approx(average_precision_score(is_ood, -kappa), abs=1e-12)
-        assert got("oscr") == pytest.approx(_oscr(kappa, is_ood, correct), abs=1e-12)
+        if np.unique(kappa).size == kappa.size:  # the ARPL procedure, for tie-free κ
+            want = arpl_oscr(kappa[~is_ood], kappa[is_ood], correct)
+        else:  # its counts at the distinct thresholds
+            want = strict_oscr_loop(kappa, is_ood, np.r_[correct, np.zeros(len(ood), bool)])
+        assert got("oscr") == pytest.approx(want, abs=1e-12)
+        want = _oscr_pytorch_ood(kappa, is_ood, correct)
+        assert got("oscr_pytorch_ood") == pytest.approx(want, abs=1e-12)
         order = np.argsort(-kappa[~is_ood], kind="stable")
         wrong = np.cumsum(~correct[order])
         risk = np.mean(wrong / np.arange(1, wrong.size + 1))  # no ties in these κ

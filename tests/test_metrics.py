@@ -24,6 +24,7 @@ from sklearn.metrics import (
 from oodsim import metrics
 from oodsim.errors import OodsimError, UnknownNameError
 from oodsim.metrics import NonFiniteScoreError
+from tests.oscr_oracles import arpl_oscr, strict_oscr_loop
 
 TOL = 1e-12
 
@@ -388,6 +389,7 @@ def test_registry() -> None:
         "fpr95",
         "fpr95_ood",
         "oscr",
+        "oscr_pytorch_ood",
     )
     assert set(metrics.KAPPA_METRICS) == set(metrics.METRICS) - {"accuracy"}
     assert metrics.get_metric("fpr95") is metrics.METRICS["fpr95"]
@@ -537,23 +539,48 @@ def test_fpr95_conventions_differ_and_are_named() -> None:
 
 @settings(max_examples=150, deadline=None)
 @given(judged_sets())
-def test_oscr_matches_loop_and_pytorch_ood(data: tuple) -> None:
+def test_oscr_pytorch_ood_matches_loop_and_pytorch_ood(data: tuple) -> None:
     kappa, is_ood, correct = data
-    got = metrics.oscr(kappa, is_ood, correct)
+    got = metrics.oscr_pytorch_ood(kappa, is_ood, correct)
     assert abs(got - loop_oscr(kappa, is_ood, correct)) <= TOL
     assert abs(got - pod_oscr(kappa, is_ood, correct)) <= TOL
 
 
+@settings(max_examples=150, deadline=None)
+@given(st.integers(2, 60), st.randoms())
+def test_oscr_is_arpls_compute_oscr_on_tie_free_scores(n: int, rnd) -> None:
+    """The oracle: the ARPL / Vaze et al. ``compute_oscr`` procedure (tests/oscr_oracles.py)."""
+    rng = np.random.default_rng(rnd.getrandbits(32))
+    kappa = rng.permutation(n).astype(float) + rng.random()  # distinct scores
+    is_ood = rng.random(n) < rng.uniform(0.1, 0.9)
+    is_ood[:2] = True, False
+    correct = rng.random(n) < rng.uniform(0.0, 1.0)
+    want = arpl_oscr(kappa[~is_ood], kappa[is_ood], correct[~is_ood])
+    assert abs(metrics.oscr(kappa, is_ood, correct) - want) <= TOL
+
+
+@settings(max_examples=150, deadline=None)
+@given(judged_sets())
+def test_oscr_follows_the_written_tie_rule_and_stays_below_pytorch_oods(data: tuple) -> None:
+    """Ties: Dhamija's counts at each distinct threshold; never above the ≥-for-both variant."""
+    kappa, is_ood, correct = data
+    got = metrics.oscr(kappa, is_ood, correct)
+    assert abs(got - strict_oscr_loop(kappa, is_ood, correct)) <= TOL
+    assert got <= metrics.oscr_pytorch_ood(kappa, is_ood, correct) + TOL
+
+
 @settings(max_examples=100, deadline=None)
 @given(scored_sets(max_n=40))
-def test_oscr_with_every_id_sample_correct_is_auroc(data: tuple) -> None:
+def test_oscr_pytorch_ood_with_every_id_sample_correct_is_auroc(data: tuple) -> None:
     kappa, is_ood = data
     correct = np.ones(kappa.size, dtype=bool)
-    got = metrics.oscr(kappa, is_ood, correct)
+    got = metrics.oscr_pytorch_ood(kappa, is_ood, correct)
     assert got == metrics.auroc(kappa, is_ood)  # the same sum, term for term
     assert abs(got - roc_auc_score(~is_ood, kappa)) <= TOL
-    # OOD samples' correctness is ignored
-    assert metrics.oscr(kappa, is_ood, ~is_ood) == got
+    # OOD samples' correctness is ignored, by both
+    assert metrics.oscr_pytorch_ood(kappa, is_ood, ~is_ood) == got
+    strict = metrics.oscr(kappa, is_ood, correct)
+    assert metrics.oscr(kappa, is_ood, ~is_ood) == strict
 
 
 @pytest.mark.parametrize("seed", [0, 1, 2])
@@ -564,21 +591,30 @@ def test_oscr_on_tie_heavy_rows(seed: int) -> None:
     is_ood[:2] = True, False
     correct = rng.random(n) < 0.8
     kappa = tie_heavy_rows(rng, n)
-    got = metrics.oscr(kappa, is_ood, correct)
+    got = metrics.oscr_pytorch_ood(kappa, is_ood, correct)
+    strict = metrics.oscr(kappa, is_ood, correct)
     for row in range(kappa.shape[0]):
         assert abs(got[row] - loop_oscr(kappa[row], is_ood, correct)) <= TOL
         assert abs(got[row] - pod_oscr(kappa[row], is_ood, correct)) <= TOL
+        assert abs(strict[row] - strict_oscr_loop(kappa[row], is_ood, correct)) <= TOL
     accuracy = np.mean(correct[~is_ood])
     assert abs(got[-1] - accuracy / 2) <= TOL  # all tied: one diagonal segment to (1, acc)
+    assert strict[-1] == 0.0  # all tied: nothing is strictly above the only threshold
 
 
 def test_oscr_known_values() -> None:
     kappa = np.array([0.9, 0.8, 0.7, 0.6])
     is_ood = np.array([False, True, False, True])
-    assert metrics.oscr(kappa, is_ood, [True, True, False, True]) == 0.5  # CCR 1/2 from FPR 0
-    assert metrics.oscr(kappa, is_ood, [True, True, True, True]) == 0.75  # = AUROC
+    pod = metrics.oscr_pytorch_ood
+    assert pod(kappa, is_ood, [True, True, False, True]) == 0.5  # CCR 1/2 from FPR 0
+    assert pod(kappa, is_ood, [True, True, True, True]) == 0.75  # = AUROC
+    assert pod(kappa, is_ood, [False, True, False, True]) == 0.0
+    assert pod(np.zeros(4), is_ood, [True, True, False, False]) == 0.25  # acc / 2
+    # strict: points (1, 1/2), (1/2, 1/2) at t = 0.7 and 0.8, (0, 0) at t = 0.9: 1/4 + 1/8
+    assert metrics.oscr(kappa, is_ood, [True, True, False, True]) == 0.375
+    assert metrics.oscr(kappa, is_ood, [True, True, True, True]) == 0.5  # (1, 1), (1/2, 1/2)...
     assert metrics.oscr(kappa, is_ood, [False, True, False, True]) == 0.0
-    assert metrics.oscr(np.zeros(4), is_ood, [True, True, False, False]) == 0.25  # acc / 2
+    assert metrics.oscr(np.zeros(4), is_ood, [True, True, False, False]) == 0.0  # the paper's 0
 
 
 @settings(max_examples=150, deadline=None)
@@ -659,6 +695,7 @@ def test_oscr_aurc_batched_and_evaluate_equal_row_loop(data: tuple) -> None:
     kappa, is_ood, correct = data
     together = metrics.evaluate(kappa, is_ood, metrics.KAPPA_METRICS, correct=correct)
     oscr = metrics.oscr(kappa, is_ood, correct)
+    diagonal = metrics.oscr_pytorch_ood(kappa, is_ood, correct)
     aurc = metrics.aurc(kappa, correct)
     assert oscr.shape == aurc.shape == kappa.shape[:-1]
     for index in np.ndindex(kappa.shape[:-1]):
@@ -667,6 +704,8 @@ def test_oscr_aurc_batched_and_evaluate_equal_row_loop(data: tuple) -> None:
         assert oscr[index] == metrics.oscr(kappa[index], row_ood, row_correct)
         assert aurc[index] == metrics.aurc(kappa[index], row_correct)
         assert together["oscr"][index] == oscr[index]
+        assert diagonal[index] == metrics.oscr_pytorch_ood(kappa[index], row_ood, row_correct)
+        assert together["oscr_pytorch_ood"][index] == diagonal[index]
         ids = ~row_ood
         assert together["aurc"][index] == metrics.aurc(kappa[index][ids], row_correct[ids])
         for name in metrics.DEFAULT_KAPPA_METRICS + ("ap_in", "ap_out", "fpr95_ood"):
@@ -681,12 +720,16 @@ def test_oscr_aurc_over_many_blocks(shared_labels: bool) -> None:
     kappa[::2] = np.round(kappa[::2], 1)
     shape = (n,) if shared_labels else (rows, n)
     is_ood, correct = rng.random(shape) < 0.4, rng.random(shape) < 0.8
-    together = metrics.evaluate(kappa, is_ood, ("oscr", "aurc", "auroc"), correct=correct)
+    names = ("oscr", "oscr_pytorch_ood", "aurc", "auroc")
+    together = metrics.evaluate(kappa, is_ood, names, correct=correct)
     for row in (0, 1, 348, 349, 350, 699):
         row_ood = is_ood if shared_labels else is_ood[row]
         row_correct = correct if shared_labels else correct[row]
-        assert together["oscr"][row] == metrics.oscr(kappa[row], row_ood, row_correct)
-        assert abs(together["oscr"][row] - loop_oscr(kappa[row], row_ood, row_correct)) <= TOL
+        args = (kappa[row], row_ood, row_correct)
+        assert together["oscr"][row] == metrics.oscr(*args)
+        assert abs(together["oscr"][row] - strict_oscr_loop(*args)) <= TOL
+        assert together["oscr_pytorch_ood"][row] == metrics.oscr_pytorch_ood(*args)
+        assert abs(together["oscr_pytorch_ood"][row] - loop_oscr(*args)) <= TOL
         ids = ~row_ood
         expected = loop_aurc_expected(kappa[row][ids], row_correct[ids])
         assert abs(together["aurc"][row] - expected) <= TOL

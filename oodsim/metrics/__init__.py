@@ -49,6 +49,7 @@ from oodsim.metrics.functions import (
     fpr_at_tpr,
     fpr_at_tpr_ood,
     oscr,
+    oscr_pytorch_ood,
 )
 from oodsim.metrics.inputs import NonFiniteScoreError
 
@@ -80,4 +81,5 @@ __all__ = [
     "is_ood_metric",
     "metric_range",
     "oscr",
+    "oscr_pytorch_ood",
 ]

@@ -21,6 +21,7 @@ from oodsim.metrics.functions import (
     fpr95,
     fpr95_ood,
     oscr,
+    oscr_pytorch_ood,
 )
 from oodsim.metrics.inputs import require_correct
 from oodsim.metrics.kernels import KAPPA_REQUESTS, compute_metrics
@@ -121,8 +122,17 @@ METRIC_INFO: dict[str, MetricInfo] = {
         _info(
             "oscr",
             oscr,
-            "OSCR of Dhamija, Günther & Boult (NeurIPS 2018), ties as one ROC-like segment; "
-            "pytorch-ood metrics.oscr_score",
+            "OSCR of Dhamija, Günther & Boult (NeurIPS 2018) as the ARPL / Vaze et al. "
+            "compute_oscr computes it: correct and accepted with kappa > t, OOD accepted with "
+            "kappa >= t, over the distinct thresholds t",
+            higher_is_better=True,
+            inputs="kappa+is_ood+correct",
+        ),
+        _info(
+            "oscr_pytorch_ood",
+            oscr_pytorch_ood,
+            "pytorch-ood metrics.oscr_score: both counts with kappa >= t, a tied run as one "
+            "ROC-like segment (at least oscr; equal to auroc with every ID sample correct)",
             higher_is_better=True,
             inputs="kappa+is_ood+correct",
         ),

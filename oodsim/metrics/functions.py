@@ -93,17 +93,30 @@ def fpr95_ood(kappa: Any, is_ood: Any, *, context: str = "") -> Any:
 
 
 def oscr(kappa: Any, is_ood: Any, correct: Any, *, context: str = "") -> Any:
-    """Open Set Classification Rate (Dhamija, Günther, Boult, NeurIPS 2018).
+    """Open Set Classification Rate (Dhamija, Günther, Boult, NeurIPS 2018), as the ARPL and
+    Vaze et al. ``compute_oscr`` that open-set papers use computes it.
 
-    Area (trapezoid) under CCR(t) = share of ID samples that are correctly classified and
-    have κ >= t, against FPR(t) = share of OOD samples with κ >= t, over every threshold t of
-    κ, from (0, 0) to (1, accuracy). A run of tied κ is one straight segment (as in a ROC
-    curve), so constant κ gives accuracy / 2. ``correct`` (bool, ``(n,)`` or broadcastable to
-    ``kappa``) is each ID sample's prediction correctness; its values at OOD samples are
-    ignored. With every ID sample correct, OSCR equals :func:`auroc`.
+    At each distinct threshold t of κ: CCR(t) = share of ID samples that are correctly
+    classified and have κ > t (strict), FPR(t) = share of OOD samples with κ >= t. The area is
+    the trapezoids between the points of consecutive thresholds, and from the highest one to
+    (0, 0). Ties: the thresholds are the distinct values of κ, so the result does not depend
+    on the order of tied samples (the ARPL loop, one point per sample, does on tied scores);
+    constant κ gives 0. ``correct`` (bool, ``(n,)`` or broadcastable to ``kappa``) is each ID
+    sample's prediction correctness; its values at OOD samples are ignored. Always at most
+    :func:`oscr_pytorch_ood`: the strict count joins each threshold to the next by a diagonal.
     """
     require_correct("oscr", correct, context)
     return compute_metrics(kappa, is_ood, (("oscr", None),), context, correct)[0]
+
+
+def oscr_pytorch_ood(kappa: Any, is_ood: Any, correct: Any, *, context: str = "") -> Any:
+    """OSCR as pytorch-ood's ``metrics.oscr_score`` computes it: CCR(t) and FPR(t) both count
+    κ >= t, and a run of tied κ is one straight segment (as in a ROC curve), from (0, 0) to
+    (1, accuracy); constant κ gives accuracy / 2. With every ID sample correct it equals
+    :func:`auroc`. ``correct`` as in :func:`oscr`.
+    """
+    require_correct("oscr_pytorch_ood", correct, context)
+    return compute_metrics(kappa, is_ood, (("oscr_diagonal", None),), context, correct)[0]
 
 
 def aurc(kappa: Any, correct: Any, *, context: str = "") -> Any:

@@ -161,7 +161,26 @@ def _fpr_ood_runs(runs: _Runs, n_id: np.ndarray, tpr: float) -> np.ndarray:
 
 
 def _oscr_runs(runs: _Runs, n_id: np.ndarray, n_ood: np.ndarray) -> np.ndarray:
-    """Trapezoidal area under CCR vs FPR: AUROC's sum with correct ID samples as TP.
+    """Dhamija's OSCR, as the ARPL code computes it: at each distinct threshold (run m, κ
+    ascending) CCR counts the correct ID samples strictly above it, (C - c_m) / P, and FPR the
+    OOD samples at or above it, (N - o_{m-1}) / N with o = b - a; consecutive thresholds are
+    joined by trapezoids, and the highest one by a last to (0, 0).
+
+    From run m's point to run m+1's, FPR falls by run m's OOD samples and CCR goes from
+    C - c_m to C - c_{m+1}, where c after a row's last run is C (the point (0, 0)).
+    """
+    d_ood = (runs.b - runs.b_prev) - (runs.a - runs.a_prev)
+    c_next = np.empty_like(runs.c)
+    c_next[:-1] = runs.c[1:]
+    last = np.append(runs.starts[1:] - 1, runs.c.size - 1)  # each row's last run
+    c_next[last] = runs.n_correct[last]
+    ccr_pair = 2 * runs.n_correct - runs.c - c_next
+    return _row_sum(np.multiply(d_ood, ccr_pair, dtype=np.float64), runs) / (2.0 * n_id * n_ood)
+
+
+def _oscr_diagonal_runs(runs: _Runs, n_id: np.ndarray, n_ood: np.ndarray) -> np.ndarray:
+    """pytorch-ood's OSCR: trapezoidal area under CCR vs FPR, both counting κ >= t (AUROC's
+    sum with correct ID samples as TP).
 
     Lowering the threshold (κ descending) to run m moves from (FPR, CCR) of run m+1 to
     ((n - b_{m-1} - (P - a_{m-1})) / N, (C - c_{m-1}) / P): a tied run is one straight segment.
@@ -215,6 +234,8 @@ def _metrics_block(
             out.append(_fpr_ood_runs(runs, n_id, param))
         elif kind == "oscr":
             out.append(_oscr_runs(runs, n_id, n_ood))
+        elif kind == "oscr_diagonal":
+            out.append(_oscr_diagonal_runs(runs, n_id, n_ood))
         elif kind == "aurc":
             out.append(_aurc_runs(runs, n_id))
         else:  # pragma: no cover - requests come from KAPPA_REQUESTS and the functions
@@ -272,8 +293,11 @@ KAPPA_REQUESTS: dict[str, tuple[str, Any]] = {
     "fpr95": ("fpr", 0.95),
     "fpr95_ood": ("fpr_ood", 0.95),
     "oscr": ("oscr", None),
+    "oscr_pytorch_ood": ("oscr_diagonal", None),
     "aurc": ("aurc", None),
 }
 
 
-_CORRECT_KINDS = frozenset({"oscr", "aurc"})  # kernels that count correct ID samples
+_CORRECT_KINDS = frozenset(
+    {"oscr", "oscr_diagonal", "aurc"}
+)  # kernels that count correct ID samples
