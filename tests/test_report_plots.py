@@ -341,20 +341,19 @@ def test_required_simulations_has_a_colour_bar_and_marks_unseparated_pairs(
 
 def drawn_texts(fig: Figure) -> tuple[list[Text], object]:
     """The Text artists (titles, labels, tick labels, legends, value labels) that drawing
-    ``fig`` draws, not blank, and the renderer that drew them."""
-    canvas = FigureCanvasAgg(fig)
-    renderer = canvas.get_renderer()
+    ``fig`` draws, not blank, and the renderer that laid them out. The figure is drawn as
+    ``Figure.draw_without_rendering`` draws it (layout and text sizes, no pixels), with the
+    renderer's text calls recorded: the same texts at the same places, without rasterizing."""
+    renderer = FigureCanvasAgg(fig).get_renderer()
     drawn: list[Text] = []
-    draw_text = renderer.draw_text
 
     def record(gc, x, y, s, prop, angle, ismath=False, mtext=None):  # noqa: ANN001, ANN202
         if mtext is not None and mtext not in drawn:
             drawn.append(mtext)
-        return draw_text(gc, x, y, s, prop, angle, ismath=ismath, mtext=mtext)
 
-    renderer.draw_text = record
-    canvas.draw()
-    del renderer.draw_text
+    with renderer._draw_disabled():  # every draw_* a no-op, as draw_without_rendering does
+        renderer.draw_text = record
+        fig.draw(renderer)
     return [t for t in drawn if t.get_text().strip()], renderer
 
 

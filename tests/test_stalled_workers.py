@@ -89,10 +89,10 @@ def test_a_worker_stopped_as_the_cluster_starts_stops_the_run_in_one_line(
 ) -> None:
     """The probe: a worker process stopped while the local cluster started held
     ``LocalCluster(...)`` forever (nothing printed with --quiet; the status line's "nothing
-    heard from the work" every 6 s otherwise). The start is now bounded (here 15 s instead of
+    heard from the work" every 6 s otherwise). The start is now bounded (here 10 s instead of
     ``LOCAL_START_TIMEOUT``'s 120): the run stops with a ClusterError, the stopped worker is
     killed with the others, and what the cache held is intact."""
-    monkeypatch.setattr(cluster_module, "LOCAL_START_TIMEOUT", 15.0, raising=False)
+    monkeypatch.setattr(cluster_module, "LOCAL_START_TIMEOUT", 10.0, raising=False)
     cache = tmp_path / "cache"
     oodsim.run(small_digits(1), cache=cache, progress=False)  # in process: computed before
     held = _entries(cache)
@@ -106,7 +106,7 @@ def test_a_worker_stopped_as_the_cluster_starts_stops_the_run_in_one_line(
     assert list(stall.glob("stopped-*")), "no worker stopped itself"
     message = str(caught.value)
     assert "\n" not in message
-    assert "did not start" in message and "had not started after 15 s" in message, message
+    assert "did not start" in message and "had not started after 10 s" in message, message
     assert "nothing was computed" in message and "Check the machine" in message, message
     assert not _self_stopped(stall), "the stopped worker outlived the run"
     assert not _forked() - before, "workers outlived the run"
