@@ -386,11 +386,14 @@ def test_registry() -> None:
         "aupr_in",
         "aupr_out",
         "aurc",
+        "aurc_thresholds",
         "auroc",
+        "eaurc",
         "fpr95",
         "fpr95_ood",
         "oscr",
         "oscr_pytorch_ood",
+        "selective_risk95",
     )
     assert set(metrics.KAPPA_METRICS) == set(metrics.METRICS) - {"accuracy"}
     assert metrics.get_metric("fpr95") is metrics.METRICS["fpr95"]
@@ -787,7 +790,8 @@ def test_metric_info_records() -> None:
         assert higher_is_better(name) == record.higher_is_better
         assert higher_is_better(name.upper()) == record.higher_is_better
     lower = {name for name, record in info.items() if not record.higher_is_better}
-    assert lower == {"fpr95", "fpr95_ood", "aurc"} and lower <= LOWER_IS_BETTER
+    selective = {"aurc", "aurc_thresholds", "eaurc", "selective_risk95"}
+    assert lower == {"fpr95", "fpr95_ood", *selective} and lower <= LOWER_IS_BETTER
     assert {info["oscr"].inputs, info["aurc"].inputs} == {"kappa+is_ood+correct", "kappa+correct"}
     assert info["oscr"].needs_correct and info["aurc"].needs_correct
     assert not info["auroc"].needs_correct and info["accuracy"].inputs == "predictions+labels"

@@ -43,13 +43,17 @@ from oodsim.metrics.functions import (
     aupr_in,
     aupr_out,
     aurc,
+    aurc_thresholds,
     auroc,
+    eaurc,
     fpr95,
     fpr95_ood,
     fpr_at_tpr,
     fpr_at_tpr_ood,
     oscr,
     oscr_pytorch_ood,
+    selective_risk,
+    selective_risk95,
 )
 from oodsim.metrics.inputs import NonFiniteScoreError
 
@@ -69,8 +73,10 @@ __all__ = [
     "aupr_in",
     "aupr_out",
     "aurc",
+    "aurc_thresholds",
     "auroc",
     "available_metrics",
+    "eaurc",
     "evaluate",
     "fpr95",
     "fpr95_ood",
@@ -82,4 +88,6 @@ __all__ = [
     "metric_range",
     "oscr",
     "oscr_pytorch_ood",
+    "selective_risk",
+    "selective_risk95",
 ]

@@ -17,11 +17,14 @@ from oodsim.metrics.functions import (
     aupr_in,
     aupr_out,
     aurc,
+    aurc_thresholds,
     auroc,
+    eaurc,
     fpr95,
     fpr95_ood,
     oscr,
     oscr_pytorch_ood,
+    selective_risk95,
 )
 from oodsim.metrics.inputs import require_correct
 from oodsim.metrics.kernels import KAPPA_REQUESTS, compute_metrics
@@ -141,6 +144,30 @@ METRIC_INFO: dict[str, MetricInfo] = {
             aurc,
             "AURC of Geifman & El-Yaniv's risk-coverage curve over ID samples: mean selective "
             "risk over coverages i/n, ties in expectation over their orders",
+            higher_is_better=False,
+            inputs="kappa+correct",
+        ),
+        _info(
+            "aurc_thresholds",
+            aurc_thresholds,
+            "AURC of threshold-based code: each ID sample takes the selective risk of accepting "
+            "kappa >= its own (a tied run takes the risk of all of it); aurc without ties",
+            higher_is_better=False,
+            inputs="kappa+correct",
+        ),
+        _info(
+            "eaurc",
+            eaurc,
+            "E-AURC of Geifman et al. (ICLR 2019): aurc minus the AURC of the best ranking of "
+            "the same predictions, computed exactly",
+            higher_is_better=False,
+            inputs="kappa+correct",
+        ),
+        _info(
+            "selective_risk95",
+            selective_risk95,
+            "selective risk (wrong share of the accepted ID samples) at the highest threshold "
+            "that accepts at least 95% of them",
             higher_is_better=False,
             inputs="kappa+correct",
         ),

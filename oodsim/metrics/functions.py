@@ -119,6 +119,14 @@ def oscr_pytorch_ood(kappa: Any, is_ood: Any, correct: Any, *, context: str = ""
     return compute_metrics(kappa, is_ood, (("oscr_diagonal", None),), context, correct)[0]
 
 
+def _id_only(name: str, kappa: Any, correct: Any, context: str, param: Any = None) -> Any:
+    """A metric of the ID samples alone (``kappa`` and ``correct`` are all ID)."""
+    require_correct(name, correct, context)
+    scores = as_kappa(kappa, context)
+    all_id = np.zeros(scores.shape[-1], dtype=bool)
+    return compute_metrics(scores, all_id, ((name, param),), context, correct)[0]
+
+
 def aurc(kappa: Any, correct: Any, *, context: str = "") -> Any:
     """Area under the risk-coverage curve of ID samples; lower is better.
 
@@ -129,10 +137,37 @@ def aurc(kappa: Any, correct: Any, *, context: str = "") -> Any:
     evenly over it), so the value does not depend on how ties are ordered; without ties this
     is the plain sorted loop. ``correct``: bool, ``(n,)`` or broadcastable to ``kappa``.
     """
-    require_correct("aurc", correct, context)
-    scores = as_kappa(kappa, context)
-    all_id = np.zeros(scores.shape[-1], dtype=bool)
-    return compute_metrics(scores, all_id, (("aurc", None),), context, correct)[0]
+    return _id_only("aurc", kappa, correct, context)
+
+
+def aurc_thresholds(kappa: Any, correct: Any, *, context: str = "") -> Any:
+    """AURC with the risk read at the thresholds only, as threshold-based AURC code computes
+    it: each sample takes the selective risk of accepting every sample with κ >= its own, so
+    the samples of a tied run all take the risk of the whole run. Without ties it equals
+    :func:`aurc`; with ties the two differ, either way (``docs/metrics.md``). Lower is better."""
+    return _id_only("aurc_thresholds", kappa, correct, context)
+
+
+def eaurc(kappa: Any, correct: Any, *, context: str = "") -> Any:
+    """Excess AURC (Geifman et al., ICLR 2019): :func:`aurc` minus the AURC of the best
+    ranking of the same predictions (every correct one first), computed exactly,
+    ((n - C) - C (H_n - H_C)) / n for C correct of n, not with the ``r + (1 - r) ln(1 - r)``
+    approximation. 0 for a κ that ranks every correct prediction first; lower is better."""
+    return _id_only("eaurc", kappa, correct, context)
+
+
+def selective_risk(kappa: Any, correct: Any, *, coverage: float, context: str = "") -> Any:
+    """Share of wrong predictions among the accepted samples at the highest threshold of κ
+    that accepts at least ``coverage`` of them (coverage k / n in float64; ties are accepted
+    together, so the coverage reached may be higher). Lower is better."""
+    if not 0.0 < coverage <= 1.0:  # NaN too
+        raise ValueError(f"coverage must be in (0, 1], got {coverage!r}")
+    return _id_only("selective_risk", kappa, correct, context, float(coverage))
+
+
+def selective_risk95(kappa: Any, correct: Any, *, context: str = "") -> Any:
+    """:func:`selective_risk` at 95% coverage."""
+    return selective_risk(kappa, correct, coverage=0.95, context=context)
 
 
 def accuracy(predictions: Any, labels: Any) -> Any:

@@ -216,6 +216,40 @@ def _aurc_runs(runs: _Runs, n_id: np.ndarray) -> np.ndarray:
     return np.add.reduceat(risk, row_starts) / n_id
 
 
+def _accepted_risk(runs: _Runs) -> tuple[np.ndarray, np.ndarray]:
+    """At each run's threshold (accept κ >= its κ): the ID samples accepted, k = P - a_{m-1},
+    and the selective risk there, (k - (C - c_{m-1})) / k (0 where nothing is accepted)."""
+    accepted = runs.n_id - runs.a_prev
+    wrong = accepted - (runs.n_correct - runs.c_prev)
+    risk = np.divide(wrong, accepted, out=np.zeros(accepted.shape), where=accepted > 0)
+    return accepted, risk
+
+
+def _aurc_thresholds_runs(runs: _Runs, n_id: np.ndarray) -> np.ndarray:
+    """AURC at the thresholds only: each ID sample takes the selective risk of the threshold
+    at which it is first accepted (its own κ), so a tied run takes the risk of all of it.
+    Without ties this is the plain sorted loop, as :func:`_aurc_runs`."""
+    _, risk = _accepted_risk(runs)
+    return _row_sum(risk * (runs.a - runs.a_prev), runs) / n_id
+
+
+def _oracle_aurc(n_id: np.ndarray, n_correct: np.ndarray) -> np.ndarray:
+    """AURC of the best ranking of P ID samples, C of them correct (all correct ones first):
+    the mean over i = 1..P of max(i - C, 0) / i = ((P - C) - C (H_P - H_C)) / P."""
+    harmonic = np.zeros(int(n_id.max(initial=0)) + 1)
+    np.cumsum(1.0 / np.arange(1, harmonic.size), out=harmonic[1:])  # H_0 .. H_max(P)
+    p, c = n_id.astype(np.float64), n_correct.astype(np.float64)
+    return ((p - c) - c * (harmonic[n_id] - harmonic[n_correct])) / p
+
+
+def _selective_risk_runs(runs: _Runs, n_id: np.ndarray, coverage: float) -> np.ndarray:
+    """Selective risk at the highest threshold that accepts at least ``coverage`` of the ID
+    samples (coverage computed as k / P in float64)."""
+    accepted, risk = _accepted_risk(runs)
+    reached = _row_sum((accepted / runs.n_id >= coverage).astype(np.int32), runs)
+    return risk[runs.starts + reached - 1]
+
+
 def _metrics_block(
     runs: _Runs, n_id: np.ndarray, n_ood: np.ndarray, requests: tuple[tuple[str, Any], ...]
 ) -> list[np.ndarray]:
@@ -238,6 +272,12 @@ def _metrics_block(
             out.append(_oscr_diagonal_runs(runs, n_id, n_ood))
         elif kind == "aurc":
             out.append(_aurc_runs(runs, n_id))
+        elif kind == "aurc_thresholds":
+            out.append(_aurc_thresholds_runs(runs, n_id))
+        elif kind == "eaurc":
+            out.append(_aurc_runs(runs, n_id) - _oracle_aurc(n_id, runs.n_correct[runs.starts]))
+        elif kind == "selective_risk":
+            out.append(_selective_risk_runs(runs, n_id, param))
         else:  # pragma: no cover - requests come from KAPPA_REQUESTS and the functions
             raise AssertionError(f"unknown metric request {kind!r}")
     return out
@@ -261,7 +301,7 @@ def compute_metrics(
     check_finite(scores, context)
     batch_shape, n = scores.shape[:-1], scores.shape[-1]
     kinds = {kind for kind, _ in requests}
-    n_id, n_ood = class_counts(labels, batch_shape, context, need_ood=bool(kinds - {"aurc"}))
+    n_id, n_ood = class_counts(labels, batch_shape, context, need_ood=bool(kinds - _ID_ONLY_KINDS))
     use_correct = flags is not None and bool(kinds & _CORRECT_KINDS)
     rows = scores.reshape(-1, n)
     results = [np.empty(rows.shape[0], dtype=np.float64) for _ in requests]
@@ -295,9 +335,15 @@ KAPPA_REQUESTS: dict[str, tuple[str, Any]] = {
     "oscr": ("oscr", None),
     "oscr_pytorch_ood": ("oscr_diagonal", None),
     "aurc": ("aurc", None),
+    "aurc_thresholds": ("aurc_thresholds", None),
+    "eaurc": ("eaurc", None),
+    "selective_risk95": ("selective_risk", 0.95),
 }
 
 
+#: kernels that count correct ID samples
 _CORRECT_KINDS = frozenset(
-    {"oscr", "oscr_diagonal", "aurc"}
-)  # kernels that count correct ID samples
+    {"oscr", "oscr_diagonal", "aurc", "aurc_thresholds", "eaurc", "selective_risk"}
+)
+#: kernels of the ID samples alone: a row needs no OOD sample
+_ID_ONLY_KINDS = frozenset({"aurc", "aurc_thresholds", "eaurc", "selective_risk"})
