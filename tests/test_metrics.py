@@ -388,14 +388,18 @@ def test_registry() -> None:
         "aurc",
         "aurc_thresholds",
         "auroc",
+        "brier",
         "eaurc",
+        "ece",
         "fpr95",
         "fpr95_ood",
+        "nll",
         "oscr",
         "oscr_pytorch_ood",
         "selective_risk95",
     )
-    assert set(metrics.KAPPA_METRICS) == set(metrics.METRICS) - {"accuracy"}
+    classifier = {"accuracy", "ece", "brier", "nll"}  # the same for every detector
+    assert set(metrics.KAPPA_METRICS) == set(metrics.METRICS) - classifier
     assert metrics.get_metric("fpr95") is metrics.METRICS["fpr95"]
     kappa, is_ood = np.array([0.3, 0.1, 0.2, 0.4]), np.array([False, True, False, True])
     assert metrics.METRICS["fpr95"](kappa, is_ood) == metrics.fpr_at_tpr(kappa, is_ood, tpr=0.95)
@@ -785,13 +789,16 @@ def test_metric_info_records() -> None:
     assert set(info) == set(metrics.METRICS)
     for name, record in info.items():
         assert record.name == name and record.function is metrics.METRICS[name]
-        assert record.range == (0.0, 1.0) == metrics.metric_range(name)
+        assert record.range == metrics.metric_range(name)
+        assert record.range == {"brier": (0.0, 2.0), "nll": (0.0, np.inf)}.get(name, (0.0, 1.0))
         assert record.inputs in metrics.METRIC_INPUTS and record.reproduces
         assert higher_is_better(name) == record.higher_is_better
         assert higher_is_better(name.upper()) == record.higher_is_better
     lower = {name for name, record in info.items() if not record.higher_is_better}
     selective = {"aurc", "aurc_thresholds", "eaurc", "selective_risk95"}
-    assert lower == {"fpr95", "fpr95_ood", *selective} and lower <= LOWER_IS_BETTER
+    calibration = {"ece", "brier", "nll"}
+    assert lower == {"fpr95", "fpr95_ood", *selective, *calibration}
+    assert lower <= LOWER_IS_BETTER
     assert {info["oscr"].inputs, info["aurc"].inputs} == {"kappa+is_ood+correct", "kappa+correct"}
     assert info["oscr"].needs_correct and info["aurc"].needs_correct
     assert not info["auroc"].needs_correct and info["accuracy"].inputs == "predictions+labels"

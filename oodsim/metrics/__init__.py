@@ -20,6 +20,7 @@ The modules: :mod:`.inputs` (checks), :mod:`.kernels` (the vectorised sort and c
 :mod:`.functions` (one function per metric) and :mod:`.facts` (the records, the registry and
 :func:`evaluate`)."""
 
+from oodsim.metrics.calibration import brier, ece, nll
 from oodsim.metrics.facts import (
     DEFAULT_KAPPA_METRICS,
     KAPPA_METRICS,
@@ -76,6 +77,8 @@ __all__ = [
     "aurc_thresholds",
     "auroc",
     "available_metrics",
+    "brier",
+    "ece",
     "eaurc",
     "evaluate",
     "fpr95",
@@ -86,6 +89,7 @@ __all__ = [
     "higher_is_better",
     "is_ood_metric",
     "metric_range",
+    "nll",
     "oscr",
     "oscr_pytorch_ood",
     "selective_risk",

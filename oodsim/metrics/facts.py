@@ -10,6 +10,7 @@ from typing import Any
 import attrs
 
 from oodsim.errors import UnknownNameError
+from oodsim.metrics.calibration import brier, ece, nll
 from oodsim.metrics.functions import (
     accuracy,
     ap_in,
@@ -36,6 +37,7 @@ METRIC_INPUTS: tuple[str, ...] = (
     "kappa+is_ood+correct",
     "kappa+correct",
     "predictions+labels",
+    "probabilities+labels",
 )
 
 
@@ -177,6 +179,30 @@ METRIC_INFO: dict[str, MetricInfo] = {
             "sklearn accuracy_score per row",
             higher_is_better=True,
             inputs="predictions+labels",
+        ),
+        _info(
+            "ece",
+            ece,
+            "expected calibration error of the top label, 15 equal-width bins (Guo et al. "
+            "2017); torchmetrics MulticlassCalibrationError(n_bins=15, norm='l1')",
+            higher_is_better=False,
+            inputs="probabilities+labels",
+        ),
+        _info(
+            "brier",
+            brier,
+            "multiclass Brier score, sum over classes; sklearn brier_score_loss (3+ classes)",
+            higher_is_better=False,
+            range=(0.0, 2.0),
+            inputs="probabilities+labels",
+        ),
+        _info(
+            "nll",
+            nll,
+            "negative log-likelihood of the true labels; sklearn log_loss",
+            higher_is_better=False,
+            range=(0.0, float("inf")),
+            inputs="probabilities+labels",
         ),
     )
 }

@@ -11,7 +11,7 @@ import numpy as np
 
 from oodsim.artifacts.kappa import Prepared
 from oodsim.artifacts.simulation import Simulation, SimulationFailed
-from oodsim.metrics import NonFiniteScoreError, evaluate
+from oodsim.metrics import KAPPA_METRICS, METRIC_INFO, NonFiniteScoreError, evaluate
 from oodsim.protocols.base import checked_kappa
 from oodsim.protocols.degenerate import stored_judgement
 
@@ -44,7 +44,8 @@ def score(sim: Simulation) -> _Scored:
     id_part = slice(sizes[0], sizes[1])
     predicted = prepared.id_test.logits.argmax(axis=1)
     correct = predicted == prepared.id_test.labels
-    kappa_metrics = [m for m in spec.metrics if m != "accuracy"]
+    kappa_metrics = [m for m in spec.metrics if m in KAPPA_METRICS]
+    classifier = _classifier_metrics(spec.metrics, prepared.id_test.logits, prepared.id_test.labels)
     result = np.empty((len(spec.detectors), len(spec.metrics), len(spec.ood)))
     for j in range(len(spec.ood)):
         ood_part = slice(sizes[j + 1], sizes[j + 2])
@@ -61,7 +62,7 @@ def score(sim: Simulation) -> _Scored:
                 f"detector {', '.join(bad)} gave non-finite κ on seed {sim.seed}: {error}"
             ) from None
         for m, metric in enumerate(spec.metrics):
-            result[:, m, j] = float(correct.mean()) if metric == "accuracy" else values[metric]
+            result[:, m, j] = classifier[metric] if metric in classifier else values[metric]
     verdict = stored_judgement(
         sim.store,
         sim.keys.outputs,
@@ -74,6 +75,22 @@ def score(sim: Simulation) -> _Scored:
         verdict.reason,
         [json.dumps(used, sort_keys=True, default=_plain) for _, used in scored],
     )
+
+
+def _classifier_metrics(
+    names: tuple[str, ...], logits: np.ndarray, labels: np.ndarray
+) -> dict[str, float]:
+    """The metrics of the classifier on the ID test samples, the same for every detector:
+    ``accuracy`` and the calibration metrics of its softmax probabilities."""
+    out = {}
+    for name in names:
+        info = METRIC_INFO[name]
+        if info.inputs == "predictions+labels":
+            out[name] = float(info.function(logits.argmax(axis=1), labels))
+        elif info.inputs == "probabilities+labels":
+            shifted = np.exp(logits - logits.max(axis=1, keepdims=True))
+            out[name] = float(info.function(shifted / shifted.sum(axis=1, keepdims=True), labels))
+    return out
 
 
 def _plain(value: Any) -> Any:
