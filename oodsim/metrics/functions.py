@@ -7,7 +7,7 @@ from typing import Any
 
 import numpy as np
 
-from oodsim.metrics.inputs import as_kappa, check_aupr_method, check_tpr, require_correct
+from oodsim.metrics.inputs import as_kappa, check_aupr_method, check_rate, require_correct
 from oodsim.metrics.kernels import compute_metrics
 
 
@@ -45,7 +45,7 @@ def fpr_at_tpr(kappa: Any, is_ood: Any, *, tpr: float = 0.95, context: str = "")
     Equals ``fpr[argmax(tpr_curve >= tpr)]`` on ``roc_curve(~is_ood, kappa,
     drop_intermediate=False)``; no interpolation between thresholds.
     """
-    check_tpr(tpr)
+    check_rate(tpr, "tpr")
     return compute_metrics(kappa, is_ood, (("fpr", tpr),), context)[0]
 
 
@@ -80,7 +80,7 @@ def fpr_at_tpr_ood(kappa: Any, is_ood: Any, *, tpr: float = 0.95, context: str =
     drop_intermediate=False)`` and pytorch-ood's ``FPRAtTPR(tpr)`` on outlier scores ``-kappa``;
     no interpolation between thresholds.
     """
-    check_tpr(tpr)
+    check_rate(tpr, "tpr")
     return compute_metrics(kappa, is_ood, (("fpr_ood", tpr),), context)[0]
 
 
@@ -160,8 +160,7 @@ def selective_risk(kappa: Any, correct: Any, *, coverage: float, context: str = 
     """Share of wrong predictions among the accepted samples at the highest threshold of κ
     that accepts at least ``coverage`` of them (coverage k / n in float64; ties are accepted
     together, so the coverage reached may be higher). Lower is better."""
-    if not 0.0 < coverage <= 1.0:  # NaN too
-        raise ValueError(f"coverage must be in (0, 1], got {coverage!r}")
+    check_rate(coverage, "coverage")
     return _id_only("selective_risk", kappa, correct, context, float(coverage))
 
 

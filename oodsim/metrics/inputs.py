@@ -138,10 +138,10 @@ def check_aupr_method(method: str) -> None:
         raise UnknownNameError("method", method, AUPR_METHODS)
 
 
-def check_tpr(tpr: float) -> None:
-    """Refuse a target TP rate outside (0, 1] (including NaN)."""
-    if not 0.0 < tpr <= 1.0:
-        raise ValueError(f"tpr must be in (0, 1], got {tpr!r}")
+def check_rate(value: float, name: str) -> None:
+    """Refuse a target rate (a TP rate, a coverage) outside (0, 1] (including NaN)."""
+    if not 0.0 < value <= 1.0:
+        raise ValueError(f"{name} must be in (0, 1], got {value!r}")
 
 
 def require_correct(name: str, correct: Any, context: str) -> None:

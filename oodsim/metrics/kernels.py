@@ -4,6 +4,7 @@ them, every requested metric of a block of rows from one set of cumulative count
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterator
 from typing import Any, NamedTuple
 
@@ -99,6 +100,15 @@ def _previous(values: np.ndarray, starts: np.ndarray) -> np.ndarray:
     return prev
 
 
+def _following(values: np.ndarray, starts: np.ndarray, at_end: np.ndarray) -> np.ndarray:
+    """Each element's successor within its row; ``at_end``'s element for a row's last one."""
+    following = np.empty_like(values)
+    following[:-1] = values[1:]
+    last = np.append(starts[1:] - 1, values.size - 1)
+    following[last] = at_end[last]
+    return following
+
+
 def _ratio(num: np.ndarray, den: np.ndarray) -> np.ndarray:
     """num / den in float64, 1.0 where den == 0 (sklearn's appended precision-1 point)."""
     return np.divide(num, den, out=np.ones(num.shape, dtype=np.float64), where=den != 0)
@@ -170,10 +180,7 @@ def _oscr_runs(runs: _Runs, n_id: np.ndarray, n_ood: np.ndarray) -> np.ndarray:
     C - c_m to C - c_{m+1}, where c after a row's last run is C (the point (0, 0)).
     """
     d_ood = (runs.b - runs.b_prev) - (runs.a - runs.a_prev)
-    c_next = np.empty_like(runs.c)
-    c_next[:-1] = runs.c[1:]
-    last = np.append(runs.starts[1:] - 1, runs.c.size - 1)  # each row's last run
-    c_next[last] = runs.n_correct[last]
+    c_next = _following(runs.c, runs.starts, runs.n_correct)
     ccr_pair = 2 * runs.n_correct - runs.c - c_next
     return _row_sum(np.multiply(d_ood, ccr_pair, dtype=np.float64), runs) / (2.0 * n_id * n_ood)
 
@@ -255,6 +262,7 @@ def _metrics_block(
 ) -> list[np.ndarray]:
     """All requested metrics for one block of rows from its runs."""
     out = []
+    aurc = functools.cache(lambda: _aurc_runs(runs, n_id))  # aurc and eaurc share it
     for kind, param in requests:
         if kind == "auroc":
             out.append(_auroc_runs(runs, n_id, n_ood))
@@ -271,11 +279,11 @@ def _metrics_block(
         elif kind == "oscr_diagonal":
             out.append(_oscr_diagonal_runs(runs, n_id, n_ood))
         elif kind == "aurc":
-            out.append(_aurc_runs(runs, n_id))
+            out.append(aurc())
         elif kind == "aurc_thresholds":
             out.append(_aurc_thresholds_runs(runs, n_id))
         elif kind == "eaurc":
-            out.append(_aurc_runs(runs, n_id) - _oracle_aurc(n_id, runs.n_correct[runs.starts]))
+            out.append(aurc() - _oracle_aurc(n_id, runs.n_correct[runs.starts]))
         elif kind == "selective_risk":
             out.append(_selective_risk_runs(runs, n_id, param))
         else:  # pragma: no cover - requests come from KAPPA_REQUESTS and the functions

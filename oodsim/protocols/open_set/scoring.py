@@ -12,6 +12,7 @@ import numpy as np
 from oodsim.artifacts.kappa import Prepared
 from oodsim.artifacts.simulation import Simulation, SimulationFailed
 from oodsim.metrics import KAPPA_METRICS, METRIC_INFO, NonFiniteScoreError, evaluate
+from oodsim.outputs import Outputs
 from oodsim.protocols.base import checked_kappa
 from oodsim.protocols.degenerate import stored_judgement
 
@@ -45,7 +46,7 @@ def score(sim: Simulation) -> _Scored:
     predicted = prepared.id_test.logits.argmax(axis=1)
     correct = predicted == prepared.id_test.labels
     kappa_metrics = [m for m in spec.metrics if m in KAPPA_METRICS]
-    classifier = _classifier_metrics(spec.metrics, prepared.id_test.logits, prepared.id_test.labels)
+    classifier = _classifier_metrics(spec.metrics, prepared.id_test, predicted)
     result = np.empty((len(spec.detectors), len(spec.metrics), len(spec.ood)))
     for j in range(len(spec.ood)):
         ood_part = slice(sizes[j + 1], sizes[j + 2])
@@ -78,18 +79,24 @@ def score(sim: Simulation) -> _Scored:
 
 
 def _classifier_metrics(
-    names: tuple[str, ...], logits: np.ndarray, labels: np.ndarray
+    names: tuple[str, ...], id_test: Outputs, predicted: np.ndarray
 ) -> dict[str, float]:
     """The metrics of the classifier on the ID test samples, the same for every detector:
-    ``accuracy`` and the calibration metrics of its softmax probabilities."""
+    ``accuracy`` of its ``predicted`` classes and the calibration metrics of its softmax
+    probabilities (computed once for all of them)."""
+    infos = [METRIC_INFO[name] for name in names]
+    probabilities = None
+    if any(info.inputs == "probabilities+labels" for info in infos):
+        # scipy loads with the first calibration metric (binding a spec does not need it)
+        from scipy.special import softmax
+
+        probabilities = softmax(id_test.logits, axis=1)
     out = {}
-    for name in names:
-        info = METRIC_INFO[name]
+    for info in infos:
         if info.inputs == "predictions+labels":
-            out[name] = float(info.function(logits.argmax(axis=1), labels))
+            out[info.name] = float(info.function(predicted, id_test.labels))
         elif info.inputs == "probabilities+labels":
-            shifted = np.exp(logits - logits.max(axis=1, keepdims=True))
-            out[name] = float(info.function(shifted / shifted.sum(axis=1, keepdims=True), labels))
+            out[info.name] = float(info.function(probabilities, id_test.labels))
     return out
 
 
