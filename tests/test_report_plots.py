@@ -7,7 +7,6 @@ objects it saved: what is drawn, not how long it takes.
 
 from __future__ import annotations
 
-import itertools
 import json
 import os
 import subprocess
@@ -387,6 +386,19 @@ def _overlap(a: np.ndarray, b: np.ndarray) -> bool:
     return True
 
 
+def _close_pairs(shapes: list[np.ndarray]) -> list[tuple[int, int]]:
+    """The pairs ``(i, j)``, i < j, whose upright bounding boxes overlap by more than half a
+    pixel: the only pairs whose shapes can (:func:`_overlap` decides), found at once."""
+    if len(shapes) < 2:
+        return []
+    corners = np.stack(shapes)
+    low, high = corners.min(axis=1), corners.max(axis=1)  # (text, xy)
+    apart = (high[:, None] <= low[None, :] + 0.5) | (high[None, :] <= low[:, None] + 0.5)
+    close = ~apart.any(axis=2)
+    first, second = np.nonzero(np.triu(close, k=1))
+    return list(zip(first.tolist(), second.tolist(), strict=True))
+
+
 #: The smallest font of any drawn text, and of a value label (a bar's number), in points.
 MIN_FONT, MIN_VALUE_FONT = 7.0, 8.0
 
@@ -398,9 +410,9 @@ def text_problems(fig: Figure) -> list[str]:
     texts, renderer = drawn_texts(fig)
     shapes = [_corners(t, renderer) for t in texts]
     found = [
-        f"{a.get_text()!r} overlaps {b.get_text()!r}"
-        for (a, sa), (b, sb) in itertools.combinations(zip(texts, shapes, strict=True), 2)
-        if _overlap(sa, sb)
+        f"{texts[i].get_text()!r} overlaps {texts[j].get_text()!r}"
+        for i, j in _close_pairs(shapes)
+        if _overlap(shapes[i], shapes[j])
     ]
     width, height = fig.bbox.width, fig.bbox.height
     for text, shape in zip(texts, shapes, strict=True):
