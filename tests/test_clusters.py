@@ -206,11 +206,17 @@ STOP_TIMEOUT = 120
 
 def refused(process: subprocess.Popen) -> str:
     """The one error line of a :func:`cli_run` that must stop by itself with exit code 2 (a
-    run that waits forever fails the test after :data:`STOP_TIMEOUT` seconds)."""
+    run that waits forever fails the test after :data:`STOP_TIMEOUT` seconds). A quiet run
+    still says once that no worker has joined when that takes 10 s (a loaded machine): that
+    notice may come first, nothing else."""
     out, err = ended(process, STOP_TIMEOUT)
-    lines = err.strip().splitlines()
+    lines = [line for line in err.strip().splitlines() if not line.startswith(NO_WORKER_YET)]
     assert process.returncode == 2 and len(lines) == 1, err[-3000:] or out[-3000:]
     return lines[0]
+
+
+#: the start of the one notice a quiet run gives while its cluster has no worker
+NO_WORKER_YET = "oodsim: no worker yet ("
 
 
 def _queued(ids: set[str]) -> set[str]:
