@@ -151,9 +151,11 @@ def test_pair_tables_to_frame_leave_out_the_diagonal(analysis, open_set: xr.Data
     out = analysis(open_set, metric=["auroc", "fpr95"])
     frame = out.oodsim.to_frame()
     m = len(METHODS)
-    assert frame.shape == (m * (m - 1) * 2, 3 + len(out.data_vars))
+    index = ["method", "other", "metric", *(["delta"] if "delta" in out.dims else [])]
+    cells = m * (m - 1) * 2 * out.sizes.get("delta", 1)  # power: one row per difference
+    assert frame.shape == (cells, len(index) + len(out.data_vars))
     assert not (frame["method"] == frame["other"]).any()
-    _assert_frame_is(frame, out, ["method", "other", "metric"])
+    _assert_frame_is(frame, out, index)
     assert frame.attrs == out.attrs
 
 

@@ -17,6 +17,7 @@ from statsmodels.stats.power import TTestIndPower, TTestPower, ttest_power
 from oodsim.report import write_report
 from oodsim.stats.paired import adjust_p, compare
 from oodsim.stats.power import (
+    DEFAULT_DELTAS,
     MAX_N,
     independent_power,
     independent_sample_size,
@@ -293,36 +294,51 @@ def test_sample_size_edges_and_arrays():
 # --- power on results ---------------------------------------------------------------------
 
 
-def test_power_paired_is_sample_size_of_observed_dz(results):
+def test_power_paired_is_sample_size_of_each_given_delta(results):
+    """Each fixed difference's d_z is delta / SD of the paired differences; n_required is
+    statsmodels' TTestPower solve_power, rounded up."""
     target, alpha = 0.9, 0.05
-    out = power(results, power=target, alpha=alpha)
+    out = power(results, power=target, alpha=alpha, delta=[0.005, 0.02])
+    assert out["n_required"].dims == ("method", "other", "delta")
+    assert out["delta"].values.tolist() == [0.005, 0.02] and out["sd"].dims == ("method", "other")
     cmp = compare(results, alpha=alpha)
     values, methods = _cell(results, "auroc")
     for a, b in itertools.combinations(range(len(methods)), 2):
         at = {"method": methods[a], "other": methods[b]}
         keep = np.isfinite(values[:, a]) & np.isfinite(values[:, b])
         d = values[keep, a] - values[keep, b]
-        dz = abs(d.mean()) / d.std(ddof=1)
         assert int(out["n_observed"].sel(at)) == keep.sum() == int(cmp["n"].sel(at))
-        assert float(out["delta"].sel(at)) == pytest.approx(abs(d.mean()))
         assert float(out["sd"].sel(at)) == pytest.approx(d.std(ddof=1))
-        assert float(out["effect_size"].sel(at)) == pytest.approx(dz)
-        assert float(out["effect_size"].sel(at)) == pytest.approx(
-            abs(float(cmp["effect_size"].sel(at)))
-        )
-        need = float(out["n_required"].sel(at))
-        assert need == paired_sample_size(dz, target, alpha)
-        assert paired_power(dz, need, alpha) >= target
-        assert need == 2 or paired_power(dz, need - 1, alpha) < target
-        assert float(out["achieved_power"].sel(at)) == pytest.approx(
-            paired_power(dz, keep.sum(), alpha)
-        )
+        for delta in (0.005, 0.02):
+            cell = out.sel(at).sel(delta=delta)
+            dz = delta / d.std(ddof=1)
+            assert float(cell["effect_size"]) == pytest.approx(dz)
+            need = float(cell["n_required"])
+            oracle = TTestPower().solve_power(effect_size=dz, power=target, alpha=alpha)
+            assert need == max(2, math.ceil(oracle - 1e-9))
+            assert paired_power(dz, need, alpha) >= target
+            assert need == 2 or paired_power(dz, need - 1, alpha) < target
+            assert float(cell["achieved_power"]) == pytest.approx(
+                paired_power(dz, keep.sum(), alpha)
+            )
         swapped = {"method": methods[b], "other": methods[a]}
         for name in out.data_vars:
             np.testing.assert_array_equal(out[name].sel(at).values, out[name].sel(swapped).values)
-    assert np.isnan(out["n_required"].sel({"method": "msp", "other": "msp"}))
+    assert np.isnan(out["n_required"].sel({"method": "msp", "other": "msp"})).all()
     assert out.attrs["power"] == target and out.attrs["paired"] is True
-    assert "paired t test" in out.attrs["estimand"]
+    assert "paired t test" in out.attrs["estimand"] and out.attrs["delta"] == [0.005, 0.02]
+
+
+def test_power_asks_about_fixed_differences_by_default_never_the_observed_one(results):
+    out = power(results)
+    assert out["delta"].values.tolist() == list(DEFAULT_DELTAS) == [0.005, 0.01, 0.02]
+    one = power(results, delta=0.01)
+    assert "delta" not in one.dims and float(one["delta"]) == 0.01
+    np.testing.assert_array_equal(
+        one["n_required"].values, out["n_required"].sel(delta=0.01).values
+    )
+    with pytest.raises(ValueError, match="Hoenig & Heisey 2001"):
+        power(results, delta=None)
 
 
 def test_power_unpaired_uses_pooled_sd_and_given_delta(results):
@@ -333,7 +349,7 @@ def test_power_unpaired_uses_pooled_sd_and_given_delta(results):
     keep = np.isfinite(values[:, a]) & np.isfinite(values[:, b])
     sd = np.sqrt((values[keep, a].var(ddof=1) + values[keep, b].var(ddof=1)) / 2)
     assert float(out["sd"].sel(at)) == pytest.approx(sd)
-    assert float(out["delta"].sel(at)) == 0.01
+    assert float(out["delta"]) == 0.01
     assert float(out["n_required"].sel(at)) == independent_sample_size(0.01 / sd)
     assert float(out["achieved_power"].sel(at)) == pytest.approx(
         independent_power(0.01 / sd, keep.sum())
@@ -342,20 +358,23 @@ def test_power_unpaired_uses_pooled_sd_and_given_delta(results):
 
 
 def test_power_keeps_cells_and_metrics(severity_results):
-    out = power(severity_results, metric=None)
+    out = power(severity_results, metric=None, delta=0.01)
     assert set(out["n_required"].dims) == {"method", "other", "metric", "severity", "model"}
     cell = {"metric": "aupr_in", "severity": "2", "model": "b"}
-    single = power(severity_results, metric="aupr_in").sel(severity="2", model="b")
+    single = power(severity_results, metric="aupr_in", delta=0.01).sel(severity="2", model="b")
     np.testing.assert_array_equal(
         out["n_required"].sel(cell, drop=True).values, single["n_required"].values
     )
 
 
-def test_power_degenerate_sd_and_delta():
+def test_power_degenerate_sd():
     base = np.array([0.125, 0.5, 0.25, 0.75])
-    out = power(_toy(np.stack([base, base + 0.25, base], axis=1)))
-    assert float(out["n_required"].sel({"method": "a", "other": "b"})) == 2  # SD 0, delta 0.25
-    assert np.isnan(float(out["n_required"].sel({"method": "a", "other": "c"})))  # delta 0
+    out = power(_toy(np.stack([base, base + 0.25, base], axis=1)), delta=0.01)
+    # every paired difference equal (0.25, or 0): an SD of 0 estimates no noise
+    assert np.isnan(out["n_required"].values).all()
+    assert float(out["sd"].sel({"method": "a", "other": "b"})) == 0
+    one_seed = power(_toy(np.stack([base, base + 0.25, base], axis=1)[:1]), delta=0.01)
+    assert np.isnan(one_seed["n_required"].values).all()  # no SD from one seed
 
 
 def test_power_bad_input(results):
@@ -363,7 +382,7 @@ def test_power_bad_input(results):
         power(results, power=0.0)
     with pytest.raises(ValueError, match="alpha"):
         power(results, alpha=1.0)
-    for bad in (0.0, -0.01, float("nan"), np.array([0.01, 0.02]), "big"):
+    for bad in (0.0, -0.01, float("nan"), "big", [], [0.01, 0.01], [0.01, -1.0], [[0.01]]):
         with pytest.raises(ValueError, match="delta"):
             power(results, delta=bad)
     with pytest.raises(KeyError, match="known metrics"):

@@ -708,7 +708,7 @@ def test_a_power_table_of_blanks_is_one_line(tmp_path: Path) -> None:
     results["score"] = score.copy(data=np.repeat(score.values[:, :1], score.sizes["method"], 1))
     text = write_report(results, tmp_path, n_draws=100, figures=False).read_text()
     section = text[text.index("## Seeds needed") : text.index("## Sources of variance")]
-    assert "Not computed: no pair has an observed difference" in section
+    assert "Not computed: no pair has paired differences that spread" in section
     assert "| msp |" not in section
 
 

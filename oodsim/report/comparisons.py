@@ -19,6 +19,7 @@ from oodsim.report.figures import ink, metric_label, panels, require_ood, save, 
 from oodsim.report.tables import render, too_small
 from oodsim.results.access import cell_label, iter_cells, method_names
 from oodsim.stats import as_score, compare, higher_is_better, power
+from oodsim.stats.power import DEFAULT_DELTAS
 
 #: A pair whose adjusted p-value is not below alpha.
 _NOT_SIGNIFICANT = "#d0d0d0"
@@ -145,22 +146,35 @@ def paired_table(comparison: xr.Dataset) -> str:
     return _matrices(comparison, _pair_text, too_small("no pair has seeds both methods scored"))
 
 
+def _one_n(n: float) -> str:
+    if np.isnan(n):
+        return ""
+    return "inf" if np.isinf(n) else f"{int(n):,}"
+
+
 def _n_text(v: xr.Dataset) -> str:
-    n = v["n_required"].item()
-    if not np.isfinite(n):
-        return "inf" if n > 0 else ""
-    return f"{int(n):,}"
+    """The seeds needed for each ``delta`` of the cell, ``"1,204 / 302 / 77"``; blank where
+    the spread is unknown."""
+    needed = np.atleast_1d(v["n_required"].values)
+    if np.isnan(needed).all():
+        return ""
+    return " / ".join(_one_n(n) for n in needed)
 
 
 def power_table(needed: xr.Dataset) -> str:
-    """Seeds a paired t test needs per pair (:func:`oodsim.stats.power`); blank where the
-    observed difference is zero."""
-    none = "Not computed: no pair has an observed difference (and spread) to power a test on."
-    return _matrices(needed, _n_text, none)
+    """Seeds a paired t test needs per pair and difference (:func:`oodsim.stats.power`),
+    ``"n₁ / n₂ / n₃"`` for the differences of its ``delta`` coordinate; blank where the
+    spread of the paired differences is unknown (fewer than 2 seeds, or all equal)."""
+    none = (
+        "Not computed: no pair has paired differences that spread (2 or more seeds, not all "
+        "equal) to power a test against."
+    )
+    return _matrices(needed, _n_text, none, shown_dims=("method", "other", "delta"))
 
 
 def power_of_results(
     results: xr.Dataset | xr.DataArray, metric: str, alpha: float, target: float = 0.8
 ) -> xr.Dataset:
-    """:func:`oodsim.stats.power` of every pair at the observed difference (paired)."""
-    return power(results, metric, power=target, alpha=alpha, paired=True)
+    """:func:`oodsim.stats.power` of every pair (paired) for the fixed differences
+    :data:`oodsim.stats.power.DEFAULT_DELTAS`, never the observed ones."""
+    return power(results, metric, delta=DEFAULT_DELTAS, power=target, alpha=alpha, paired=True)

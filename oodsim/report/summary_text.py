@@ -162,11 +162,14 @@ def _comparison_lines(
         "",
         "## Seeds needed (power)",
         "",
-        f"Seeds a two-sided paired t test needs to detect each pair's observed difference in "
-        f"{opts.metric} with 80% power at alpha = {opts.alpha:g} (noncentral t; the observed SD "
-        "of the paired differences taken as the truth, no multiplicity adjustment). Blank: no "
-        "difference observed. `oodsim.stats.required_simulations` (the first seed at which one "
-        "ordering of the seeds crosses alpha) is optimistic; this is the design number.",
+        f"Seeds a two-sided paired t test needs to detect a difference of "
+        f"{' / '.join(f'{d:g}' for d in needed['delta'].values)} in {opts.metric} with 80% "
+        f"power at alpha = {opts.alpha:g} (noncentral t; the observed SD of the paired "
+        "differences taken as the truth, no multiplicity adjustment). The differences are "
+        "fixed, not the observed ones: power at an observed difference says nothing the "
+        "p-value does not (Hoenig & Heisey 2001). `oodsim.stats.required_simulations` (the "
+        "first seed at which one ordering of the seeds crosses alpha) is optimistic; this is "
+        "the design number.",
         "",
         power_table(needed),
         "",

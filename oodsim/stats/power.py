@@ -1,8 +1,10 @@
 """How many seeds a two-sided t test needs to detect a difference between two methods.
 
-A prospective power calculation: given a difference ``delta`` and the seed-to-seed SD (the
-observed one, taken as the truth), the smallest number of seeds at which the test rejects
-with probability ``power``. The power is the exact one of the noncentral t distribution,
+A prospective power calculation: given a difference ``delta`` that matters, chosen before
+looking (never the observed difference: power at the observed effect is a function of the
+p-value alone, Hoenig & Heisey 2001), and the seed-to-seed SD (the observed one, taken as
+the truth), the smallest number of seeds at which the test rejects with probability
+``power``. The power is the exact one of the noncentral t distribution,
 both rejection tails included, as in statsmodels' ``TTestPower``/``TTestIndPower``; the
 sample size is found by an integer search, so it is the smallest n that reaches the power.
 """
@@ -10,13 +12,17 @@ sample size is found by an integer search, so it is the smallest n that reaches 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 
 import numpy as np
 import xarray as xr
 
 from oodsim.stats.checks import check_alpha
 from oodsim.stats.paired import _as_dataset, _moments, _pair_diffs, _pair_input, _square
+
+#: The differences :func:`power` asks about by default, in the metric's units (AUROC, FPR95,
+#: ...: half a point, one point, two points).
+DEFAULT_DELTAS: tuple[float, ...] = (0.005, 0.01, 0.02)
 
 #: Largest sample size searched; an effect too small to reach the power with this many seeds
 #: gets ``inf``.
@@ -153,55 +159,78 @@ def independent_sample_size(
     return _sample_size(effect_size, power, alpha, paired=False)
 
 
-def _check_delta(delta: float | None) -> float | None:
-    if delta is None:
-        return None
-    if isinstance(delta, bool) or np.ndim(delta) != 0:
-        raise ValueError(f"delta must be a positive number or None, got {delta!r}")
+def _one_delta(value: object, given: object) -> float:
+    if isinstance(value, bool) or np.ndim(value) != 0:
+        raise ValueError(f"delta must be positive numbers, got {given!r}")
     try:
-        value = float(delta)
+        number = float(value)  # type: ignore[arg-type]
     except (TypeError, ValueError):
-        raise ValueError(f"delta must be a positive number or None, got {delta!r}") from None
-    if not (math.isfinite(value) and value > 0):
-        raise ValueError(f"delta must be a positive finite number or None, got {delta!r}")
-    return value
+        raise ValueError(f"delta must be positive numbers, got {given!r}") from None
+    if not (math.isfinite(number) and number > 0):
+        raise ValueError(f"delta must be positive finite numbers, got {given!r}")
+    return number
+
+
+def _check_deltas(delta: object) -> tuple[float, ...] | float:
+    """A positive number, or a non-empty sequence of distinct ones (kept in order)."""
+    if delta is None:
+        raise ValueError(
+            "delta=None would power the test at the observed difference, which says nothing "
+            "the p-value does not (Hoenig & Heisey 2001); give the differences that matter, "
+            f"in the metric's units (default {DEFAULT_DELTAS})"
+        )
+    if isinstance(delta, str) or np.ndim(delta) == 0:
+        return _one_delta(delta, delta)
+    if not isinstance(delta, Iterable) or np.ndim(delta) != 1:
+        raise ValueError(f"delta must be a positive number or a list of them, got {delta!r}")
+    values = tuple(_one_delta(v, delta) for v in delta)
+    if not values or len(set(values)) != len(values):
+        raise ValueError(f"delta must be a non-empty list of distinct numbers, got {delta!r}")
+    return values
 
 
 def power(
     results: xr.Dataset | xr.DataArray,
     metric: str | Sequence[str] | None = "auroc",
-    delta: float | None = None,
+    delta: float | Sequence[float] = DEFAULT_DELTAS,
     power: float = 0.8,
     alpha: float = 0.05,
     paired: bool = True,
     methods: Sequence[str] | None = None,
     dim: str = "seed",
 ) -> xr.Dataset:
-    """Seeds needed to detect a difference between every two methods, per metric and cell.
+    """Seeds needed to detect a difference ``delta`` between every two methods, per metric
+    and cell.
 
-    Returns a Dataset over ``(method, other, *rest)`` as :func:`~oodsim.stats.paired.compare`
-    (a string ``metric`` drops the ``metric`` dim), symmetric across the diagonal (NaN).
-    Each pair uses the seeds where both methods are finite:
+    ``delta`` is the difference that matters, in the metric's units: a number, or a list of
+    them (default :data:`DEFAULT_DELTAS`), which adds a ``delta`` dim (a number: a scalar
+    ``delta`` coordinate). It is never the observed difference (``delta=None`` is refused):
+    the power at the observed effect is a function of the p-value alone (Hoenig & Heisey
+    2001).
 
-    - ``delta``: the difference to detect, in the metric's units: the given one, or by
-      default the absolute observed mean paired difference.
+    Returns a Dataset over ``(method, other, *rest[, delta])`` as
+    :func:`~oodsim.stats.paired.compare` (a string ``metric`` drops the ``metric`` dim),
+    symmetric across the diagonal (NaN). Each pair uses the seeds where both methods are
+    finite:
+
     - ``sd``: ``paired=True``: the observed SD (ddof=1) of the paired differences;
       ``paired=False``: the pooled SD sqrt((s_a² + s_b²) / 2) of the two methods' scores.
     - ``effect_size``: ``delta / sd`` (Cohen's d_z paired, d unpaired).
     - ``n_required``: seeds (per method; the same seeds run both) for a two-sided paired t
       test (``paired=False``: a two-sample t test with equal n) at level ``alpha`` to reach
       ``power`` (:func:`paired_sample_size`, :func:`independent_sample_size`). NaN when
-      undefined: delta = 0 (no n is enough) or the SD is NaN (fewer than 2 seeds); 2 when the
-      SD is 0 and delta is not; inf when more than :data:`MAX_N` seeds would be needed.
+      undefined: fewer than 2 seeds, or paired differences that are all equal (an SD of 0
+      is no estimate of the noise to power a test against); inf when more than
+      :data:`MAX_N` seeds would be needed.
     - ``n_observed``: seeds where both methods are finite (int; 0 on the diagonal).
-    - ``achieved_power``: power of that test with ``n_observed`` seeds against ``delta``
-      (``alpha`` when delta is 0; NaN for fewer than 2 seeds).
+    - ``achieved_power``: power of that test with ``n_observed`` seeds against ``delta``, a
+      design number for the run you have (NaN for fewer than 2 seeds).
 
     The SD is an estimate, taken as the truth: with few seeds the answer is rough.
     """
     target = check_alpha(power, "power")
     alpha = check_alpha(alpha)
-    wanted = _check_delta(delta)
+    wanted = _check_deltas(delta)
     if not isinstance(paired, bool | np.bool_):
         raise ValueError(f"paired must be True or False, got {paired!r}")
     score, names, _ = _pair_input(results, metric, methods, dim)
@@ -214,37 +243,47 @@ def power(
         _, _, var_a = _moments(np.where(ok, x[:, i], np.nan), ok)
         _, _, var_b = _moments(np.where(ok, x[:, j], np.nan), ok)
         sd = np.sqrt((var_a + var_b) / 2.0)
-    size = np.abs(mean) if wanted is None else np.where(n >= 1, wanted, np.nan)
-    with np.errstate(invalid="ignore", divide="ignore"):
-        effect = np.where(sd == 0, np.where(size == 0, np.nan, np.inf), size / sd)
-    effect = np.where(np.isnan(sd), np.nan, effect)
-    solve = paired_sample_size if paired else independent_sample_size
-    achieved_of = paired_power if paired else independent_power
-    need = np.asarray(solve(effect, target, alpha), dtype=float)
-    achieved = np.asarray(achieved_of(effect, n, alpha), dtype=float)
     m = score.sizes["method"]
     n_full = np.zeros((m, m, *n.shape[1:]), dtype=np.int64)
     n_full[i, j] = n
     n_full[j, i] = n
-    out = _as_dataset(
-        {
-            "n_required": _square(need, i, j, m, need),
-            "effect_size": _square(effect, i, j, m, effect),
-            "delta": _square(size, i, j, m, size),
-            "sd": _square(sd, i, j, m, sd),
-            "n_observed": n_full,
-            "achieved_power": _square(achieved, i, j, m, achieved),
-        },
-        score,
-        dim,
-    )
+    sizes = (wanted,) if isinstance(wanted, float) else wanted
+    parts = []
+    for size in sizes:
+        with np.errstate(invalid="ignore", divide="ignore"):
+            effect = np.where((sd == 0) | np.isnan(sd), np.nan, size / sd)
+        solve = paired_sample_size if paired else independent_sample_size
+        achieved_of = paired_power if paired else independent_power
+        need = np.asarray(solve(effect, target, alpha), dtype=float)
+        achieved = np.asarray(achieved_of(effect, n, alpha), dtype=float)
+        parts.append(
+            _as_dataset(
+                {
+                    "n_required": _square(need, i, j, m, need),
+                    "effect_size": _square(effect, i, j, m, effect),
+                    "sd": _square(sd, i, j, m, sd),
+                    "n_observed": n_full,
+                    "achieved_power": _square(achieved, i, j, m, achieved),
+                },
+                score,
+                dim,
+            ).assign_coords(delta=size)
+        )
+    if isinstance(wanted, float):
+        out = parts[0]
+    else:
+        varying = ["n_required", "effect_size", "achieved_power"]
+        stacked = xr.concat([part[varying] for part in parts], dim="delta")
+        out = parts[0].drop_vars([*varying, "delta"]).assign(
+            {name: stacked[name].transpose(..., "delta") for name in varying}
+        )[["n_required", "effect_size", "sd", "n_observed", "achieved_power"]]
     test = "paired t test" if paired else "two-sample t test (equal n per method)"
     sd_words = "SD of paired differences" if paired else "pooled SD of the two methods"
     out.attrs = {
         "power": target,
         "alpha": alpha,
         "paired": bool(paired),
-        "delta": "observed |mean difference|" if wanted is None else wanted,
+        "delta": list(sizes),
         "metric": metric if isinstance(metric, str) else list(names),
         "max_n": MAX_N,
         "estimand": (
@@ -256,6 +295,7 @@ def power(
 
 
 __all__ = [
+    "DEFAULT_DELTAS",
     "MAX_N",
     "independent_power",
     "independent_sample_size",
