@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from hypothesis import given, settings
+from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 from sklearn.metrics import brier_score_loss, log_loss
 from torchmetrics.classification import MulticlassCalibrationError
@@ -28,10 +28,19 @@ def predictions(draw: st.DrawFn) -> tuple[np.ndarray, np.ndarray]:
     return p / p.sum(axis=1, keepdims=True), rng.integers(0, k, n)
 
 
+def _on_an_edge_in_float32(p: np.ndarray) -> bool:
+    """Whether a top probability lies on a bin edge in torchmetrics' float32, where its bins
+    ([lo, hi), and 1.0 alone) and Guo et al.'s ((lo, hi]) part."""
+    confidence = p.max(axis=1).astype(np.float32)
+    edges = np.linspace(0.0, 1.0, 16).astype(np.float32)
+    return bool(np.isin(confidence, edges).any())
+
+
 @settings(max_examples=100, deadline=None)
 @given(predictions())
 def test_ece_is_torchmetrics_multiclass_calibration_error(data: tuple) -> None:
     p, y = data
+    assume(not _on_an_edge_in_float32(p))
     oracle = MulticlassCalibrationError(num_classes=p.shape[1], n_bins=15, norm="l1")
     want = float(oracle(torch.as_tensor(p), torch.as_tensor(y)))
     assert metrics.ece(p, y) == pytest.approx(want, abs=1e-6)  # torchmetrics sums in float32
@@ -46,6 +55,18 @@ def test_brier_and_nll_are_sklearns(data: tuple) -> None:
     # for two classes scikit-learn scores one column: half of the sum over both
     assert metrics.brier(p, y) == pytest.approx(sklearn_brier * (2 if k == 2 else 1), abs=1e-12)
     assert metrics.nll(p, y) == pytest.approx(log_loss(y, p, labels=list(range(k))), abs=1e-12)
+
+
+def test_a_saturated_confidence_is_in_the_last_bin_not_one_of_its_own() -> None:
+    """Guo et al.'s bins are right-closed: confidence 1.0 shares the last bin with 0.981
+    (torchmetrics gives it a sixteenth bin, and so a larger ECE)."""
+    p = np.array([[1.0, 0.0], [0.981, 0.019], [0.3, 0.7]])
+    y = np.array([1, 0, 0])
+    last = abs(0.5 - (1.0 + 0.981) / 2) * 2 / 3  # the two top bin samples, one right
+    assert metrics.ece(p, y) == pytest.approx(last + 0.7 / 3)
+    oracle = MulticlassCalibrationError(num_classes=2, n_bins=15, norm="l1")
+    alone = (1.0 + (1 - 0.981)) / 3 + 0.7 / 3
+    assert float(oracle(torch.as_tensor(p), torch.as_tensor(y))) == pytest.approx(alone, abs=1e-6)
 
 
 def test_known_values_and_bad_input() -> None:

@@ -393,13 +393,16 @@ def test_registry() -> None:
         "ece",
         "fpr95",
         "fpr95_ood",
+        "fpr_at_val95",
         "nll",
         "oscr",
         "oscr_pytorch_ood",
         "selective_risk95",
+        "tpr_at_val95",
     )
     classifier = {"accuracy", "ece", "brier", "nll"}  # the same for every detector
-    assert set(metrics.KAPPA_METRICS) == set(metrics.METRICS) - classifier
+    validation = set(metrics.VALIDATION_METRICS)  # κ of the validation samples too
+    assert set(metrics.KAPPA_METRICS) == set(metrics.METRICS) - classifier - validation
     assert metrics.get_metric("fpr95") is metrics.METRICS["fpr95"]
     kappa, is_ood = np.array([0.3, 0.1, 0.2, 0.4]), np.array([False, True, False, True])
     assert metrics.METRICS["fpr95"](kappa, is_ood) == metrics.fpr_at_tpr(kappa, is_ood, tpr=0.95)
@@ -797,7 +800,7 @@ def test_metric_info_records() -> None:
     lower = {name for name, record in info.items() if not record.higher_is_better}
     selective = {"aurc", "aurc_thresholds", "eaurc", "selective_risk95"}
     calibration = {"ece", "brier", "nll"}
-    assert lower == {"fpr95", "fpr95_ood", *selective, *calibration}
+    assert lower == {"fpr95", "fpr95_ood", "fpr_at_val95", *selective, *calibration}
     assert lower <= LOWER_IS_BETTER
     assert {info["oscr"].inputs, info["aurc"].inputs} == {"kappa+is_ood+correct", "kappa+correct"}
     assert info["oscr"].needs_correct and info["aurc"].needs_correct

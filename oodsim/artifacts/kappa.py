@@ -138,7 +138,8 @@ def _validation_is_ood(split_arrays: dict[str, np.ndarray]) -> np.ndarray:
 
 @attrs.frozen(eq=False)
 class Prepared:
-    """The cached outputs one seed is scored from: evaluated sets, fit splits, validation."""
+    """The cached outputs one seed is scored from: the sets κ is computed on (the test sets,
+    then the ID validation set where a metric needs it), fit splits, validation."""
 
     sets: list[EvalSet]
     outputs: list[Outputs]
@@ -148,8 +149,8 @@ class Prepared:
 
     @classmethod
     def load(cls, sim: Simulation) -> Prepared:
-        """The evaluated sets of ``sim`` read from the store (each outputs entry once)."""
-        sets = list(sim.keys.sets)
+        """The scored sets of ``sim`` read from the store (each outputs entry once)."""
+        sets = list(sim.keys.scored)
         found = {
             entry: stored(sim.store, *entry, f"outputs of seed {sim.seed}").arrays
             for entry in sorted({s.entry for s in sets})
@@ -163,7 +164,8 @@ class Prepared:
         return cls(sets, outputs, Outputs.concat(outputs), fits, split_arrays)
 
     def kappa(self, sim: Simulation, detector: DetectorSpec) -> tuple[np.ndarray, dict]:
-        """κ of one detector on the ID test set followed by every OOD test set, and the
+        """κ of one detector on the ID test set followed by every OOD test set (and the ID
+        validation set where a metric needs it: :attr:`SimulationKeys.scored`), and the
         parameters it was scored with (grid choices, fitted values such as temperature
         scaling's T); a detector with a fit split is fitted once and applied to all of them."""
         info = get_detector(detector.name)

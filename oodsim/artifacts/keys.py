@@ -8,6 +8,7 @@ import attrs
 from oodsim.artifacts.outputs import OUTPUTS
 from oodsim.detectors import get_detector
 from oodsim.keys import digest
+from oodsim.metrics import METRIC_INFO
 from oodsim.models import versions
 from oodsim.models.registry import get_architecture
 from oodsim.seeds import TRAINING_STREAMS, SeedStreams
@@ -117,6 +118,13 @@ class SimulationKeys:
     outputs: str  # of every subset of the split
     sets: tuple[EvalSet, ...]  # the in-distribution test set first, then each OOD test set
     kappa: tuple[tuple[str, str], ...]  # (kind, key) of κ of each model-based detector
+    #: the ID validation samples, scored too when a metric fixes a threshold on them
+    validation: EvalSet | None = None
+
+    @property
+    def scored(self) -> tuple[EvalSet, ...]:
+        """Every set κ is computed on: :attr:`sets`, then :attr:`validation` if any."""
+        return self.sets if self.validation is None else (*self.sets, self.validation)
 
     @property
     def entries(self) -> list[tuple[str, str]]:
@@ -144,13 +152,19 @@ def simulation_keys(
         else:
             key = ood_outputs_key(checkpoint, ood, streams)
             sets.append(EvalSet(ood.label, (OOD_OUTPUTS, key), "ood"))
+    validation = None
+    if any(METRIC_INFO[name].needs_val_kappa for name in spec.metrics):
+        validation = EvalSet("in_val", split_entry, "in_val")
+    scored = sets if validation is None else [*sets, validation]
     kappa = [
         (KAPPA, kappa_key(s.entry[1], s.prefix, detector, streams))
         for detector in spec.detectors
         if needs_model(detector)
-        for s in sets
+        for s in scored
     ]
-    return SimulationKeys(streams, checkpoint, split_entry[1], tuple(sets), tuple(kappa))
+    return SimulationKeys(
+        streams, checkpoint, split_entry[1], tuple(sets), tuple(kappa), validation
+    )
 
 
 def entries(spec: ExperimentSpec, seed: int) -> list[tuple[str, str]]:

@@ -29,6 +29,7 @@ from oodsim.metrics.facts import (
     METRIC_INPUTS,
     METRIC_RANGES,
     METRICS,
+    VALIDATION_METRICS,
     MetricInfo,
     available_metrics,
     evaluate,
@@ -57,6 +58,12 @@ from oodsim.metrics.functions import (
     selective_risk95,
 )
 from oodsim.metrics.inputs import NonFiniteScoreError
+from oodsim.metrics.thresholds import (
+    fpr_at_val95,
+    rates_at_validation_threshold,
+    tpr_at_val95,
+    validation_threshold,
+)
 
 __all__ = [
     "DEFAULT_KAPPA_METRICS",
@@ -66,6 +73,7 @@ __all__ = [
     "METRIC_INFO",
     "METRIC_INPUTS",
     "METRIC_RANGES",
+    "VALIDATION_METRICS",
     "MetricInfo",
     "NonFiniteScoreError",
     "accuracy",
@@ -85,6 +93,7 @@ __all__ = [
     "fpr95_ood",
     "fpr_at_tpr",
     "fpr_at_tpr_ood",
+    "fpr_at_val95",
     "get_metric",
     "higher_is_better",
     "is_ood_metric",
@@ -92,6 +101,9 @@ __all__ = [
     "nll",
     "oscr",
     "oscr_pytorch_ood",
+    "rates_at_validation_threshold",
     "selective_risk",
     "selective_risk95",
+    "tpr_at_val95",
+    "validation_threshold",
 ]

@@ -31,9 +31,12 @@ def _inputs(probabilities: Any, labels: Any) -> tuple[np.ndarray, np.ndarray]:
 
 def ece(probabilities: Any, labels: Any, *, n_bins: int = ECE_BINS) -> Any:
     """Expected calibration error of the top label (Guo et al., ICML 2017): the samples binned
-    by their top probability into ``n_bins`` equal-width bins of (0, 1] (right-closed, as
-    torchmetrics' ``MulticlassCalibrationError`` bins them), and the bins' |accuracy -
-    confidence| averaged with their sample shares. Lower is better; in [0, 1]."""
+    by their top probability into ``n_bins`` equal-width bins ((i - 1)/M, i/M], and the bins'
+    |accuracy - confidence| averaged with their sample shares. Lower is better; in [0, 1].
+
+    torchmetrics' ``MulticlassCalibrationError`` equals it except at the bin edges: it bins
+    [(i - 1)/M, i/M) in float32 and gives a confidence of exactly 1.0 (a saturated softmax,
+    or one within float32 rounding of it) a bin of its own."""
     p, y = _inputs(probabilities, labels)
     confidence = p.max(axis=-1)
     right = (p.argmax(axis=-1) == y).astype(np.float64)

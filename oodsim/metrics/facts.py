@@ -29,13 +29,17 @@ from oodsim.metrics.functions import (
 )
 from oodsim.metrics.inputs import require_correct
 from oodsim.metrics.kernels import KAPPA_REQUESTS, compute_metrics
+from oodsim.metrics.thresholds import fpr_at_val95, rates_at_validation_threshold, tpr_at_val95
 
 #: What a metric is computed from: κ with the OOD labels; κ, labels and the ID samples'
-#: prediction correctness; κ and correctness of ID samples alone; class predictions and labels.
+#: prediction correctness; κ and correctness of ID samples alone; κ, labels and κ of the ID
+#: validation samples (a threshold fixed on them); class predictions and labels; the
+#: classifier's probabilities and labels.
 METRIC_INPUTS: tuple[str, ...] = (
     "kappa+is_ood",
     "kappa+is_ood+correct",
     "kappa+correct",
+    "kappa+is_ood+val_kappa",
     "predictions+labels",
     "probabilities+labels",
 )
@@ -66,6 +70,16 @@ class MetricInfo:
     def needs_correct(self) -> bool:
         """Whether the metric also needs the ID samples' prediction correctness."""
         return "correct" in self.inputs.split("+")
+
+    @property
+    def needs_val_kappa(self) -> bool:
+        """Whether the metric also needs κ of the ID validation samples."""
+        return "val_kappa" in self.inputs.split("+")
+
+    @property
+    def scores_detector(self) -> bool:
+        """Whether the metric judges κ (an OOD or selective metric), not the classifier alone."""
+        return self.inputs.startswith("kappa")
 
 
 def _info(name: str, function: Callable[..., Any], reproduces: str, **kwargs: Any) -> MetricInfo:
@@ -174,6 +188,22 @@ METRIC_INFO: dict[str, MetricInfo] = {
             inputs="kappa+correct",
         ),
         _info(
+            "tpr_at_val95",
+            tpr_at_val95,
+            "share of ID test samples with kappa >= t, t the highest threshold that keeps 95% "
+            "of the ID validation samples (in_val); 0.95 up to sampling",
+            higher_is_better=True,
+            inputs="kappa+is_ood+val_kappa",
+        ),
+        _info(
+            "fpr_at_val95",
+            fpr_at_val95,
+            "share of OOD test samples with kappa >= t, t the highest threshold that keeps 95% "
+            "of the ID validation samples (in_val): the FPR a deployed detector gets",
+            higher_is_better=False,
+            inputs="kappa+is_ood+val_kappa",
+        ),
+        _info(
             "accuracy",
             accuracy,
             "sklearn accuracy_score per row",
@@ -211,8 +241,17 @@ METRIC_INFO: dict[str, MetricInfo] = {
 KAPPA_METRICS: tuple[str, ...] = tuple(KAPPA_REQUESTS)
 
 
-"""Names of the metrics computed from κ, all of which :func:`evaluate` computes; ``oscr`` and
+"""Names of the metrics computed from the test sets' κ alone, from one sort; ``oscr`` and
 ``aurc`` also need ``correct`` (see ``METRIC_INFO[name].inputs``)."""
+
+
+VALIDATION_METRICS: tuple[str, ...] = tuple(
+    name for name, info in METRIC_INFO.items() if info.needs_val_kappa
+)
+
+
+"""Names of the metrics that also need κ of the ID validation samples (a threshold fixed on
+them); :func:`evaluate` computes them when given ``val_kappa``."""
 
 
 DEFAULT_KAPPA_METRICS: tuple[str, ...] = ("auroc", "aupr_in", "aupr_out", "fpr95")
@@ -275,8 +314,8 @@ def is_ood_metric(metric: str) -> bool:
     Names :mod:`oodsim.metrics` does not know (a protocol's own, e.g. ImageNet-O's ``aupr``)
     count as OOD metrics.
     """
-    name = str(metric)
-    return name in KAPPA_METRICS or name not in METRICS
+    info = METRIC_INFO.get(str(metric))
+    return info is None or info.scores_detector
 
 
 def available_metrics() -> tuple[str, ...]:
@@ -298,21 +337,40 @@ def evaluate(
     names: Iterable[str] = DEFAULT_KAPPA_METRICS,
     *,
     correct: Any = None,
+    val_kappa: Any = None,
     context: str = "",
 ) -> dict[str, Any]:
     """Several κ metrics at once, sharing one validation and one sort per block of rows.
 
-    ``names`` are any of :data:`KAPPA_METRICS` (default: :data:`DEFAULT_KAPPA_METRICS`).
-    ``oscr`` and ``aurc`` need ``correct``, each sample's prediction correctness (bool, ``(n,)``
-    or broadcastable to ``kappa``; read at ID samples only); ``aurc`` is taken over the ID
-    samples (``is_ood`` False) of each row. Returns ``{name: float64 of shape (...)}``; equal to
-    calling each metric separately (``aurc`` on the ID samples alone).
+    ``names`` are any of :data:`KAPPA_METRICS` and :data:`VALIDATION_METRICS` (default:
+    :data:`DEFAULT_KAPPA_METRICS`). ``oscr`` and ``aurc`` need ``correct``, each sample's
+    prediction correctness (bool, ``(n,)`` or broadcastable to ``kappa``; read at ID samples
+    only); ``aurc`` is taken over the ID samples (``is_ood`` False) of each row. The
+    validation metrics need ``val_kappa``, κ of the ID validation samples (``(..., m)``,
+    leading dimensions broadcasting to ``kappa``'s). Returns ``{name: float64 of shape
+    (...)}``; equal to calling each metric separately (``aurc`` on the ID samples alone).
     """
     names = tuple(names)
+    known = (*KAPPA_METRICS, *VALIDATION_METRICS)
     for name in names:
-        if name not in KAPPA_REQUESTS:
-            raise UnknownNameError("metric", name, KAPPA_METRICS)
-        if correct is None and METRIC_INFO[name].needs_correct:
+        if name not in known:
+            raise UnknownNameError("metric", name, known)
+        info = METRIC_INFO[name]
+        if correct is None and info.needs_correct:
             require_correct(name, correct, context)
-    requests = tuple(KAPPA_REQUESTS[name] for name in names)
-    return dict(zip(names, compute_metrics(kappa, is_ood, requests, context, correct)))
+        if val_kappa is None and info.needs_val_kappa:
+            raise ValueError(
+                f"metric {name!r} needs val_kappa=: κ of the ID validation samples"
+                + (f" [{context}]" if context else "")
+            )
+    on_test = tuple(name for name in names if name in KAPPA_REQUESTS)
+    requests = tuple(KAPPA_REQUESTS[name] for name in on_test)
+    values = (
+        dict(zip(on_test, compute_metrics(kappa, is_ood, requests, context, correct)))
+        if on_test
+        else {}
+    )
+    if any(name in VALIDATION_METRICS for name in names):
+        tpr, fpr = rates_at_validation_threshold(kappa, is_ood, val_kappa, context=context)
+        values |= {"tpr_at_val95": tpr, "fpr_at_val95": fpr}
+    return {name: values[name] for name in names}

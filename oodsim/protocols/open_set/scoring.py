@@ -11,7 +11,7 @@ import numpy as np
 
 from oodsim.artifacts.kappa import Prepared
 from oodsim.artifacts.simulation import Simulation, SimulationFailed
-from oodsim.metrics import KAPPA_METRICS, METRIC_INFO, NonFiniteScoreError, evaluate
+from oodsim.metrics import METRIC_INFO, NonFiniteScoreError, evaluate
 from oodsim.outputs import Outputs
 from oodsim.protocols.base import checked_kappa
 from oodsim.protocols.degenerate import stored_judgement
@@ -32,7 +32,8 @@ def score(sim: Simulation) -> _Scored:
 
     Every κ metric of a test set is computed in one :func:`oodsim.metrics.evaluate` call on
     the ID test samples followed by that set's OOD samples (``correct``: whether the classifier
-    got each ID sample right, for OSCR and AURC); the degenerate verdict is taken on the
+    got each ID sample right, for OSCR and AURC; ``val_kappa``: κ of the ID validation
+    samples, for the rates at a threshold fixed on them); the degenerate verdict is taken on the
     validation split, never on the test samples the metrics use (a permutation test's verdict
     is read from the store, or computed here and stored)."""
     spec = sim.spec
@@ -45,7 +46,8 @@ def score(sim: Simulation) -> _Scored:
     id_part = slice(sizes[0], sizes[1])
     predicted = prepared.id_test.logits.argmax(axis=1)
     correct = predicted == prepared.id_test.labels
-    kappa_metrics = [m for m in spec.metrics if m in KAPPA_METRICS]
+    kappa_metrics = [m for m in spec.metrics if METRIC_INFO[m].scores_detector]
+    val_kappa = kappa[:, sizes[-2] : sizes[-1]] if sim.keys.validation else None
     classifier = _classifier_metrics(spec.metrics, prepared.id_test, predicted)
     result = np.empty((len(spec.detectors), len(spec.metrics), len(spec.ood)))
     for j in range(len(spec.ood)):
@@ -55,7 +57,11 @@ def score(sim: Simulation) -> _Scored:
         is_ood = np.r_[np.zeros(correct.size, bool), np.ones(n_ood, bool)]
         try:
             values = kappa_metrics and evaluate(
-                both, is_ood, kappa_metrics, correct=np.r_[correct, np.ones(n_ood, bool)]
+                both,
+                is_ood,
+                kappa_metrics,
+                correct=np.r_[correct, np.ones(n_ood, bool)],
+                val_kappa=val_kappa,
             )
         except NonFiniteScoreError as error:
             bad = [d.label for d, k in zip(spec.detectors, both) if not np.isfinite(k).all()]
