@@ -196,8 +196,9 @@ def write_report(
     """Write all plots (the forest plot of the estimates first) and ``summary.md`` (what was
     run, which seeds were excluded and why, estimates, win probabilities, paired comparisons,
     seeds needed for 80% power at fixed differences, variance components by source, stopping
-    decision) into the folder ``out_dir``; return the path of ``summary.md``. A part that would be empty or say
-    nothing at this number of seeds is one line, ``n too small: <reason>.``
+    decision) into the folder ``out_dir``; return the path of ``summary.md``. A part that
+    would be empty or say nothing at this number of seeds is one line, ``n too small:
+    <reason>.``
 
     ``metric`` (default auroc) drives the per-metric plots, the paired comparisons (adjusted
     over every pair and cell by ``adjust``: ``"holm"``, ``"bh"`` or None) and the power table;
