@@ -274,9 +274,13 @@ def power(
     else:
         varying = ["n_required", "effect_size", "achieved_power"]
         stacked = xr.concat([part[varying] for part in parts], dim="delta")
-        out = parts[0].drop_vars([*varying, "delta"]).assign(
-            {name: stacked[name].transpose(..., "delta") for name in varying}
-        )[["n_required", "effect_size", "sd", "n_observed", "achieved_power"]]
+        out = (
+            parts[0]
+            .drop_vars([*varying, "delta"])
+            .assign({name: stacked[name].transpose(..., "delta") for name in varying})[
+                ["n_required", "effect_size", "sd", "n_observed", "achieved_power"]
+            ]
+        )
     test = "paired t test" if paired else "two-sample t test (equal n per method)"
     sd_words = "SD of paired differences" if paired else "pooled SD of the two methods"
     out.attrs = {
