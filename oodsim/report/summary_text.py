@@ -39,7 +39,8 @@ from oodsim.report.tables import (
     win_table,
 )
 from oodsim.results.access import method_names, metrics_of, n_scored, ood_metrics
-from oodsim.stats import StopDecision, as_score, estimate
+from oodsim.stats import StopDecision, as_score, class_scores, estimate, hardest_classes
+from oodsim.stats.classes import CLASS_AUROC
 
 
 def _accuracy_line(est: xr.Dataset) -> list[str]:
@@ -252,4 +253,41 @@ def summary_text(
     ]
     lines += _comparison_lines(results, opts, done, shown)
     lines += _variance_lines(results, done)
+    lines += _class_lines(results)
     return lines + _stopping_lines(results)
+
+
+#: How many of each method's hardest unknown classes the report names.
+HARDEST = 3
+
+
+def _class_lines(results: xr.Dataset | xr.DataArray) -> list[str]:
+    """Each method's hardest unknown classes, with their AUROC intervals (open set results
+    with held-out classes)."""
+    if not isinstance(results, xr.Dataset) or CLASS_AUROC not in results:
+        return []
+    scores = class_scores(results)
+    counts = scores["n"].values[scores["n"].values > 0]
+    if counts.size == 0:
+        return ["## Hardest unknown classes", "", too_small("no seed scored a class"), ""]
+    rows = []
+    for method in method_names(scores["mean"]):
+        cells = []
+        for name in hardest_classes(scores, method, HARDEST):
+            cell = scores.sel({"method": method, "ood_class": name})
+            interval = f"[{fmt(cell['lower'].item(), 3)}, {fmt(cell['upper'].item(), 3)}]"
+            cells.append(f"{name}: {fmt(cell['mean'].item(), 3)} {interval}")
+        rows.append([method, *cells, *[""] * (HARDEST - len(cells))])
+    n = f"{counts.min()}" if counts.min() == counts.max() else f"{counts.min()}–{counts.max()}"
+    header = ["method", *[f"{rank}" for rank in ("hardest", "2nd", "3rd")[:HARDEST]]]
+    return [
+        "## Hardest unknown classes",
+        "",
+        "AUROC of each method against one unknown class at a time (the ID test samples "
+        "against that class's test samples), mean over the seeds where the class was unknown "
+        f"[{interval_name(scores)}], lowest first; n = {n} seeds per class. "
+        "`oodsim.stats.class_scores(results)` has every class.",
+        "",
+        render(header, rows, markdown=True),
+        "",
+    ]

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from oodsim.metrics import LOWER_IS_BETTER, higher_is_better, is_ood_metric
 from oodsim.results.access import as_score, score_matrix
+from oodsim.stats.classes import class_scores, hardest_classes
 from oodsim.stats.components import variance_components
 from oodsim.stats.crossed import crossed_components
 from oodsim.stats.estimates import estimate, running_interval
@@ -57,6 +58,7 @@ __all__ = [
     "adjust_p",
     "as_score",
     "betting_interval",
+    "class_scores",
     "compare",
     "confidence_sequence",
     "crossed_components",
@@ -65,6 +67,7 @@ __all__ = [
     "decide_fixed",
     "decide_ranking",
     "estimate",
+    "hardest_classes",
     "higher_is_better",
     "independent_sample_size",
     "is_ood_metric",

@@ -122,6 +122,8 @@ class OpenSetProtocol(Protocol):
             "degenerate": np.array(scored.degenerate),
             "detector_params": np.array(scored.params),
         }
+        if scored.class_auroc is not None:
+            variables["class_auroc"] = scored.class_auroc
         excluded = scored.degenerate and not spec.degenerate.keep
         failure = DEGENERATE.message(scored.degenerate) if excluded else ""
         return SeedResult(seed, variables, failure=failure)
@@ -146,6 +148,10 @@ class OpenSetProtocol(Protocol):
             coords["ood"] = [o.label for o in spec.ood]
             dims += ("ood",)
         variables = {"score": dims, "degenerate": (), "detector_params": ("method",)}
+        if any(ood.kind == HELD_OUT for ood in spec.ood):
+            # the dataset's class names: the driver has read the data for its first seed
+            coords["ood_class"] = list(spec.dataset.load().class_names)
+            variables["class_auroc"] = ("method", "ood_class")
         designed = tuple(design_coord(stream) for stream, _ in spec.seeds.designed_streams())
         return Layout(coords, variables, seed_coords=("class_split", *designed))
 

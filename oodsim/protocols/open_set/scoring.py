@@ -10,6 +10,7 @@ import attrs
 import numpy as np
 
 from oodsim.artifacts.kappa import Prepared
+from oodsim.artifacts.keys import HELD_OUT
 from oodsim.artifacts.simulation import Simulation, SimulationFailed
 from oodsim.metrics import METRIC_INFO, NonFiniteScoreError, evaluate
 from oodsim.outputs import Outputs
@@ -25,6 +26,7 @@ class _Scored:
     score: np.ndarray  # (method, metric, ood)
     degenerate: str  # "" or why the classifier is not above chance
     params: list[str]  # JSON per method
+    class_auroc: np.ndarray | None  # (method, dataset class): NaN but the seed's unknown ones
 
 
 def score(sim: Simulation) -> _Scored:
@@ -81,7 +83,31 @@ def score(sim: Simulation) -> _Scored:
         result,
         verdict.reason,
         [json.dumps(used, sort_keys=True, default=_plain) for _, used in scored],
+        _class_auroc(sim, prepared, kappa, sizes),
     )
+
+
+def _class_auroc(
+    sim: Simulation, prepared: Prepared, kappa: np.ndarray, sizes: np.ndarray
+) -> np.ndarray | None:
+    """AUROC of every detector against each unknown class of the held-out OOD set alone (the
+    ID test samples against that class's test samples), shape (method, dataset classes);
+    NaN for the classes this seed knows (or trains its OOD part on). None without a held-out
+    set."""
+    held = [j for j, ood in enumerate(sim.spec.ood) if ood.kind == HELD_OUT]
+    if not held:
+        return None
+    part = slice(sizes[held[0] + 1], sizes[held[0] + 2])
+    prefix = prepared.sets[held[0] + 1].prefix
+    classes = sim.data.labels[prepared.split_arrays[f"{prefix}.index"]]
+    id_kappa = kappa[:, sizes[0] : sizes[1]]
+    out = np.full((kappa.shape[0], sim.data.n_classes), np.nan)
+    for label in np.unique(classes):
+        of_class = kappa[:, part][:, classes == label]
+        is_ood = np.r_[np.zeros(id_kappa.shape[1], bool), np.ones(of_class.shape[1], bool)]
+        both = np.concatenate([id_kappa, of_class], axis=1)
+        out[:, label] = evaluate(both, is_ood, ["auroc"])["auroc"]
+    return out
 
 
 def _classifier_metrics(
