@@ -161,6 +161,22 @@ def parser() -> argparse.ArgumentParser:
         action="store_false",
         help="write summary.md alone, every table and no PNG (seconds instead of minutes)",
     )
+    report.add_argument(
+        "--latex",
+        dest="tables",
+        action="append_const",
+        const="latex",
+        default=[],
+        help="also write table.tex: mean [interval] per method and metric (booktabs), bold "
+        "only where a method is significantly best",
+    )
+    report.add_argument(
+        "--csv",
+        dest="tables",
+        action="append_const",
+        const="csv",
+        help="also write table.csv: the same numbers, one row per method and metric",
+    )
     add_trust(report)
     report.set_defaults(func=cmd_report)
 

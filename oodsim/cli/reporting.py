@@ -90,6 +90,7 @@ def cmd_report(args: argparse.Namespace) -> int:
         progress(f"reading {args.results}")
         # loaded by the command that needs it, so `oodsim --help` stays fast
         from oodsim.report.folder import named, report_folder
+        from oodsim.report.paper import TABLE_FILES
         from oodsim.results import open_results
 
         source = named(args.results)  # `oodsim report .` inside r.zarr: its name, r.zarr
@@ -102,6 +103,9 @@ def cmd_report(args: argparse.Namespace) -> int:
             overwrite=args.overwrite,
             source=source,
             figures=args.figures,
+            tables=tuple(dict.fromkeys(args.tables)),
         )
     print(f"report written to {path}")
+    for name in dict.fromkeys(args.tables):
+        print(f"{name} table written to {path.parent / TABLE_FILES[name]}")
     return 0

@@ -13,7 +13,7 @@ report of the same results and refuses any other folder unless ``overwrite=True`
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import numpy as np
@@ -34,6 +34,7 @@ from oodsim.report.folder import (
     write_file,
 )
 from oodsim.report.hooks import report_hooks
+from oodsim.report.paper import TABLE_FILES, paper_table, render_table
 from oodsim.report.plots import plot_distributions, plot_forest, plot_running_mean
 from oodsim.report.sources import plot_variance_sources
 from oodsim.report.summary_text import summary_text
@@ -191,6 +192,7 @@ def write_report(
     overwrite: bool = False,
     source: str | Path | None = None,
     figures: bool = True,
+    tables: Sequence[str] = (),
     progress: Progress | None = None,
 ) -> Path:
     """Write all plots (the forest plot of the estimates first) and ``summary.md`` (what was
@@ -209,6 +211,9 @@ def write_report(
     ``source``: the results' path, named in the summary. ``figures=False`` writes the
     Markdown alone (every table, no PNG): seconds instead of about two per figure. Results
     without a scored seed (every one failed or excluded) get no figure, and a line saying why.
+    ``tables``: any of ``"latex"`` and ``"csv"``, the estimates as ``table.tex`` (booktabs)
+    and ``table.csv`` (:mod:`oodsim.report.paper`; bold only where a method is significantly
+    best after ``adjust``).
 
     ``out_dir`` gets a :data:`~oodsim.report.folder.REPORT_MARKER` naming the results. A folder
     holding a report of the same results (same spec key) is refreshed: files of the old report
@@ -223,6 +228,9 @@ def write_report(
     probabilities and paired comparisons", "drawing figure 3 of 6: distributions"), from the
     thread that writes the report.
     """
+    unknown = [name for name in tables if name not in TABLE_FILES]
+    if unknown:
+        raise ValueError(f"tables must be among {', '.join(TABLE_FILES)}, got {unknown}")
     if pairing != "both" and pairing not in PAIRINGS:
         raise ValueError(f"pairing must be 'both' or one of {', '.join(PAIRINGS)}, got {pairing!r}")
     pairings = PAIRINGS if pairing == "both" else (pairing,)
@@ -248,6 +256,17 @@ def write_report(
         lines += [f"![{p.stem}]({p.name})" for p in written]
     else:
         lines.append(NOTHING_TO_DRAW if figures else NO_FIGURES)
+    if tables and isinstance(results, xr.Dataset) and n_scored(score) > 0:
+        tell("writing the tables for papers")
+        table = paper_table(results, alpha=alpha, adjust=adjust)
+        for name in tables:
+            text = render_table(table, name)
+            written.append(
+                write_file(out / TABLE_FILES[name], lambda tmp, t=text: tmp.write_text(t, "utf-8"))
+            )
+        lines += ["", "## Tables for papers", ""]
+        lines += [f"- [{TABLE_FILES[name]}]({TABLE_FILES[name]})" for name in tables]
+        lines += ["", table.caption]
     files = report_hooks(results).files  # the protocol's own files (severity's levels)
     if isinstance(results, xr.Dataset) and files is not None:
         tell(f"writing the files of the {results.attrs.get('protocol', '?')} protocol")
