@@ -11,6 +11,8 @@ import attrs
 import numpy as np
 import pytest
 import xarray as xr
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from scipy import stats as sps
 from sklearn.metrics import balanced_accuracy_score
 
@@ -25,6 +27,7 @@ from oodsim.protocols.degenerate import (
     RULE_VERSION,
     SUBSET,
     balanced_accuracy,
+    cantelli_bound,
     closed_form_verdict,
     degenerate_reason,
     independence_p_value,
@@ -86,12 +89,65 @@ def test_null_moments_are_the_exact_permutation_moments(trial: int) -> None:
 
 def test_a_clearly_trained_classifier_is_decided_without_shuffles_and_agrees() -> None:
     rng = np.random.default_rng(4)
-    labels = rng.integers(0, 6, 216)
-    predictions = np.where(rng.random(216) < 0.7, labels, rng.integers(0, 6, 216))
+    labels = rng.integers(0, 6, 600)
+    predictions = np.where(rng.random(600) < 0.7, labels, rng.integers(0, 6, 600))
     mean, sd = null_moments(predictions, labels)
-    assert (balanced_accuracy(predictions, labels) - mean) / sd > 8  # the shortcut applies
+    z = (balanced_accuracy(predictions, labels) - mean) / sd
+    assert cantelli_bound(z) < 1e-3  # the exact p-value is below alpha: no shuffles needed
+    assert closed_form_verdict(predictions, labels, 1e-3) is not None
     assert degenerate_reason(predictions, labels, alpha=1e-3) == ""
     assert independence_p_value(predictions, labels) == pytest.approx(1e-4)  # none reached it
+
+
+def test_one_correct_prediction_of_a_rare_class_is_judged_by_the_exact_test() -> None:
+    """The counterexample to a normal-tail shortcut: 9,980 + 20 validation samples, the rare
+    class predicted once, correctly. z is about 22, but the exact p-value is 20/10,000 =
+    0.002 (the one prediction of the rare class lands on one of its 20 samples): at
+    alpha = 0.001 the classifier is not above chance."""
+    labels = np.array([0] * 9980 + [1] * 20)
+    predictions = np.zeros(10_000, int)
+    predictions[-1] = 1
+    mean, sd = null_moments(predictions, labels)
+    z = (balanced_accuracy(predictions, labels) - mean) / sd
+    assert z > 20 and cantelli_bound(z) > 1e-3
+    assert closed_form_verdict(predictions, labels, 1e-3) is None  # no shortcut
+    verdict = judge(predictions, labels, 1e-3)
+    assert verdict.degenerate and verdict.p_value == pytest.approx(0.002, abs=0.001)
+    assert not judge(predictions, labels, 0.01).degenerate  # p = 0.002 < 0.01
+
+
+@settings(max_examples=30, deadline=None)
+@given(st.integers(2, 5), st.integers(5, 60), st.floats(0.0, 1.0), st.integers(0, 2**32 - 1))
+def test_the_shortcut_never_keeps_what_the_exact_test_excludes(
+    k: int, n: int, skill: float, seed: int
+) -> None:
+    """Wherever the closed form keeps a classifier, scipy's permutation test rejects at that
+    alpha too (its Monte Carlo p-value, with room for its own noise)."""
+    rng = np.random.default_rng(seed)
+    labels = rng.integers(0, k, n)
+    predictions = np.where(rng.random(n) < skill, labels, rng.integers(0, k, n))
+    kept = [
+        alpha
+        for alpha in (0.05, 0.01, 0.001)
+        if (verdict := closed_form_verdict(predictions, labels, alpha)) and not verdict.degenerate
+    ]
+    if not kept:
+        return
+    exact = sps.permutation_test(
+        (predictions,),
+        lambda x: balanced_accuracy(x, labels),
+        permutation_type="pairings",
+        alternative="greater",
+        n_resamples=4_000,
+        random_state=seed,
+    ).pvalue
+    assert exact < min(kept) + 1e-3, (kept, exact)
+
+
+def test_cantelli_bound() -> None:
+    assert cantelli_bound(0.0) == cantelli_bound(-3.0) == 1.0
+    assert cantelli_bound(3.0) == pytest.approx(0.1)
+    assert cantelli_bound(np.sqrt(999)) == pytest.approx(1e-3)
 
 
 def test_an_imbalanced_but_informative_classifier_is_kept() -> None:
