@@ -117,8 +117,6 @@ def null_moments(predictions: np.ndarray, labels: np.ndarray) -> tuple[float, fl
     return float(n * grand), float(np.sqrt(max(variance, 0.0)))
 
 
-
-
 def cantelli_bound(z: float) -> float:
     """An upper bound on ``P(T − E T ≥ z · SD T)`` for any distribution with that mean and
     SD (Cantelli's one-sided inequality, ``1 / (1 + z²)`` for z > 0; 1 otherwise): a bound on
@@ -126,6 +124,7 @@ def cantelli_bound(z: float) -> float:
     predicted class (one correct prediction of a class of 20 in 10,000 samples has z ≈ 22 and
     an exact p of 0.002, which the normal tail would put near 1e-100)."""
     return 1.0 / (1.0 + z * z) if z > 0 else 1.0
+
 
 #: The subset of a simulation's outputs the rule judges.
 SUBSET = "in_val"
