@@ -45,6 +45,10 @@ def _severity_spec(methods: tuple[str, ...], n_levels: int, models: tuple[str, .
     )
 
 
+#: Per-seed variables added to the open set layout after the tests that read synthetic scores.
+LATER = frozenset({"class_auroc", "risk_coverage"})
+
+
 def _fill(name: str, shape: tuple[int, ...], rng: np.random.Generator) -> np.ndarray:
     """Values of a per-seed variable other than ``score``: JSON strings or numbers."""
     if name.endswith("classes"):
@@ -86,11 +90,14 @@ def synthetic_results(
     split_effect = rng.normal(0, 0.02, n_splits)[splits]
     base = np.linspace(0.80, 0.83, len(methods)).reshape(-1, *([1] * (len(shape) - 1)))
     results = []
+    # variables results gained later draw from a stream of their own: the scores of a given
+    # seed stay the numbers every test was written against
+    later = np.random.default_rng([seed, 1])
     for i in range(n_seeds):
         score = np.clip(base + split_effect[i] + rng.normal(0, 0.01, shape), 0, 1)
         score[:, metrics.index("fpr95")] = 1 - score[:, metrics.index("fpr95")]
         variables = {"score": score} | {
-            name: _fill(name, layout.shape(name), rng)
+            name: _fill(name, layout.shape(name), later if name in LATER else rng)
             for name in layout.variables
             if name != "score"
         }

@@ -80,7 +80,8 @@ def test_a_designed_run_reports_its_sources_of_variance(tmp_path: Path) -> None:
     summary = write_report(results, tmp_path / "report", n_draws=500).read_text()
     assert_png(tmp_path / "report" / "variance_sources.png")
     assert "(variance_sources.png)" in summary
-    section = summary[summary.index("## Sources of variance") : summary.index("## Stopping")]
+    start = summary.index("## Sources of variance")
+    section = summary[start : summary.index("\n## ", start)]
     rows = [line.split(" | ")[0].strip("| ") for line in section.splitlines() if line[:2] == "| "]
     assert rows[1:] == ["class_split", "init", "class_split:init", "residual", "total SD"]
     assert "anova fit of the crossed random-effects model" in section

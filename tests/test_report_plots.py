@@ -57,7 +57,7 @@ def figures(monkeypatch: pytest.MonkeyPatch) -> list[Figure]:
         saved.append(fig)
         return save(fig, path)
 
-    for module in ("plots", "decisions", "severity", "comparisons", "sources"):
+    for module in ("plots", "decisions", "severity", "comparisons", "sources", "selective"):
         monkeypatch.setattr(f"oodsim.report.{module}.save", keep)
     return saved
 
@@ -512,3 +512,23 @@ def test_severity_levels_share_the_styles_and_one_outside_legend(
         m: s["marker"] for m, s in styles.items()
     }
     assert [ax.get_title().split(" (")[0] for ax in fig.axes] == ["a", "b"]
+
+
+def test_the_risk_coverage_figure_of_twelve_methods_greys_all_but_the_best_few(
+    tmp_path: Path, figures: list[Figure]
+) -> None:
+    results = synthetic_results(10, methods=TWELVE, failed=())
+    coverage = np.round(np.arange(1, 21) * 0.05, 2)
+    rng = np.random.default_rng(0)
+    slope = np.linspace(0.02, 0.08, len(TWELVE))[None, :, None]
+    curve = np.clip(slope * coverage**2 + rng.normal(0, 0.002, (10, len(TWELVE), 20)), 0, 1)
+    results = results.assign_coords(coverage=coverage)
+    results["risk_coverage"] = (("seed", "method", "coverage"), curve)
+    write_report(results, tmp_path / "report", n_draws=50)
+    assert (tmp_path / "report" / "risk_coverage.png").is_file()
+    (fig,) = [f for f in figures if "Risk–coverage" in f.get_suptitle()]
+    (ax,) = panels(fig)
+    coloured = [line for line in ax.get_lines() if line.get_marker() not in ("None", None, "")]
+    assert len(coloured) == 4  # the four with the lowest curves
+    assert text_problems(fig) == []
+    assert "mean over 10 seeds" in fig.get_suptitle()

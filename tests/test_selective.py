@@ -105,3 +105,16 @@ def test_evaluate_takes_them_over_the_id_samples_of_each_row() -> None:
         for name in names:
             alone = metrics.METRICS[name](kappa[row][ids], correct[row][ids])
             assert abs(together[name][row] - alone) <= TOL, name
+
+
+@settings(max_examples=80, deadline=None)
+@given(judged())
+def test_the_risk_coverage_curve_is_the_loop_at_each_coverage(data: tuple) -> None:
+    kappa, correct = data
+    curve = metrics.risk_coverage_curve(kappa, correct)
+    assert curve.shape == (len(metrics.COVERAGES),)
+    want = [risk_at_coverage_loop(kappa, correct, c) for c in metrics.COVERAGES]
+    np.testing.assert_allclose(curve, want, rtol=0, atol=1e-12)
+    assert curve[-1] == pytest.approx(1 - correct.mean())  # everything accepted
+    rows = metrics.risk_coverage_curve(np.stack([kappa, -kappa]), correct, (0.5, 1.0))
+    assert rows.shape == (2, 2) and rows[0, 0] == risk_at_coverage_loop(kappa, correct, 0.5)

@@ -89,8 +89,7 @@ def cmd_report(args: argparse.Namespace) -> int:
     with ReportProgress(sys.stderr) as progress:
         progress(f"reading {args.results}")
         # loaded by the command that needs it, so `oodsim --help` stays fast
-        from oodsim.report.folder import named, report_folder
-        from oodsim.report.paper import TABLE_FILES
+        from oodsim.report.folder import TABLE_FILES, named, report_folder
         from oodsim.results import open_results
 
         source = named(args.results)  # `oodsim report .` inside r.zarr: its name, r.zarr

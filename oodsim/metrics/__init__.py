@@ -39,6 +39,7 @@ from oodsim.metrics.facts import (
     metric_range,
 )
 from oodsim.metrics.functions import (
+    COVERAGES,
     accuracy,
     ap_in,
     ap_out,
@@ -54,6 +55,7 @@ from oodsim.metrics.functions import (
     fpr_at_tpr_ood,
     oscr,
     oscr_pytorch_ood,
+    risk_coverage_curve,
     selective_risk,
     selective_risk95,
 )
@@ -66,6 +68,7 @@ from oodsim.metrics.thresholds import (
 )
 
 __all__ = [
+    "COVERAGES",
     "DEFAULT_KAPPA_METRICS",
     "KAPPA_METRICS",
     "LOWER_IS_BETTER",
@@ -102,6 +105,7 @@ __all__ = [
     "oscr",
     "oscr_pytorch_ood",
     "rates_at_validation_threshold",
+    "risk_coverage_curve",
     "selective_risk",
     "selective_risk95",
     "tpr_at_val95",

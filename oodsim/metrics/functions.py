@@ -164,6 +164,20 @@ def selective_risk(kappa: Any, correct: Any, *, coverage: float, context: str = 
     return _id_only("selective_risk", kappa, correct, context, float(coverage))
 
 
+#: The coverages of :func:`risk_coverage_curve` by default: 0.05, 0.10, ..., 1.00.
+COVERAGES: tuple[float, ...] = tuple(round(0.05 * i, 2) for i in range(1, 21))
+
+
+def risk_coverage_curve(
+    kappa: Any, correct: Any, coverages: Any = COVERAGES, *, context: str = ""
+) -> Any:
+    """The risk–coverage curve of :func:`selective_risk` at each of ``coverages``: shape
+    ``(..., len(coverages))``, the selective risk of accepting the top share of the samples
+    by κ (at least that share; a tied run is accepted whole)."""
+    values = [selective_risk(kappa, correct, coverage=c, context=context) for c in coverages]
+    return np.stack(np.broadcast_arrays(*values), axis=-1)
+
+
 def selective_risk95(kappa: Any, correct: Any, *, context: str = "") -> Any:
     """:func:`selective_risk` at 95% coverage."""
     return selective_risk(kappa, correct, coverage=0.95, context=context)

@@ -44,12 +44,15 @@ FIGURE_FILES = {
         "running_mean",
         "win_probability",
         "variance_sources",
+        "risk_coverage",
     )
 }
+#: The file of each table format a report writes when asked (:mod:`oodsim.report.paper`).
+TABLE_FILES: dict[str, str] = {"latex": "table.tex", "csv": "table.csv"}
 #: The files a report writes at the top of its folder (``summary.md`` and the figures of
 #: :mod:`oodsim.report.summary`); severity results add ``.md`` and ``.png`` files under
 #: :data:`_SEVERITY`.
-REPORT_FILES = (SUMMARY, *FIGURE_FILES.values())
+REPORT_FILES = (SUMMARY, *FIGURE_FILES.values(), *TABLE_FILES.values())
 _SEVERITY = "severity"
 
 

@@ -21,6 +21,7 @@ import xarray as xr
 
 from oodsim.metrics import higher_is_better
 from oodsim.report.comparisons import adjust_name
+from oodsim.report.folder import TABLE_FILES
 from oodsim.report.tables import fmt, interval_name
 from oodsim.results.access import cell_label, iter_cells, method_names, ood_metrics
 from oodsim.stats import as_score, compare, estimate
@@ -230,10 +231,6 @@ def csv_table(table: PaperTable) -> str:
                     ]
                 )
     return out.getvalue()
-
-
-#: The file name of each table format in a report folder.
-TABLE_FILES: dict[str, str] = {"latex": "table.tex", "csv": "table.csv"}
 
 
 def render_table(table: PaperTable, fmt_name: str) -> str:

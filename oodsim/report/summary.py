@@ -36,6 +36,7 @@ from oodsim.report.folder import (
 from oodsim.report.hooks import report_hooks
 from oodsim.report.paper import TABLE_FILES, paper_table, render_table
 from oodsim.report.plots import plot_distributions, plot_forest, plot_running_mean
+from oodsim.report.selective import RISK_COVERAGE, plot_risk_coverage
 from oodsim.report.sources import plot_variance_sources
 from oodsim.report.summary_text import summary_text
 from oodsim.results.access import default_metric, n_scored, ood_metrics
@@ -128,6 +129,8 @@ def _figure_plan(
                 ),
             )
         )
+    if isinstance(results, xr.Dataset) and RISK_COVERAGE in results:
+        plan.append(("risk_coverage", lambda: plot_risk_coverage(results, file["risk_coverage"])))
     if done.sources is not None and isinstance(results, xr.Dataset):
         sources = done.sources
         plan.append(

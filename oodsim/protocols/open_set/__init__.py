@@ -44,8 +44,9 @@ from oodsim.artifacts.keys import (
 )
 from oodsim.artifacts.simulation import SimulationFailed, simulation, trained_model
 from oodsim.data.registry import dataset_info
+from oodsim.metrics import COVERAGES
 from oodsim.protocols.base import Protocol, Task
-from oodsim.protocols.open_set.scoring import score
+from oodsim.protocols.open_set.scoring import score, scores_selective
 from oodsim.results import DEGENERATE, NO_SEVERITY, Layout, SeedResult, design_coord
 from oodsim.simulation.splits import split_classes
 from oodsim.specs import ExperimentSpec, spec_from_dict
@@ -124,6 +125,8 @@ class OpenSetProtocol(Protocol):
         }
         if scored.class_auroc is not None:
             variables["class_auroc"] = scored.class_auroc
+        if scored.risk_coverage is not None:
+            variables["risk_coverage"] = scored.risk_coverage
         excluded = scored.degenerate and not spec.degenerate.keep
         failure = DEGENERATE.message(scored.degenerate) if excluded else ""
         return SeedResult(seed, variables, failure=failure)
@@ -152,6 +155,9 @@ class OpenSetProtocol(Protocol):
             # the dataset's class names: the driver has read the data for its first seed
             coords["ood_class"] = list(spec.dataset.load().class_names)
             variables["class_auroc"] = ("method", "ood_class")
+        if scores_selective(spec.metrics):
+            coords["coverage"] = list(COVERAGES)
+            variables["risk_coverage"] = ("method", "coverage")
         designed = tuple(design_coord(stream) for stream, _ in spec.seeds.designed_streams())
         return Layout(coords, variables, seed_coords=("class_split", *designed))
 

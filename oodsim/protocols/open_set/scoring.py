@@ -12,7 +12,7 @@ import numpy as np
 from oodsim.artifacts.kappa import Prepared
 from oodsim.artifacts.keys import HELD_OUT
 from oodsim.artifacts.simulation import Simulation, SimulationFailed
-from oodsim.metrics import METRIC_INFO, NonFiniteScoreError, evaluate
+from oodsim.metrics import METRIC_INFO, NonFiniteScoreError, evaluate, risk_coverage_curve
 from oodsim.outputs import Outputs
 from oodsim.protocols.base import checked_kappa
 from oodsim.protocols.degenerate import stored_judgement
@@ -27,6 +27,13 @@ class _Scored:
     degenerate: str  # "" or why the classifier is not above chance
     params: list[str]  # JSON per method
     class_auroc: np.ndarray | None  # (method, dataset class): NaN but the seed's unknown ones
+    risk_coverage: np.ndarray | None  # (method, coverage) where selective metrics are asked
+
+
+def scores_selective(metrics: tuple[str, ...]) -> bool:
+    """Whether a spec's ``metrics`` judge selective classification (AURC and the like, from κ
+    and the ID samples' correctness): its results then carry the risk–coverage curve."""
+    return any(METRIC_INFO[name].inputs == "kappa+correct" for name in metrics)
 
 
 def score(sim: Simulation) -> _Scored:
@@ -84,6 +91,7 @@ def score(sim: Simulation) -> _Scored:
         verdict.reason,
         [json.dumps(used, sort_keys=True, default=_plain) for _, used in scored],
         _class_auroc(sim, prepared, kappa, sizes),
+        risk_coverage_curve(kappa[:, id_part], correct) if scores_selective(spec.metrics) else None,
     )
 
 
