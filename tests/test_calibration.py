@@ -11,7 +11,6 @@ import torch
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 from sklearn.metrics import brier_score_loss, log_loss
-from torchmetrics.classification import MulticlassCalibrationError
 
 import oodsim
 from oodsim import metrics
@@ -28,6 +27,14 @@ def predictions(draw: st.DrawFn) -> tuple[np.ndarray, np.ndarray]:
     return p / p.sum(axis=1, keepdims=True), rng.integers(0, k, n)
 
 
+def calibration_error_oracle(n_classes: int):  # noqa: ANN201
+    """torchmetrics' ECE (imported here: torchmetrics takes about 3 s to import, which every
+    collection of the suite would pay)."""
+    from torchmetrics.classification import MulticlassCalibrationError
+
+    return MulticlassCalibrationError(num_classes=n_classes, n_bins=15, norm="l1")
+
+
 def _on_an_edge_in_float32(p: np.ndarray) -> bool:
     """Whether a top probability lies on a bin edge in torchmetrics' float32, where its bins
     ([lo, hi), and 1.0 alone) and Guo et al.'s ((lo, hi]) part."""
@@ -41,7 +48,7 @@ def _on_an_edge_in_float32(p: np.ndarray) -> bool:
 def test_ece_is_torchmetrics_multiclass_calibration_error(data: tuple) -> None:
     p, y = data
     assume(not _on_an_edge_in_float32(p))
-    oracle = MulticlassCalibrationError(num_classes=p.shape[1], n_bins=15, norm="l1")
+    oracle = calibration_error_oracle(p.shape[1])
     want = float(oracle(torch.as_tensor(p), torch.as_tensor(y)))
     assert metrics.ece(p, y) == pytest.approx(want, abs=1e-6)  # torchmetrics sums in float32
 
@@ -64,7 +71,7 @@ def test_a_saturated_confidence_is_in_the_last_bin_not_one_of_its_own() -> None:
     y = np.array([1, 0, 0])
     last = abs(0.5 - (1.0 + 0.981) / 2) * 2 / 3  # the two top bin samples, one right
     assert metrics.ece(p, y) == pytest.approx(last + 0.7 / 3)
-    oracle = MulticlassCalibrationError(num_classes=2, n_bins=15, norm="l1")
+    oracle = calibration_error_oracle(2)
     alone = (1.0 + (1 - 0.981)) / 3 + 0.7 / 3
     assert float(oracle(torch.as_tensor(p), torch.as_tensor(y))) == pytest.approx(alone, abs=1e-6)
 

@@ -24,7 +24,13 @@ from torch import nn
 from oodsim.detectors import confidence, knn, openmax, temperature, weibull
 from oodsim.outputs import Outputs
 
-pood = pytest.importorskip("pytorch_ood.detector")
+
+def pood():  # noqa: ANN201
+    """pytorch-ood's detectors, the oracle (imported when a test asks: the import takes about
+    2 s, which every collection of the suite would pay)."""
+    import pytorch_ood.detector
+
+    return pytorch_ood.detector
 
 
 class TinyNet(nn.Module):
@@ -134,11 +140,11 @@ def test_setup_is_a_sensible_classifier(s: Setup) -> None:
 @pytest.mark.parametrize(
     ("name", "params", "oracle", "transform"),
     [
-        ("msp", {}, lambda: pood.MaxSoftmax(None), as_probability),
-        ("max_logit", {}, lambda: pood.MaxLogit(None), np.asarray),
-        ("energy", {}, lambda: pood.EnergyBased(None), np.asarray),
-        ("energy", {"temperature": 3.0}, lambda: pood.EnergyBased(None, t=3.0), np.asarray),
-        ("entropy", {}, lambda: pood.Entropy(None), as_negative_entropy),
+        ("msp", {}, lambda: pood().MaxSoftmax(None), as_probability),
+        ("max_logit", {}, lambda: pood().MaxLogit(None), np.asarray),
+        ("energy", {}, lambda: pood().EnergyBased(None), np.asarray),
+        ("energy", {"temperature": 3.0}, lambda: pood().EnergyBased(None, t=3.0), np.asarray),
+        ("entropy", {}, lambda: pood().Entropy(None), as_negative_entropy),
     ],
 )
 def test_logit_detectors_equal_pytorch_ood(s: Setup, name, params, oracle, transform) -> None:
@@ -158,7 +164,7 @@ def test_entropy_differs_from_pytorch_ood_only_by_its_probability_clipping(s: Se
     clipped = (p < 1e-7).any(axis=1)
     assert 0 < clipped.sum() < len(p)
     kappa = as_negative_entropy(confidence("entropy", sharp))
-    outlier = scores(pood.Entropy(None).predict_logits(t(sharp.logits)))
+    outlier = scores(pood().Entropy(None).predict_logits(t(sharp.logits)))
     np.testing.assert_allclose(kappa[~clipped], -outlier[~clipped], atol=1e-9)
     gap = outlier[clipped] + kappa[clipped]
     assert np.all(gap >= -1e-12) and np.all(gap <= 6 * 1e-7 * np.log(1e7) + 1e-12)
@@ -184,11 +190,11 @@ def test_fitted_temperature_is_the_brute_force_nll_minimum(s: Setup) -> None:
 def test_temperature_matches_pytorch_ood_at_the_same_temperature(s: Setup) -> None:
     fitted = temperature.fit_temperature(s.val.logits, s.val.labels)
     kappa = confidence("temperature", s.test, fit=s.val)
-    outlier = scores(pood.MaxSoftmax(None, t=fitted).predict_logits(t(s.test.logits)))
+    outlier = scores(pood().MaxSoftmax(None, t=fitted).predict_logits(t(s.test.logits)))
     np.testing.assert_allclose(as_probability(kappa), -outlier, atol=2e-6)
     assert rho(kappa, outlier) > 0.9999
     fixed = confidence("temperature", s.test, temperature=2.5)
-    outlier = scores(pood.MaxSoftmax(None, t=2.5).predict_logits(t(s.test.logits)))
+    outlier = scores(pood().MaxSoftmax(None, t=2.5).predict_logits(t(s.test.logits)))
     np.testing.assert_allclose(as_probability(fixed), -outlier, atol=2e-6)
 
 
@@ -196,7 +202,7 @@ def test_pytorch_ood_temperature_fit_approaches_ours(s: Setup) -> None:
     # pytorch-ood runs L-BFGS (lr 0.01, 50 iterations) per fit call: it stops short of the
     # optimum; repeated calls continue from its last T and converge towards ours.
     ours = temperature.fit_temperature(s.val.logits, s.val.labels)
-    oracle = pood.TemperatureScaling(None)
+    oracle = pood().TemperatureScaling(None)
     # How many calls it takes depends on the logits (a trained model's, which differ a little
     # between processors): up to 40, stopping once within 2% of ours.
     nll = [temperature.nll(s.val.logits, s.val.labels, ours)]
@@ -223,7 +229,7 @@ def test_odin_equals_pytorch_ood(s: Setup, temp: float, eps: float) -> None:
         epsilon=eps,
         batch_size=200,
     )
-    outlier = scores(pood.ODIN(s.model, eps=eps, temperature=temp).predict(s.inputs))
+    outlier = scores(pood().ODIN(s.model, eps=eps, temperature=temp).predict(s.inputs))
     np.testing.assert_allclose(as_probability(kappa), -outlier, atol=1e-6)
     assert rho(kappa, outlier) > 0.9999
     plain = confidence("temperature", s.test, temperature=temp)
@@ -255,7 +261,7 @@ def test_mc_dropout_agrees_with_pytorch_ood_in_distribution(s: Setup) -> None:
     x, n = s.inputs[:300], 200
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(1)
-        mean_p = pood.MCD.run_mean(s.model, x, n).double()
+        mean_p = pood().MCD.run_mean(s.model, x, n).double()
     outlier = -mean_p.max(dim=1).values.numpy()
     ours = as_probability(
         confidence("mc_dropout", None, model=s.model, inputs=x, n_passes=n, seed=3)
@@ -266,7 +272,7 @@ def test_mc_dropout_agrees_with_pytorch_ood_in_distribution(s: Setup) -> None:
     gap, seed_gap = np.abs(ours + outlier).mean(), np.abs(ours - other_seed).mean()
     assert gap < 1.5 * seed_gap and gap < 0.02
     assert rho(ours, outlier) > 0.99
-    entropy = -scores(pood.Entropy(None).predict_logits(mean_p.log()))
+    entropy = -scores(pood().Entropy(None).predict_logits(mean_p.log()))
     ours_entropy = as_negative_entropy(
         confidence("mc_dropout_entropy", None, model=s.model, inputs=x, n_passes=n, seed=3)
     )
@@ -281,7 +287,7 @@ def test_mc_dropout_without_dropout_is_the_msp(s: Setup) -> None:
     model.eval()
     kappa = confidence("mc_dropout", None, model=model, inputs=s.inputs, n_passes=3)
     with torch.random.fork_rng(devices=[]):
-        outlier = scores(pood.MCD(model, samples=3, mode="mean").predict(s.inputs))
+        outlier = scores(pood().MCD(model, samples=3, mode="mean").predict(s.inputs))
     np.testing.assert_allclose(kappa, confidence("msp", s.test), atol=1e-5)
     np.testing.assert_allclose(as_probability(kappa), -outlier, atol=1e-6)
 
@@ -333,7 +339,7 @@ def test_mahalanobis_equals_scipy_for_some_rows(s: Setup) -> None:
 def test_mahalanobis_is_a_monotone_transform_of_pytorch_ood(s: Setup) -> None:
     # pytorch-ood: s = ½ min_k d²_S with S the scatter matrix (covariance · N) + 1e-6·I;
     # oodsim: κ = −min_k d_Σ with Σ the covariance. Hence s = κ² / (2N) up to the ridges.
-    oracle = pood.Mahalanobis(None).fit_features(t(s.train.features), t(s.train.labels))
+    oracle = pood().Mahalanobis(None).fit_features(t(s.train.features), t(s.train.labels))
     outlier = scores(oracle.predict_features(t(s.test.features)))
     kappa = confidence("mahalanobis", s.test, fit=s.train, ridge=0.0)
     np.testing.assert_allclose(kappa**2 / (2 * len(s.train)), outlier, rtol=1e-4)
@@ -349,7 +355,7 @@ def test_knn_equals_sklearn_and_pytorch_ood(s: Setup, monkeypatch) -> None:
     monkeypatch.setattr(knn, "BLOCK_ELEMENTS", 5000)  # several blocks of queries
     kappa = confidence("knn", s.test, fit=s.train)
     np.testing.assert_allclose(kappa, -distance, atol=1e-9)
-    oracle = pood.KNN(None, k=50).fit_features(t(s.train.features), t(s.train.labels))
+    oracle = pood().KNN(None, k=50).fit_features(t(s.train.features), t(s.train.labels))
     outlier = scores(oracle.predict_features(t(s.test.features)))
     np.testing.assert_allclose(kappa, -outlier, atol=1e-6)
     assert rho(kappa, outlier) > 0.9999
@@ -372,7 +378,7 @@ def test_vim_equals_pytorch_ood(s: Setup, dim: int, atol: float) -> None:
     # pytorch-ood computes in float32: its eigenvectors of the smallest eigenvalues carry
     # ~1e-3 relative error, which grows with the residual dimension D − dim.
     weight, bias = _head(s)
-    oracle = pood.ViM(None, d=dim, w=t(weight), b=t(bias))
+    oracle = pood().ViM(None, d=dim, w=t(weight), b=t(bias))
     oracle.fit_features(t(s.train.features), t(s.train.labels))
     outlier = scores(oracle.predict_features(t(s.test.features)))
     kappa = confidence("vim", s.test, fit=s.train, dim=dim, head_weight=weight, head_bias=bias)
@@ -426,7 +432,7 @@ def test_openmax_equals_pytorch_ood_fitted_on_correct_samples(s: Setup, alpha: i
     # paper), pytorch-ood all it is given; and pytorch-ood adds libMR's 10000 shift in the input
     # dtype, so float32 logits quantize the tail to ~1e-3. Hence float64 logits for the oracle.
     correct = s.train.logits.argmax(1) == s.train.labels
-    oracle = pood.OpenMax(None, tailsize=20, alpha=alpha, euclid_weight=1.0)
+    oracle = pood().OpenMax(None, tailsize=20, alpha=alpha, euclid_weight=1.0)
     oracle.fit_logits(t(s.train.logits[correct].astype(np.float64)), t(s.train.labels[correct]))
     unknown = scores(oracle.predict_logits(t(s.test.logits.astype(np.float64))))
     kappa = confidence("openmax", s.test, fit=s.train, alpha=alpha)
@@ -439,7 +445,7 @@ def test_openmax_eucos_ranks_like_pytorch_ood_weighted_distance(s: Setup) -> Non
     # w·euclidean + (1 − w)·cosine with w = 1/201, i.e. 200/201 · eucos, and the libMR shift
     # does not commute with that scale: the Weibull fits differ slightly.
     correct = s.train.logits.argmax(1) == s.train.labels
-    oracle = pood.OpenMax(None, tailsize=20, alpha=6, euclid_weight=1 / 201)
+    oracle = pood().OpenMax(None, tailsize=20, alpha=6, euclid_weight=1 / 201)
     oracle.fit_logits(t(s.train.logits[correct].astype(np.float64)), t(s.train.labels[correct]))
     unknown = scores(oracle.predict_logits(t(s.test.logits.astype(np.float64))))
     kappa = confidence("openmax", s.test, fit=s.train, distance="eucos")
