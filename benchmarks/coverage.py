@@ -51,6 +51,7 @@ def cases() -> list[tuple[str, float, float, float, float]]:
         ("AUROC-like Beta, mean 0.95, SD 0.02", 0.0, 1.0, *beta(0.95, 0.02)),
         ("AUROC-like Beta, mean 0.99, SD 0.01", 0.0, 1.0, *beta(0.99, 0.01)),
         ("AUROC-like Beta, mean 0.999, SD 0.001", 0.0, 1.0, *beta(0.999, 0.001)),
+        ("skewed AUROC-like Beta, mean 0.98, SD 0.03", 0.0, 1.0, *beta(0.98, 0.03)),
         ("FPR-like Beta, mean 0.05, SD 0.03", 0.0, 0.0, *beta(0.05, 0.03)),
         ("FPR-like Beta, mean 0.01, SD 0.01", 0.0, 0.0, *beta(0.01, 0.01)),
         ("70 % at 1.0, rest Beta(mean 0.95, SD 0.03)", 0.7, 1.0, *beta(0.95, 0.03)),

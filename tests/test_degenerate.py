@@ -27,12 +27,12 @@ from oodsim.protocols.degenerate import (
     RULE_VERSION,
     SUBSET,
     balanced_accuracy,
-    cantelli_bound,
     closed_form_verdict,
     degenerate_reason,
     independence_p_value,
     judge,
     null_moments,
+    permutation_tail_bound,
     stored_judgement,
 )
 from oodsim.report.tables import exclusion_effect_table
@@ -91,9 +91,10 @@ def test_a_clearly_trained_classifier_is_decided_without_shuffles_and_agrees() -
     rng = np.random.default_rng(4)
     labels = rng.integers(0, 6, 600)
     predictions = np.where(rng.random(600) < 0.7, labels, rng.integers(0, 6, 600))
-    mean, sd = null_moments(predictions, labels)
-    z = (balanced_accuracy(predictions, labels) - mean) / sd
-    assert cantelli_bound(z) < 1e-3  # the exact p-value is below alpha: no shuffles needed
+    mean, _ = null_moments(predictions, labels)
+    largest = 1 / (6 * np.bincount(labels).min())
+    bound = permutation_tail_bound(balanced_accuracy(predictions, labels), mean, largest)
+    assert bound < 1e-20  # the exact p-value is far below alpha: no shuffles needed
     assert closed_form_verdict(predictions, labels, 1e-3) is not None
     assert degenerate_reason(predictions, labels, alpha=1e-3) == ""
     assert independence_p_value(predictions, labels) == pytest.approx(1e-4)  # none reached it
@@ -108,8 +109,9 @@ def test_one_correct_prediction_of_a_rare_class_is_judged_by_the_exact_test() ->
     predictions = np.zeros(10_000, int)
     predictions[-1] = 1
     mean, sd = null_moments(predictions, labels)
-    z = (balanced_accuracy(predictions, labels) - mean) / sd
-    assert z > 20 and cantelli_bound(z) > 1e-3
+    score = balanced_accuracy(predictions, labels)
+    assert (score - mean) / sd > 20  # a normal tail would call it certain
+    assert permutation_tail_bound(score, mean, 1 / (2 * 20)) > 0.9
     assert closed_form_verdict(predictions, labels, 1e-3) is None  # no shortcut
     verdict = judge(predictions, labels, 1e-3)
     assert verdict.degenerate and verdict.p_value == pytest.approx(0.002, abs=0.001)
@@ -144,10 +146,27 @@ def test_the_shortcut_never_keeps_what_the_exact_test_excludes(
     assert exact < min(kept) + 1e-3, (kept, exact)
 
 
-def test_cantelli_bound() -> None:
-    assert cantelli_bound(0.0) == cantelli_bound(-3.0) == 1.0
-    assert cantelli_bound(3.0) == pytest.approx(0.1)
-    assert cantelli_bound(np.sqrt(999)) == pytest.approx(1e-3)
+def test_the_tail_bound_holds_the_exact_two_class_tails() -> None:
+    """With two classes the balanced accuracy is linear in one hypergeometric count (the
+    predictions of class 1 that land on its labels): the exact tail, from scipy, never exceeds
+    the bound, for rare and common classes alike."""
+    for n, labelled, predicted in itertools.product(
+        (40, 200, 10_000), (1, 2, 5, 20, 100), (1, 2, 5, 20, 100)
+    ):
+        if labelled >= n or predicted >= n:
+            continue
+        count = sps.hypergeom(n, labelled, predicted)
+
+        def score(
+            x: int, n: int = n, labelled: int = labelled, predicted: int = predicted
+        ) -> float:
+            return 0.5 * (x / labelled + (n - labelled - (predicted - x)) / (n - labelled))
+
+        largest = 1 / (2 * min(labelled, n - labelled))
+        for x in range(int(np.ceil(count.mean())), min(labelled, predicted) + 1):
+            bound = permutation_tail_bound(score(x), score(count.mean()), largest)
+            assert count.sf(x - 1) <= bound, (n, labelled, predicted, x)
+    assert permutation_tail_bound(0.4, 0.5, 0.01) == 1.0  # below the mean
 
 
 def test_an_imbalanced_but_informative_classifier_is_kept() -> None:
