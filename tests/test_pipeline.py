@@ -25,7 +25,13 @@ def test_digits_run_then_rerun_computes_nothing(
     first = oodsim.run(
         spec, address=cluster_address, cache=cache, out=tmp_path / "r.zarr", progress=False
     )
-    assert dict(first.sizes) == {"seed": 4, "method": 1, "metric": 2, "severity": 1}
+    assert dict(first.sizes) == {
+        "seed": 4,
+        "method": 1,
+        "metric": 2,
+        "severity": 1,
+        "ood_class": 10,
+    }
     assert list(first.severity.values) == ["all"]
     auroc = first.score.sel({"method": "msp", "metric": "auroc", "severity": "all"})
     assert float(auroc.mean()) > 0.75  # chance is 0.5

@@ -22,6 +22,8 @@ from oodsim.report import write_report
 from oodsim.report.source_table import variance_sources_table
 
 METRICS = ("auroc", "aupr_in", "aupr_out", "fpr95")
+#: The AUROC differences the power calculations ask about (oodsim.stats.power's defaults).
+DELTAS = (0.005, 0.01, 0.02)
 
 
 def _auroc(results: xr.Dataset) -> xr.DataArray:
@@ -77,8 +79,12 @@ CONVENTIONS = (
     "ap_out",
     "fpr95",
     "fpr95_ood",
+    "fpr_at_val95",
+    "tpr_at_val95",
     "oscr",
+    "oscr_pytorch_ood",
     "aurc",
+    "eaurc",
 )
 
 
@@ -113,40 +119,84 @@ def required_summary(results: xr.Dataset, methods: list[str] | None = None) -> s
 
 
 def paired_summary(results: xr.Dataset, methods: list[str] | None = None) -> str:
-    """Pairs a Holm-adjusted paired t test separates on all seeds, and the seeds a paired
-    (and a two-sample) t test needs for 80% power at each pair's observed AUROC difference."""
+    """Pairs a Holm-adjusted paired t test separates on all seeds, and the seeds a paired (and
+    a two-sample) t test needs for 80% power at fixed AUROC differences (never the observed
+    ones: that is post-hoc power, a function of the p-value alone)."""
     subset = results if methods is None else results.sel({"method": methods})
     cmp = stats.compare(subset, metric="auroc", adjust="holm")
-    paired = stats.power(subset, metric="auroc")
-    welch = stats.power(subset, metric="auroc", paired=False)
+    paired = stats.power(subset, metric="auroc", delta=DELTAS)
+    welch = stats.power(subset, metric="auroc", delta=DELTAS, paired=False)
     m = cmp.sizes["method"]
     upper = np.triu_indices(m, 1)
     significant = int(cmp["significant"].values[upper].sum())
-    n_paired = paired["n_required"].values[upper]
-    n_welch = welch["n_required"].values[upper]
+    parts = []
+    for delta in DELTAS:
+        n_paired = paired["n_required"].sel(delta=delta).values[upper]
+        n_welch = welch["n_required"].sel(delta=delta).values[upper]
+        parts.append(
+            f"delta {delta:g}: paired median {np.nanmedian(n_paired):.0f} (<= 5: "
+            f"{int(np.sum(n_paired <= 5))}, > 1000: {int(np.sum(n_paired > 1000))}), "
+            f"two-sample median {np.nanmedian(n_welch):.0f} per method"
+        )
     return (
-        f"{len(n_paired)} pairs: {significant} significant (paired t, Holm, all seeds); seeds for "
-        f"80% power at the observed difference: paired median {np.nanmedian(n_paired):.0f} "
-        f"(<= 5: {int(np.sum(n_paired <= 5))}, > 1000: {int(np.sum(n_paired > 1000))}), "
-        f"two-sample median {np.nanmedian(n_welch):.0f} per method"
+        f"{upper[0].size} pairs: {significant} significant (paired t, Holm, all seeds); seeds "
+        "for 80% power: " + "; ".join(parts)
     )
 
 
-def variance_table(results: xr.Dataset) -> str:
-    """Between- vs within-class-split variance of AUROC per method."""
-    table = stats.variance_components_table(results).sel({"metric": "auroc"})
-    rows = [
-        "| method | between-split var | within-split var | ICC [95% CI] | F-test p |",
+def ranking_table(results: xr.Dataset, n_boot: int = 2000) -> str:
+    """Methods by mean AUROC, each with the 95% bootstrap interval of its rank (the seeds
+    resampled whole, so the ranks move together) and the share of resamples it ranks first."""
+    auroc = _auroc(results).transpose("seed", "method")
+    values = auroc.where(results["failure"] == "").values
+    values = values[~np.isnan(values).any(axis=1)]
+    rng = np.random.default_rng(0)
+    rows = rng.integers(0, len(values), (n_boot, len(values)))
+    means = np.nanmean(values[rows], axis=1)  # (boot, method)
+    ranks = (-means).argsort(axis=1).argsort(axis=1) + 1
+    order = np.argsort(-values.mean(axis=0))
+    lines = [
+        "| rank | method | mean AUROC | rank [95% bootstrap] | P(first) |",
         "|---|---|---|---|---|",
     ]
-    for method in table.method.values:
+    for place, m in enumerate(order, start=1):
+        low, high = np.percentile(ranks[:, m], [2.5, 97.5])
+        lines.append(
+            f"| {place} | {auroc.method.values[m]} | {values[:, m].mean():.4f} | "
+            f"[{low:.0f}, {high:.0f}] | {np.mean(ranks[:, m] == 1):.3f} |"
+        )
+    return "\n".join(lines)
+
+
+def variance_table(results: xr.Dataset) -> str:
+    """Between- vs within-class-split variance of AUROC per method: the ICC with its interval
+    and the F test of no split effect, Holm-adjusted over the methods."""
+    table = stats.variance_components_table(results).sel({"metric": "auroc"})
+    holm = stats.adjust_p(table["p_value"].values, "holm")
+    rows = [
+        "| method | between-split var | within-split var | ICC [95% CI] | within share [95% CI] "
+        "| F-test p | Holm p |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for i, method in enumerate(table.method.values):
         t = table.sel({"method": method})
+        icc, low, high = float(t.icc), float(t.icc_lower), float(t.icc_upper)
         rows.append(
             f"| {method} | {float(t.sigma2_between):.2e} | {float(t.sigma2_within):.2e} | "
-            f"{float(t.icc):.2f} [{float(t.icc_lower):.2f}, {float(t.icc_upper):.2f}] | "
-            f"{float(t.p_value):.1e} |"
+            f"{icc:.2f} [{low:.2f}, {high:.2f}] | {1 - icc:.2f} [{1 - high:.2f}, {1 - low:.2f}] | "
+            f"{float(t.p_value):.1e} | {holm[i]:.1e} |"
         )
     return "\n".join(rows)
+
+
+def paired_difference_sources(results: xr.Dataset, reference: str = "msp") -> xr.Dataset:
+    """Variance components of the paired differences ``method − reference`` in AUROC over the
+    crossed design: where the noise of a comparison comes from (the score's own components
+    include what every method shares, which a paired comparison cancels)."""
+    score = results["score"]
+    others = [m for m in score.method.values if m != reference]
+    diffs = score.sel({"method": others}) - score.sel({"method": reference})
+    return stats.variance_components(results.assign(score=diffs), metric="auroc")
 
 
 def plot_by_class_split(results: xr.Dataset, path: Path, method: str = "msp") -> None:
@@ -199,6 +249,7 @@ def main() -> None:
         print("Welch, the study's five:", required_summary(results, PAPER_METHODS), "\n")
         print("Paired, all methods:", paired_summary(results))
         print("Paired, the study's five:", paired_summary(results, PAPER_METHODS), "\n")
+        print("Ranking by mean AUROC, with rank intervals:\n\n" + ranking_table(results), "\n")
     if args.splits:
         results = oodsim.open_results(args.splits)
         folder = Path(args.out) / Path(args.splits).stem
@@ -224,6 +275,10 @@ def main() -> None:
             vc = stats.variance_components(results, metric=metric)
             print(f"## variance by source, {metric} ({vc.attrs['estimator']})\n")
             print(variance_sources_table(vc), "\n")
+        vc = paired_difference_sources(results)
+        estimator = vc.attrs["estimator"]
+        print(f"## variance by source of paired differences method - msp, auroc ({estimator})\n")
+        print(variance_sources_table(vc), "\n")
 
 
 if __name__ == "__main__":
