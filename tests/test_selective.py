@@ -118,3 +118,13 @@ def test_the_risk_coverage_curve_is_the_loop_at_each_coverage(data: tuple) -> No
     assert curve[-1] == pytest.approx(1 - correct.mean())  # everything accepted
     rows = metrics.risk_coverage_curve(np.stack([kappa, -kappa]), correct, (0.5, 1.0))
     assert rows.shape == (2, 2) and rows[0, 0] == risk_at_coverage_loop(kappa, correct, 0.5)
+
+
+def test_eaurc_of_the_best_ranking_is_zero_not_a_rounding_below_it() -> None:
+    """A κ that ranks every correct sample first is the best ranking: E-AURC 0 exactly (the
+    two AURCs, summed in different orders, differ by rounding), inside its [0, 1] range."""
+    rng = np.random.default_rng(3)
+    for n in (7, 50, 333, 1000):
+        correct = rng.random(n) < 0.9
+        kappa = correct + rng.random(n) * 0.5  # every correct one above every wrong one
+        assert metrics.eaurc(kappa, correct) == 0.0

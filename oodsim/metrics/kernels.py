@@ -283,7 +283,9 @@ def _metrics_block(
         elif kind == "aurc_thresholds":
             out.append(_aurc_thresholds_runs(runs, n_id))
         elif kind == "eaurc":
-            out.append(aurc() - _oracle_aurc(n_id, runs.n_correct[runs.starts]))
+            # never below 0 (no ranking beats the best one): a ranking that is the best one
+            # differs from it by rounding alone, which must not read as a negative E-AURC
+            out.append(np.maximum(aurc() - _oracle_aurc(n_id, runs.n_correct[runs.starts]), 0.0))
         elif kind == "selective_risk":
             out.append(_selective_risk_runs(runs, n_id, param))
         else:  # pragma: no cover - requests come from KAPPA_REQUESTS and the functions
