@@ -33,7 +33,7 @@ from oodsim.stats import (
     estimate,
     variance_components_table,
 )
-from oodsim.stats.win import PAIRINGS, win_probability_intervals
+from oodsim.stats.win import PAIRINGS, RELIABLE_FROM, win_probability_intervals
 
 
 def too_small(reason: str) -> str:
@@ -293,10 +293,17 @@ def win_intervals(
 
 
 def win_interval_note(wins: xr.Dataset, n_seeds: int) -> str:
-    """What the brackets of a win table are, in words."""
+    """What the brackets of a win table are, in words; below
+    :data:`~oodsim.stats.win.RELIABLE_FROM` seeds, that they are not reliable there."""
+    rough = (
+        f"; not reliable below {RELIABLE_FROM} seeds: from {n_seeds} they covered less than "
+        "90% of the time in simulation (benchmarks/win_coverage.py)"
+        if n_seeds < RELIABLE_FROM
+        else ""
+    )
     return (
         f"[{wins.attrs['confidence']:.0%} bootstrap percentile interval: the {n_seeds} seeds "
-        f"resampled {wins.attrs['n_boot']} times, {wins.attrs['boot_draws']} draws each]"
+        f"resampled {wins.attrs['n_boot']} times, {wins.attrs['boot_draws']} draws each{rough}]"
     )
 
 
