@@ -122,9 +122,14 @@ def test_an_open_set_run_fixes_each_detectors_threshold_on_its_validation_sample
     cache = tmp_path / "cache"
     first = small_digits(1, detectors=("msp", "odin"), metrics=("auroc", "accuracy"))
     oodsim.run(first, cache=cache, progress=False)  # one seed: in-process
-    spec = attrs.evolve(first, metrics=("auroc", "fpr_at_val95", "tpr_at_val95", "accuracy"))
+    names = ("auroc", "fpr_at_val95", "tpr_at_val95", "aurc", "accuracy")
+    spec = attrs.evolve(first, metrics=names)
     results = oodsim.run(spec, cache=cache, progress=False)
     assert store_counts(results)["computed"] == {"kappa": 1}  # ODIN on in_val, nothing else
+    # a selective metric stores the risk-coverage curve: all accepted, the risk is the error
+    curve = results["risk_coverage"].oodsim.sel(seed=0, method="msp")
+    accuracy = float(results["score"].oodsim.sel(seed=0, method="msp", metric="accuracy"))
+    assert float(curve.sel(coverage=1.0)) == pytest.approx(1 - accuracy)
 
     keys = simulation_keys(spec, 0)
     arrays = Store(cache).get(OUTPUTS, keys.outputs).arrays
