@@ -22,7 +22,7 @@ import xarray as xr
 from oodsim.metrics import higher_is_better
 from oodsim.report.comparisons import adjust_name
 from oodsim.report.folder import TABLE_FILES
-from oodsim.report.tables import fmt, interval_name
+from oodsim.report.tables import fmt, interval_name, seed_counts
 from oodsim.results.access import cell_label, iter_cells, method_names, ood_metrics
 from oodsim.stats import as_score, compare, estimate
 
@@ -130,8 +130,7 @@ def paper_table(
                 )
         cells[cell_label(labels)] = values
     n_tests = int(cmp.attrs["n_tests"])
-    counts = est["n"].values[est["n"].values > 0]
-    seeds = f"{counts.min()}" if counts.min() == counts.max() else f"{counts.min()}-{counts.max()}"
+    seeds = seed_counts(est["n"], dash="-")
     caption = (
         f"Mean [{interval_name(est)}] over {seeds} seeds. Bold: significantly better than "
         f"every other method in its column (two-sided paired t test over the seeds both "

@@ -18,6 +18,7 @@ from oodsim.report.figures import (
     suptitle,
 )
 from oodsim.report.styles import method_detectors, method_styles
+from oodsim.report.tables import seed_counts
 from oodsim.results.access import method_names, scored
 from oodsim.stats import estimate
 
@@ -62,14 +63,7 @@ def plot_risk_coverage(results: xr.Dataset, path: str | Path, confidence: float 
     legend(fig, styles, detectors=detectors, shown=coloured)
     suptitle(
         fig,
-        f"Risk–coverage: mean over {_seeds(est)} seeds; each method's κ ranks the ID test "
-        "samples, the classifier's errors are the risk",
+        f"Risk–coverage: mean over {seed_counts(est['n'])} seeds; each method's κ ranks the "
+        "ID test samples, the classifier's errors are the risk",
     )
     return save(fig, path)
-
-
-def _seeds(est: xr.Dataset) -> str:
-    counts = est["n"].values[est["n"].values > 0]
-    if counts.size == 0:
-        return "0"
-    return f"{counts.min()}" if counts.min() == counts.max() else f"{counts.min()}–{counts.max()}"

@@ -33,6 +33,7 @@ from oodsim.report.tables import (
     fmt,
     interval_name,
     render,
+    seed_counts,
     too_small,
     variance_table,
     win_interval_note,
@@ -267,8 +268,7 @@ def _class_lines(results: xr.Dataset | xr.DataArray) -> list[str]:
     if not isinstance(results, xr.Dataset) or CLASS_AUROC not in results:
         return []
     scores = class_scores(results)
-    counts = scores["n"].values[scores["n"].values > 0]
-    if counts.size == 0:
+    if not (scores["n"] > 0).any():
         return ["## Hardest unknown classes", "", too_small("no seed scored a class"), ""]
     rows = []
     for method in method_names(scores["mean"]):
@@ -278,14 +278,13 @@ def _class_lines(results: xr.Dataset | xr.DataArray) -> list[str]:
             interval = f"[{fmt(cell['lower'].item(), 3)}, {fmt(cell['upper'].item(), 3)}]"
             cells.append(f"{name}: {fmt(cell['mean'].item(), 3)} {interval}")
         rows.append([method, *cells, *[""] * (HARDEST - len(cells))])
-    n = f"{counts.min()}" if counts.min() == counts.max() else f"{counts.min()}–{counts.max()}"
     header = ["method", *[f"{rank}" for rank in ("hardest", "2nd", "3rd")[:HARDEST]]]
     return [
         "## Hardest unknown classes",
         "",
         "AUROC of each method against one unknown class at a time (the ID test samples "
         "against that class's test samples), mean over the seeds where the class was unknown "
-        f"[{interval_name(scores)}], lowest first; n = {n} seeds per class. "
+        f"[{interval_name(scores)}], lowest first; n = {seed_counts(scores['n'])} seeds per class. "
         "`oodsim.stats.class_scores(results)` has every class.",
         "",
         render(header, rows, markdown=True),

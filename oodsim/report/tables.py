@@ -42,6 +42,16 @@ def too_small(reason: str) -> str:
     return f"n too small: {reason}."
 
 
+def seed_counts(n: xr.DataArray, dash: str = "–") -> str:
+    """The numbers of seeds an estimate's cells used (``n``, cells of none left out) in words:
+    ``"30"`` when every cell used as many, else ``"28–30"``; ``"0"`` when none used any."""
+    counts = np.asarray(n.values)[np.asarray(n.values) > 0]
+    if counts.size == 0:
+        return "0"
+    low, high = counts.min(), counts.max()
+    return f"{low}" if low == high else f"{low}{dash}{high}"
+
+
 def fmt(value: float, digits: int = 3) -> str:
     """``value`` with ``digits`` decimals; a dash when it is missing or not finite."""
     return "–" if value is None or not np.isfinite(value) else f"{value:.{digits}f}"

@@ -108,10 +108,10 @@ def _class_auroc(
     part = slice(sizes[held[0] + 1], sizes[held[0] + 2])
     prefix = prepared.sets[held[0] + 1].prefix
     classes = sim.data.labels[prepared.split_arrays[f"{prefix}.index"]]
-    id_kappa = kappa[:, sizes[0] : sizes[1]]
+    id_kappa, held_kappa = kappa[:, sizes[0] : sizes[1]], kappa[:, part]
     out = np.full((kappa.shape[0], sim.data.n_classes), np.nan)
     for label in np.unique(classes):
-        of_class = kappa[:, part][:, classes == label]
+        of_class = held_kappa[:, classes == label]
         is_ood = np.r_[np.zeros(id_kappa.shape[1], bool), np.ones(of_class.shape[1], bool)]
         both = np.concatenate([id_kappa, of_class], axis=1)
         out[:, label] = evaluate(both, is_ood, ["auroc"])["auroc"]
