@@ -176,3 +176,28 @@ def test_method_names_and_labels() -> None:
     assert estimate(x, value_range=None).attrs["interval"] == "t"
     with pytest.raises(ValueError, match="method must be one of"):
         estimate(x, method="wald")  # type: ignore[arg-type]
+
+
+def test_logit_t_standard_error_is_the_geometric_mean_of_delta_and_logit_spread() -> None:
+    # scores piled just below 1.0 with a tail towards the interior (a good detector's AUROC)
+    values = np.random.default_rng(9).beta(20.4, 0.42, (10, 4)).T
+    est = estimate(_score(values))
+    assert est.attrs["interval"] == "bound-aware"
+    for row, lower, upper in zip(values, est["lower"].values, est["upper"].values, strict=True):
+        n, mean = len(row), row.mean()
+        delta = sps.sem(row) / (mean * (1 - mean))
+        own = sps.sem(np.log(row / (1 - row)))
+        lo, hi = sps.t.interval(
+            0.95, n - 1, loc=np.log(mean / (1 - mean)), scale=np.sqrt(delta * own)
+        )
+        np.testing.assert_allclose([lower, upper], sps.logistic.cdf([lo, hi]), rtol=1e-10)
+        # the logits spread more than the linearisation at the mean says: a wider interval
+        assert own > delta
+    # far from the bounds the two nearly agree: the interval is the delta method's within 1 %
+    centred = np.random.default_rng(9).normal(0.6, 0.01, 30)
+    est = estimate(_score(centred), method="t")
+    centre = np.log(centred.mean() / (1 - centred.mean()))
+    delta = sps.sem(centred) / (centred.mean() * (1 - centred.mean()))
+    lo, hi = sps.logistic.cdf(sps.t.interval(0.95, 29, loc=centre, scale=delta))
+    width = float(est["upper"] - est["lower"])
+    assert width == pytest.approx(hi - lo, rel=0.01) and width != pytest.approx(hi - lo, rel=1e-9)

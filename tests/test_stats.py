@@ -535,7 +535,8 @@ def test_ci_width_stops_when_half_width_drops_below_epsilon() -> None:
     assert not decide_ci_width(values[:expected], eps, min_seeds=expected + 1).stop
     forced = decide_ci_width(values[:10], eps, max_seeds=10)
     assert forced.stop and "max_seeds" in forced.reason
-    assert decide("ci_width", values[:expected], epsilon=eps).stop
+    assert decide("ci_width", values[:expected], epsilon=eps, **symmetric).stop
+    assert decide("ci_width", values[:expected], epsilon=eps) == bounded
 
 
 def _naive_ttest_stop(v: np.ndarray, alpha: float) -> bool:

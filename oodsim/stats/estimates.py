@@ -7,6 +7,7 @@ from typing import Literal
 
 import numpy as np
 import xarray as xr
+from scipy.special import logit
 
 from oodsim.metrics import metric_range
 from oodsim.results.select import score_view
@@ -20,6 +21,7 @@ from oodsim.stats.intervals import (
     bounded_interval,
     check_in_range,
     interval_kind,
+    logit_sem,
     running_bound_stats,
     t_interval,
 )
@@ -60,9 +62,10 @@ def estimate(
       the betting interval (below) when values sit on both bounds or are all equal inside the
       range. It never has zero width for n >= 2 and, for values on a bound, always contains
       that bound.
-    - ``"t"``: the logit-scale t interval everywhere, ``expit(logit(p̂) ± t · sem /
-      (p̂(1 − p̂)))``; a cell whose values all sit on a bound gets the point interval, and
-      values on the bound make it far too narrow (see docs/statistics.md).
+    - ``"t"``: the logit-scale t interval everywhere, ``expit(logit(p̂) ± t · s)`` with ``s``
+      the standard error of :func:`t_interval`; a cell whose values all sit on a bound gets
+      the point interval, and values on the bound make it far too narrow (see
+      docs/statistics.md).
     - ``"betting"``: the hedged-capital betting interval of Waudby-Smith & Ramdas (2023,
       *Estimating means of bounded random variables by betting*, JRSS-B, Theorem 3, with
       their fixed-n predictable plug-in bets capped at ``c = 3/4``): exact at every n for any
@@ -164,19 +167,19 @@ def _estimate_array(
     if method == "bootstrap":
         lower, upper = bootstrap_rows_interval(x, finite, n, confidence, n_boot, rng)
     else:
-        lower, upper = t_interval(mean, sem, n, confidence, low, high)
-        if method != "t":
-            low = np.broadcast_to(np.asarray(low, float), n.shape)
-            high = np.broadcast_to(np.asarray(high, float), n.shape)
-            bounded = np.isfinite(low) & np.isfinite(high) & (n > 1)
-            if bounded.any():
-                width = np.where(bounded, high - low, 1.0)
-                p = np.clip((x - np.where(bounded, low, 0.0)[..., None]) / width[..., None], 0, 1)
-                stats = bound_stats(p, finite)
-                kind = interval_kind(method, bounded, stats)
-                lo_p, hi_p = bounded_interval(kind, n, stats, confidence, p, finite)
-                lower = np.where(kind > 0, low + width * lo_p, lower)
-                upper = np.where(kind > 0, low + width * hi_p, upper)
+        low = np.broadcast_to(np.asarray(low, float), n.shape)
+        high = np.broadcast_to(np.asarray(high, float), n.shape)
+        bounded = np.isfinite(low) & np.isfinite(high) & (n > 1)
+        width = np.where(bounded, high - low, 1.0)
+        p = np.clip((x - np.where(bounded, low, 0.0)[..., None]) / width[..., None], 0, 1)
+        spread = np.where(bounded, logit_sem(p, finite), np.nan)
+        lower, upper = t_interval(mean, sem, n, confidence, low, high, spread)
+        if method != "t" and bounded.any():
+            stats = bound_stats(p, finite)
+            kind = interval_kind(method, bounded, stats)
+            lo_p, hi_p = bounded_interval(kind, n, stats, confidence, p, finite)
+            lower = np.where(kind > 0, low + width * lo_p, lower)
+            upper = np.where(kind > 0, low + width * hi_p, upper)
     return {
         "mean": mean,
         "std": std,
@@ -221,11 +224,15 @@ def running_interval(
     low, high = value_range if value_range is not None else (np.nan, np.nan)
     if value_range is not None:
         check_in_range(v[None, :], np.array([low]), np.array([high]))
-    lower, upper = t_interval(mean, np.sqrt(var / n), n, confidence, low, high)
-    if value_range is None or method == "t":
-        return n, mean, lower, upper
+    if value_range is None:
+        return n, mean, *t_interval(mean, np.sqrt(var / n), n, confidence)
     width = float(high) - float(low)
     p = np.clip((v - float(low)) / width, 0.0, 1.0)
+    lower, upper = t_interval(
+        mean, np.sqrt(var / n), n, confidence, low, high, _running_logit_sem(p)
+    )
+    if method == "t":
+        return n, mean, lower, upper
     stats = running_bound_stats(p)
     kind = interval_kind(method, n > 1, stats)
     need = np.flatnonzero(kind > 0)
@@ -244,3 +251,16 @@ def running_interval(
         lower = np.where(kind > 0, float(low) + width * lo_p, lower)
         upper = np.where(kind > 0, float(low) + width * hi_p, upper)
     return n, mean, lower, upper
+
+
+def _running_logit_sem(p: np.ndarray) -> np.ndarray:
+    """:func:`~oodsim.stats.intervals.logit_sem` of every prefix of the 1-D values ``p``."""
+    n = np.arange(1, len(p) + 1)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        z = logit(p)
+        on_bound = np.maximum.accumulate(~np.isfinite(z))
+        z = np.where(np.isfinite(z), z, 0.0)
+        shifted = z - z[0]  # shift for numerically stable cumulative sums
+        s1, s2 = np.cumsum(shifted), np.cumsum(shifted**2)
+        var = np.maximum(s2 - s1**2 / n, 0.0) / (n - 1)
+        return np.where((n > 1) & ~on_bound, np.sqrt(var / n), np.nan)
