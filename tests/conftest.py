@@ -175,15 +175,22 @@ def signalled(
     ``ready(process)``, send it ``signum`` ``presses`` times (0.2 s apart): to its whole
     process group, as a terminal's Ctrl-C does, or (``group=False``) to it alone, as ``kill``
     does. The ended process (its session is its pid) and its output (stdout and stderr
-    merged)."""
-    process = subprocess.Popen(
-        command,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        cwd=cwd,
-        start_new_session=True,
-    )
+    merged). The command gets SIGHUP's default action, as from a terminal, even where the
+    suite runs under ``nohup`` (which ignores SIGHUP in every process it starts)."""
+    hangup = signal.getsignal(signal.SIGHUP)
+    if hangup is signal.SIG_IGN:  # an ignored signal stays ignored across exec: not a terminal's
+        signal.signal(signal.SIGHUP, signal.SIG_DFL)
+    try:
+        process = subprocess.Popen(
+            command,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            cwd=cwd,
+            start_new_session=True,
+        )
+    finally:
+        signal.signal(signal.SIGHUP, hangup)
     try:
         wait_for(lambda: ready(process) or process.poll() is not None, 300, "the moment to signal")
         assert process.poll() is None, process.communicate()[0]
