@@ -63,6 +63,7 @@ SLOW_MODULES = frozenset(
         "test_stopping_run",
         "test_throughput_bench",
         "test_tuning",
+        "test_working_folder",
     }
 )
 

@@ -26,6 +26,7 @@ import multiprocessing
 import multiprocessing.forkserver
 import multiprocessing.resource_tracker
 import os
+import sys
 from collections.abc import Collection, Iterator, Mapping
 from typing import Any
 
@@ -86,6 +87,7 @@ def start() -> None:
         if name not in os.environ
     }
     spawned.pop(nanny.TRIM_VARIABLE, None)  # glibc reads it as the server starts
+    spawned |= _safe_path()
     left = [nanny.TRIM_VARIABLE] if nanny.dasks_trim_in_environ() else []
     with _environment(spawned, without=left):
         # the fork server starts the resource tracker, whose start unblocks Ctrl-C in this
@@ -99,11 +101,38 @@ def start() -> None:
 
 def worker_environment() -> dict[str, str]:
     """The driver's environment now, for a nanny to set in each worker it forks (a spawned
-    worker would inherit it; a forked one has the server's, from when the server started)."""
+    worker would inherit it; a forked one has the server's, from when the server started).
+    A nanny adds it to the server's environment: ``PYTHONSAFEPATH``, which the server may
+    have started with (:func:`_safe_path`), is emptied (unset, to Python) unless the driver
+    has it."""
     environment = dict(os.environ)
     if nanny.dasks_trim_in_environ():
         environment.pop(nanny.TRIM_VARIABLE)
+    environment.setdefault(SAFE_PATH, "")
     return environment
+
+
+#: Python's variable that keeps ``python -c`` from putting the working folder first on
+#: ``sys.path``
+SAFE_PATH = "PYTHONSAFEPATH"
+
+
+def _safe_path() -> dict[str, str]:
+    """``{"PYTHONSAFEPATH": "1"}`` for the fork server's environment unless this process has
+    the working folder on ``sys.path`` (then the server has it too), or the variable is set.
+
+    The server starts as ``python -c``, which puts the working folder first on ``sys.path``
+    before it imports :data:`WORKER_MODULES`: a folder named ``oodsim`` there (a clone of
+    the project, run from the folder that holds it) would shadow the installed package in the
+    server and every worker it forks. Each worker then takes the driver's ``sys.path``
+    (multiprocessing's preparation data), but modules the server imported stay imported."""
+    if SAFE_PATH in os.environ:
+        return {}
+    here = os.path.realpath(os.getcwd())
+    for entry in sys.path:
+        if entry in ("", ".") or os.path.realpath(entry) == here:
+            return {}
+    return {SAFE_PATH: "1"}
 
 
 @contextlib.contextmanager
