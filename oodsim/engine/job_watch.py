@@ -25,6 +25,7 @@ from collections.abc import Collection, Sequence
 from pathlib import Path
 from typing import Any
 
+from oodsim.engine.batch_commands import run_bounded
 from oodsim.engine.job_states import (
     JobState,
     parse_qstat,
@@ -66,20 +67,12 @@ def watch_of(client: Any) -> JobWatch | None:
 
 def _run(command: list[str]) -> subprocess.CompletedProcess | None:
     """``command``'s answer, or None when it is missing, fails to start or takes over
-    :data:`COMMAND_TIMEOUT` seconds. It runs in a session of its own (a terminal's Ctrl-C is
-    the driver's), in the C locale."""
-    try:
-        return subprocess.run(
-            command,
-            capture_output=True,
-            text=True,
-            timeout=COMMAND_TIMEOUT,
-            start_new_session=True,
-            env={**os.environ, "LC_ALL": "C"},
-        )
-    except (OSError, subprocess.SubprocessError) as error:
-        logger.debug("oodsim: %s gave no answer: %r", command[0], error)
-        return None
+    :data:`COMMAND_TIMEOUT` seconds (then it is killed with its process group). It runs in a
+    session of its own (a terminal's Ctrl-C is the driver's), in the C locale."""
+    done = run_bounded(command, COMMAND_TIMEOUT, env={**os.environ, "LC_ALL": "C"})
+    if done is None:
+        logger.debug("oodsim: %s gave no answer in %g s", command[0], COMMAND_TIMEOUT)
+    return done
 
 
 def job_states(kind: str, ids: Sequence[str]) -> dict[str, JobState] | None:

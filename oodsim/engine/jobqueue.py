@@ -24,13 +24,13 @@ import logging
 import os
 import shlex
 import signal
-import subprocess
 import threading
 import time
 from pathlib import Path
 from typing import Any
 
 from oodsim.engine import nanny
+from oodsim.engine.batch_commands import call_bounded, start_bounded
 from oodsim.periodic import Periodic
 from oodsim.specs.cluster import ClusterSpec
 
@@ -84,14 +84,12 @@ def job_class(kind: str) -> Any:
 
 class _CommandsInOwnSession:
     """A job whose batch commands (``sbatch``, ``scancel``, ``qsub``, ``qdel``) run in a
-    session of their own."""
+    session of their own, each killed with its process group after
+    :data:`~oodsim.engine.batch_commands.SUBMIT_TIMEOUT` seconds."""
 
     @staticmethod
     async def _call(cmd: list[str], *, shell: bool = False, **kwargs: Any) -> str:
-        # the optional extra [cluster]: a job class exists, so dask-jobqueue is installed
-        from dask_jobqueue.core import Job
-
-        return await Job._call(cmd, shell=shell, start_new_session=True, **kwargs)
+        return await call_bounded(cmd, shell=shell, **kwargs)
 
 
 class _WorkerInOwnSession:
@@ -122,20 +120,14 @@ def cancel_now(cluster: Any) -> None:
     """Cancel every job of ``cluster`` without waiting for the batch system: a run that ends at
     once (:func:`oodsim.engine.signals.end_at_once`, in a signal handler) would otherwise leave
     its jobs queued or running. The batch system's cancel command (``scancel``, ``qdel``)
-    starts in a session of its own and is left to finish; a local job's worker is sent
+    starts in a session of its own and is left to finish (killed after
+    :data:`~oodsim.engine.batch_commands.SUBMIT_TIMEOUT` seconds); a local job's worker is sent
     SIGTERM (it closes itself and its own worker process)."""
     jobs = list(cluster.workers.values())
     ids = [str(job.job_id) for job in jobs if getattr(job, "job_id", None)]
     command = getattr(cluster.job_cls, "cancel_command", None)
     if command and ids:
-        with contextlib.suppress(OSError):
-            subprocess.Popen(
-                [*shlex.split(command), *ids],
-                stdin=subprocess.DEVNULL,
-                stdout=subprocess.DEVNULL,
-                stderr=subprocess.DEVNULL,
-                start_new_session=True,
-            )
+        start_bounded([*shlex.split(command), *ids])
     elif command is None:  # local jobs: the job's id is its worker's process id
         for job_id in ids:
             with contextlib.suppress(OSError, ValueError):

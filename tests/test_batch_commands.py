@@ -1,0 +1,96 @@
+"""Every batch command is bounded: one that hangs is killed with every process it started
+(:mod:`oodsim.engine.batch_commands`), whether the run asks the batch system about its jobs,
+submits or cancels them."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+from oodsim.engine import batch_commands, job_watch
+from oodsim.engine.jobqueue import job_class
+
+pytest.importorskip("dask_jobqueue")
+
+#: a command that hangs and has started a helper that hangs too; it writes the helper's pid
+HANGING = """#!/bin/sh
+sleep 300 &
+echo $! > "{pid_file}"
+sleep 300
+"""
+
+
+def _fake(folder: Path, name: str) -> Path:
+    """A hanging ``name`` first on PATH; the file its helper's pid lands in."""
+    folder.mkdir(exist_ok=True)
+    pid_file = folder / f"{name}.helper"
+    command = folder / name
+    command.write_text(HANGING.format(pid_file=pid_file))
+    command.chmod(0o755)
+    return pid_file
+
+
+def _gone(pid_file: Path, within: float = 5.0) -> bool:
+    """Whether the helper whose pid is in ``pid_file`` has ended within ``within`` s."""
+    deadline = time.monotonic() + within
+    while time.monotonic() < deadline:
+        if pid_file.exists() and pid_file.read_text().strip():
+            pid = int(pid_file.read_text())
+            try:
+                if psutil.Process(pid).status() == psutil.STATUS_ZOMBIE:
+                    return True
+            except psutil.NoSuchProcess:
+                return True
+        time.sleep(0.05)
+    return False
+
+
+@pytest.fixture
+def fake_path(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    folder = tmp_path / "bin"
+    folder.mkdir()
+    monkeypatch.setenv("PATH", f"{folder}{os.pathsep}{os.environ['PATH']}")
+    return folder
+
+
+def test_a_hanging_squeue_is_no_answer_and_its_helpers_are_killed(
+    fake_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    helper = _fake(fake_path, "squeue")
+    monkeypatch.setattr(job_watch, "COMMAND_TIMEOUT", 1.0)
+    started = time.monotonic()
+    assert job_watch.job_states("slurm", ["17"]) is None
+    assert time.monotonic() - started < 4
+    assert _gone(helper), "squeue's helper outlived the timeout"
+
+
+def test_a_hanging_sbatch_is_killed_and_the_submission_fails_in_words(
+    fake_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    helper = _fake(fake_path, "sbatch")
+    monkeypatch.setattr(batch_commands, "SUBMIT_TIMEOUT", 1.0)
+    call = job_class("slurm")._call
+    killed = r"`sbatch job\.sh` had not ended after 1 s and was killed"
+    with pytest.raises(RuntimeError, match=killed):
+        asyncio.run(call(["sbatch", "job.sh"]))
+    assert _gone(helper), "sbatch's helper outlived the timeout"
+
+
+def test_a_failing_command_keeps_dask_jobqueues_words(fake_path: Path) -> None:
+    failing = fake_path / "sbatch"
+    failing.write_text("#!/bin/sh\necho 'no partition' >&2\nexit 1\n")
+    failing.chmod(0o755)
+    with pytest.raises(RuntimeError, match="Command exited with non-zero exit code") as error:
+        asyncio.run(job_class("slurm")._call(["sbatch", "job.sh"]))
+    assert "Exit code: 1" in str(error.value) and "no partition" in str(error.value)
+
+
+def test_a_hanging_cancel_left_to_finish_is_killed_after_its_limit(fake_path: Path) -> None:
+    helper = _fake(fake_path, "scancel")
+    batch_commands.start_bounded(["scancel", "17"], timeout=1.0)
+    assert _gone(helper, within=6.0), "scancel's helper outlived its limit"
