@@ -149,6 +149,9 @@ def score_matrix(
     metric and one cell (``labels`` pick the other dims, e.g. ``ood="svhn"``), in the seed
     order of the results, failed seeds as NaN; plus the method names."""
     score = select_metric(as_score(results), metric)
+    allowed = [d for d in score.dims if d not in ("method", "metric")]
+    if dim not in allowed:
+        raise ValueError(f"dim must be one of the score's dims {allowed}, got {dim!r}")
     if labels:
         score = score.sel(labels)
     extra = [d for d in score.dims if d not in (dim, "method") and score.sizes[d] > 1]

@@ -6,6 +6,7 @@ from __future__ import annotations
 import xarray as xr
 
 from oodsim.results.access import scored
+from oodsim.stats.checks import check_count
 from oodsim.stats.estimates import estimate
 
 #: The per-seed variable of open set results that :func:`class_scores` reads.
@@ -30,6 +31,8 @@ def class_scores(results: xr.Dataset, *, confidence: float = 0.95) -> xr.Dataset
 
 def hardest_classes(scores: xr.Dataset, method: str, k: int = 3) -> list[str]:
     """The ``k`` classes with the lowest mean AUROC for ``method`` in :func:`class_scores`'s
-    output (hardest first; classes no seed scored are left out)."""
+    output (hardest first; classes no seed scored are left out). ``k`` must be an integer
+    >= 1 (ValueError naming it otherwise)."""
+    k = check_count(k, "k")
     means = scores["mean"].sel({"method": method}).to_series().dropna()
     return [str(name) for name in means.sort_values(kind="stable").index[:k]]

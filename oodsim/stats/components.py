@@ -15,7 +15,7 @@ from oodsim.results import DESIGN_PREFIX
 from oodsim.results.access import metrics_of, select_metric
 from oodsim.results.select import score_view
 from oodsim.seeds import STREAMS
-from oodsim.stats.checks import check_alpha
+from oodsim.stats.checks import check_alpha, check_count, check_dim, check_levels
 from oodsim.stats.crossed import (
     RESIDUAL,
     SOURCE_KEYS,
@@ -89,7 +89,14 @@ def variance_components(
     prefix; without any, the ``class_split`` coordinate alone (the one-way model, noted in
     ``attrs["fallback"]``). Named factors resolve ``stream_<name>`` first, then ``<name>``.
     Failed seeds are NaN (:func:`oodsim.results.access.as_score`) and dropped, which makes a
-    complete design unbalanced: those cells use REML.
+    complete design unbalanced: those cells use REML. A factor coordinate with a missing
+    level (NaN or None) at any seed is refused (ValueError naming the coordinate and the
+    seeds), never taken as a level of its own.
+
+    Arguments: ``confidence`` in (0, 1); ``n_draws`` and ``n_boot`` integers >= 0 (0 skips
+    those intervals: NaN, and ``attrs["interval"]`` says so); ``dim`` a dim of the score
+    other than ``method`` and ``metric``. Anything else raises ValueError naming the
+    argument and its range, before any computation.
 
     Returns a Dataset over (method, source, other dims of the score but a ``severity`` of
     results without levels; ``metric`` only when ``metric`` is a list or None) with
@@ -101,10 +108,14 @@ def variance_components(
     cell reproducible on its own).
     """
     check_alpha(confidence, "confidence")
+    n_draws = check_count(n_draws, "n_draws", 0, "0 skips the intervals")
+    n_boot = check_count(n_boot, "n_boot", 0, "0 skips the intervals")
     score = score_view(results)
-    if dim not in score.dims:
-        raise KeyError(f"score has no {dim!r} dimension; dims: {', '.join(map(str, score.dims))}")
+    dim = check_dim(score, dim)
     coords, names, fallback = _resolve_factors(score, factors, dim)
+    seeds = score[dim].values.tolist()
+    for coord in coords:
+        check_levels(score[coord].values, f"coordinate {coord!r}", [f"{dim} {s}" for s in seeds])
     if isinstance(metric, str):
         score = select_metric(score, metric)
     elif "metric" in score.dims:

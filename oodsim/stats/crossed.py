@@ -52,7 +52,7 @@ from typing import Any, Literal
 import attrs
 import numpy as np
 
-from oodsim.stats.checks import check_alpha
+from oodsim.stats.checks import check_alpha, check_count, check_levels
 from oodsim.stats.intervals import percentile_interval
 from oodsim.stats.reml import (
     Subset,
@@ -146,9 +146,14 @@ def _rng(rng: int | np.random.Generator | None) -> np.random.Generator:
 
 
 def interval_text(method: str, n_draws: int, n_boot: int) -> str:
+    """The interval of an estimator in words (``"none: ..."`` when its draws are 0)."""
     if method == "anova":
+        if n_draws == 0:
+            return "none: n_draws=0 skips the fiducial intervals"
         return f"generalized (fiducial) confidence interval, {n_draws} draws"
     if method == "reml":
+        if n_boot == 0:
+            return "none: n_boot=0 skips the bootstrap intervals"
         return (
             f"approximate: parametric bootstrap percentile interval, {n_boot} REML refits "
             "(unbalanced designs; with few levels it covered 0.89-0.98 for 95%, "
@@ -338,7 +343,7 @@ def crossed_components(
     forces REML (equal to the ANOVA on balanced data when every ANOVA estimate is
     positive). ``n_draws`` fiducial draws (ANOVA) or ``n_boot`` parametric-bootstrap refits
     (REML; much slower) give percentile intervals at ``confidence``,
-    reproducible for an integer ``rng``; 0 skips them (NaN).
+    reproducible for an integer ``rng``; 0 skips them (NaN, and ``interval`` says so).
 
     Per source: ``variance`` (truncated at zero), ``variance_raw`` (ANOVA: the unbiased
     signed moment estimate; REML: the same as ``variance``), ``variance_low``/``_high``,
@@ -346,10 +351,14 @@ def crossed_components(
     freedom; REML: the source's rank beyond its marginals). Fewer than two values or no
     residual degree of freedom give NaNs (``method="none"``).
 
-    Raises ValueError for a factor with a single level (nothing to estimate) and for
+    Raises ValueError, naming the argument, for a factor with a single level (nothing to
+    estimate) or a missing level (NaN or None: refused, never taken as a level of its own),
+    ``confidence`` outside (0, 1), ``n_draws`` or ``n_boot`` not an integer >= 0, and
     ``method="anova"`` on an unbalanced design.
     """
     check_alpha(confidence, "confidence")
+    n_draws = check_count(n_draws, "n_draws", 0, "0 skips the intervals")
+    n_boot = check_count(n_boot, "n_boot", 0, "0 skips the intervals")
     if method not in ("auto", "anova", "reml"):
         raise ValueError(f"method must be 'auto', 'anova' or 'reml', got {method!r}")
     if not factors:
@@ -360,6 +369,7 @@ def crossed_components(
     for name, lab in zip(names, labels, strict=True):
         if len(lab) != len(y):
             raise ValueError(f"{len(y)} values but {len(lab)} levels of factor {name!r}")
+        check_levels(lab, f"factor {name!r}")
         if len(np.unique(lab)) < 2:
             raise ValueError(f"factor {name!r} has a single level: nothing to estimate")
     keep = np.isfinite(y)

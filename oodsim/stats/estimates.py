@@ -11,7 +11,7 @@ from scipy.special import logit
 
 from oodsim.metrics import metric_range
 from oodsim.results.select import score_view
-from oodsim.stats.checks import check_alpha
+from oodsim.stats.checks import check_alpha, check_count, check_dim
 from oodsim.stats.intervals import (
     INTERVAL_METHODS,
     ROW_BLOCK,
@@ -78,13 +78,16 @@ def estimate(
     ``rng`` draws the bootstrap resamples (no other method draws): a seed (default 0, so the
     same results give the same interval), a ``numpy.random.Generator``, or None for fresh
     entropy.
+
+    ``confidence`` must lie in (0, 1), ``n_boot`` be an integer >= 1 (checked whatever the
+    method) and ``dim`` a dim of the score; ValueError naming the argument otherwise.
     """
     check_alpha(confidence, "confidence")
+    n_boot = check_count(n_boot, "n_boot")
     if method not in INTERVAL_METHODS:
         raise ValueError(f"method must be one of {', '.join(INTERVAL_METHODS)}; got {method!r}")
     score = score_view(results_or_score)
-    if dim not in score.dims:
-        raise ValueError(f"dimension {dim!r} not in score dims {score.dims}")
+    dim = check_dim(score, dim, exclude=())
     ordered = score.transpose(..., dim)
     x = np.asarray(ordered.values, dtype=float)
     low, high = _range_arrays(ordered, dim, value_range)

@@ -10,7 +10,7 @@ from typing import Literal
 import numpy as np
 from scipy.special import betaincinv, expit, logit, stdtrit
 
-from oodsim.stats.checks import check_alpha
+from oodsim.stats.checks import check_alpha, check_count
 
 IntervalMethod = Literal["auto", "t", "betting", "bootstrap"]
 
@@ -73,6 +73,7 @@ def t_interval(
     :func:`estimate`; the default (``"auto"``) replaces it where values sit on a bound or are
     all equal.
     """
+    check_alpha(confidence, "confidence")
     mean, sem, n = np.asarray(mean, float), np.asarray(sem, float), np.asarray(n)
     q = stdtrit(np.maximum(n - 1, 1), 0.5 + confidence / 2)
     half = np.where(n > 1, q * sem, np.nan)
@@ -193,8 +194,19 @@ def two_part_interval(
     values lie within 1 of the bound); for ``k = 0`` (every value on the bound) that is
     ``1 − ((1 − c)/2) ** (1/n)``, the "rule of three" limit. Every interval has positive
     width and contains 0 (the bound) when ``k < 2``.
+
+    ``confidence`` must lie in (0, 1) and every ``k`` be a whole number in [0, n] (ValueError
+    naming the argument otherwise).
     """
+    check_alpha(confidence, "confidence")
     n, k = np.asarray(n), np.asarray(k)
+    with np.errstate(invalid="ignore"):
+        numeric = k.dtype.kind in "iuf"
+        bad_k = not numeric or np.any(~((k >= 0) & (k <= n) & (k == np.round(k))) & np.isfinite(n))
+    if bad_k:
+        raise ValueError(
+            f"k must be whole numbers in [0, n] (values off the bound of n), got k={k!r}, n={n!r}"
+        )
     nu, nu_sem = np.asarray(nu, float), np.asarray(nu_sem, float)
     a = 1.0 - confidence
     with np.errstate(invalid="ignore", divide="ignore"):
@@ -314,8 +326,7 @@ def bootstrap_rows_interval(
     Each resample is a multinomial count vector over the finite values of a cell, so the mean
     of a resample is one matrix product; cells are grouped by their number of finite values.
     """
-    if n_boot < 1:
-        raise ValueError(f"n_boot must be positive, got {n_boot}")
+    n_boot = check_count(n_boot, "n_boot")
     flat = x.reshape(-1, x.shape[-1])
     flat_n = n.reshape(-1)
     # Finite values first, original order kept, so complete cells share the same seed draws.

@@ -19,7 +19,7 @@ from scipy.special import stdtrit
 from oodsim.metrics import higher_is_better
 from oodsim.results.access import metrics_of, select_metric
 from oodsim.results.select import score_view
-from oodsim.stats.checks import check_alpha
+from oodsim.stats.checks import check_alpha, check_dim
 from oodsim.stats.significance import _p_from_t
 
 Adjust = Literal["holm", "bh", "fdr_bh"] | None
@@ -27,12 +27,13 @@ Adjust = Literal["holm", "bh", "fdr_bh"] | None
 ADJUSTMENTS: dict[str, str] = {"holm": "holm", "bh": "bh", "fdr_bh": "bh"}
 
 
-def _check_adjust(adjust: str | None) -> str | None:
-    """The canonical adjustment name ("holm", "bh") or None; ValueError for anything else."""
+def _check_adjust(adjust: str | None, name: str = "adjust") -> str | None:
+    """The canonical adjustment name ("holm", "bh") or None; ValueError naming ``name`` for
+    anything else."""
     if adjust is None:
         return None
     if not isinstance(adjust, str) or adjust.lower() not in ADJUSTMENTS:
-        raise ValueError(f"adjust must be one of {', '.join(ADJUSTMENTS)} or None, got {adjust!r}")
+        raise ValueError(f"{name} must be one of {', '.join(ADJUSTMENTS)} or None, got {adjust!r}")
     return ADJUSTMENTS[adjust.lower()]
 
 
@@ -44,7 +45,7 @@ def adjust_p(p: np.ndarray, method: str | None = "holm") -> np.ndarray:
     The family is every finite entry; NaN entries (undefined tests) stay NaN and do not
     count. Both are monotone in ``p`` and capped at 1, as in statsmodels' ``multipletests``.
     """
-    name = _check_adjust(method)
+    name = _check_adjust(method, "method")
     p = np.asarray(p, dtype=float)
     out = np.full(p.shape, np.nan)
     ok = np.isfinite(p)
@@ -75,13 +76,14 @@ def _pair_input(
     metric names, and whether higher is better, broadcastable against (*rest).
 
     A string ``metric`` drops the ``metric`` dim; a list or None keeps it. Raises before any
-    computation: KeyError for an unknown metric or a missing dim, ValueError for unknown
+    computation: KeyError for an unknown metric or no ``method`` dim, ValueError for a
+    ``dim`` that is not a dim of the score other than ``method`` and ``metric``, unknown
     methods or fewer than two.
     """
     score = score_view(results)
-    for need in (dim, "method"):
-        if need not in score.dims:
-            raise KeyError(f"score has no {need!r} dim; dims are {', '.join(map(str, score.dims))}")
+    if "method" not in score.dims:
+        raise KeyError(f"score has no 'method' dim; dims are {', '.join(map(str, score.dims))}")
+    dim = check_dim(score, dim)
     names = metrics_of(score, metric)
     if metric is not None and not isinstance(metric, str) and not names:
         raise ValueError("metric must name at least one metric")
@@ -206,6 +208,9 @@ def compare(
     ``(other, method)`` mirrors ``(method, other)``: the same ``n``, ``p``, ``p_adjusted``;
     negated ``diff``, interval and ``effect_size``; ``1 - prob_superiority``. The diagonal
     is NaN. ``methods`` picks (and orders) a subset of at least two methods.
+
+    ``alpha`` must lie in (0, 1) and ``dim`` be a dim of the score other than ``method`` and
+    ``metric`` (the seeds); ValueError naming the argument otherwise, before any computation.
     """
     alpha = check_alpha(alpha)
     how = _check_adjust(adjust)

@@ -160,7 +160,7 @@ def independent_sample_size(
 
 
 def _one_delta(value: object, given: object) -> float:
-    if isinstance(value, bool) or np.ndim(value) != 0:
+    if isinstance(value, bool | str) or np.ndim(value) != 0:
         raise ValueError(f"delta must be positive numbers, got {given!r}")
     try:
         number = float(value)  # type: ignore[arg-type]
@@ -227,6 +227,10 @@ def power(
       design number for the run you have (NaN for fewer than 2 seeds).
 
     The SD is an estimate, taken as the truth: with few seeds the answer is rough.
+
+    ``power`` and ``alpha`` must lie in (0, 1), ``delta`` be positive finite numbers and
+    ``dim`` a dim of the score other than ``method`` and ``metric``; ValueError naming the
+    argument otherwise, before any computation.
     """
     target = check_alpha(power, "power")
     alpha = check_alpha(alpha)

@@ -12,7 +12,7 @@ from scipy.special import stdtr
 
 from oodsim.results.access import iter_cells, metrics_of, select_metric
 from oodsim.results.select import score_view
-from oodsim.stats.checks import check_alpha
+from oodsim.stats.checks import check_alpha, check_dim
 
 TestName = Literal["welch", "paired", "wilcoxon"]
 TESTS: tuple[str, ...] = ("welch", "paired", "wilcoxon")
@@ -154,9 +154,12 @@ def required_simulations_table(
     where both methods have a score (see :func:`required_simulations`). Other dims
     (severity, ood, ...) are kept, but a severity of results without levels
     (:func:`~oodsim.results.score_view`); one metric (a string) drops the ``metric`` dim.
+    ``alpha`` must lie in (0, 1) and ``dim`` be a dim of the score other than ``method`` and
+    ``metric``: ValueError naming the argument otherwise.
     """
     check_alpha(alpha)
     score = score_view(results)
+    dim = check_dim(score, dim)
     names = metrics_of(score, metric)
     methods = [str(m) for m in score["method"].values]
     template = score.isel({dim: 0, "method": 0}, drop=True)

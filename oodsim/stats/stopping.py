@@ -17,7 +17,7 @@ import attrs
 import numpy as np
 
 from oodsim.errors import UnknownNameError
-from oodsim.stats.checks import check_alpha, complete_rows
+from oodsim.stats.checks import check_alpha, check_count, complete_rows
 from oodsim.stats.estimates import _estimate_array, interval_label
 
 Boundary = Literal["bernstein", "normal_mixture"]
@@ -112,10 +112,10 @@ def _finish(
 def decide_fixed(
     n_seeds: int, n: int, min_seeds: int = 0, max_seeds: int | None = None
 ) -> StopDecision:
-    """Stop once ``n`` seeds landed: the classic fixed-size protocol (e.g. n = 5)."""
+    """Stop once ``n`` seeds landed: the classic fixed-size protocol (e.g. n = 5). ``n`` must
+    be an integer >= 1 (ValueError naming it otherwise)."""
     _bounds_check(int(n_seeds), min_seeds, max_seeds)
-    if n < 1:
-        raise ValueError(f"n must be >= 1, got {n}")
+    n = check_count(n, "n")
     return _finish(
         "fixed",
         n_seeds >= n,
@@ -310,8 +310,10 @@ def pairwise_lower_bounds(
     Each pair gets a two-sided confidence sequence at level alpha / (m - 1) on its per-seed
     differences, intersected over the times t >= ``since`` (a running max of the lower
     bound, still valid; starting late keeps the asymptotic boundary away from the first,
-    noisy variance estimates). The diagonal is +inf.
+    noisy variance estimates). The diagonal is +inf. ``alpha`` must lie in (0, 1)
+    (ValueError naming it otherwise).
     """
+    alpha = check_alpha(alpha)
     v = complete_rows(values)
     m = v.shape[1]
     bounds = np.full((m, m), np.inf)

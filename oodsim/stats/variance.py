@@ -9,7 +9,7 @@ import xarray as xr
 
 from oodsim.results.access import iter_cells
 from oodsim.results.select import score_view
-from oodsim.stats.checks import check_alpha
+from oodsim.stats.checks import check_alpha, check_dim, check_levels
 
 #: Keys of :func:`one_way_anova`, in the order the xarray wrapper stores them.
 COMPONENT_KEYS: tuple[str, ...] = (
@@ -48,13 +48,16 @@ def one_way_anova(
     Intervals (two-sided, ``confidence``): sigma2_within is exact (chi-square, N - a df);
     the ratio sigma2_between / sigma2_within has Searle's F-based interval (exact when
     balanced, with n0 otherwise), giving the icc interval and, times MSW, the sigma2_between
-    interval (which ignores MSW's own uncertainty, small when N >> a). NaN seeds are dropped.
+    interval (which ignores MSW's own uncertainty, small when N >> a). NaN seeds are dropped;
+    a missing group label (NaN or None) is refused (ValueError naming ``groups``), never
+    taken as a group of its own, and so is a ``confidence`` outside (0, 1).
     """
     check_alpha(confidence, "confidence")
     y = np.asarray(values, dtype=float).ravel()
     g = np.asarray(groups).ravel()
     if len(y) != len(g):
         raise ValueError(f"{len(y)} values but {len(g)} group labels")
+    check_levels(g, "groups")
     keep = np.isfinite(y)
     y, g = y[keep], g[keep]
     _, inverse = np.unique(g, return_inverse=True)
@@ -122,8 +125,13 @@ def variance_components_table(
 ) -> xr.Dataset:
     """:func:`one_way_anova` per cell (method, metric, severity, ...) of the results (no
     severity for results without levels: :func:`~oodsim.results.score_view`), grouping the
-    seeds by the ``group`` coordinate (the seed's class split by default)."""
+    seeds by the ``group`` coordinate (the seed's class split by default). ``confidence``
+    must lie in (0, 1), ``dim`` be a dim of the score other than ``method`` and ``metric``,
+    and every seed have a ``group`` label: ValueError naming the argument (or the coordinate
+    and its seeds) otherwise."""
+    check_alpha(confidence, "confidence")
     score = score_view(results)
+    dim = check_dim(score, dim)
     if group not in score.coords and isinstance(results, xr.Dataset) and group in results:
         score = score.assign_coords({group: results[group]})
     if group not in score.coords:
@@ -133,6 +141,8 @@ def variance_components_table(
         raise ValueError(
             f"{group!r} must be a coordinate along {dim!r}, has dims {score[group].dims}"
         )
+    seeds = score[dim].values.tolist()
+    check_levels(labels, f"coordinate {group!r}", [f"{dim} {s}" for s in seeds])
     template = score.isel({dim: 0}, drop=True)
     arrays = {key: np.full(template.shape, np.nan) for key in COMPONENT_KEYS}
     for cell_labels, cell in iter_cells(score, (dim,)):

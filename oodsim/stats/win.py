@@ -13,7 +13,7 @@ import xarray as xr
 from oodsim.metrics import higher_is_better
 from oodsim.results.access import iter_cells, metrics_of, select_metric
 from oodsim.results.select import score_view
-from oodsim.stats.checks import complete_rows
+from oodsim.stats.checks import check_alpha, check_count, check_dim, complete_rows
 from oodsim.stats.intervals import percentile_interval
 from oodsim.stats.win_draws import (
     bootstrap_stream,
@@ -81,26 +81,32 @@ def win_probability(
     k-subsets (Floyd's algorithm, vectorized over draws and methods); with replacement, k
     i.i.d. seeds. ``rng`` defaults to the fixed seed 0, so the same values give the same
     probabilities; pass ``None`` for fresh entropy.
+
+    ``k`` and ``n_draws`` must be integers >= 1, and without replacement ``k`` at most the
+    finite seeds of every method (paired: the complete seeds); ValueError naming ``k`` (with
+    both numbers) or ``n_draws`` otherwise.
     """
-    k, n_draws = int(k), int(n_draws)
-    _check(k, n_draws, pairing)
+    k, n_draws = _check(k, n_draws, pairing)
     if pairing == "paired":
         pool = complete_rows(values)
         sizes = np.array([[len(pool)]])
-        if len(pool) == 0 or (not replace and k > len(pool)):
+        if len(pool) == 0:
+            raise ValueError("k: no complete seed to draw from (every seed has a NaN method)")
+        if not replace and k > len(pool):
             raise ValueError(
-                f"need at least {k} complete seeds to draw {k} without replacement, "
-                f"have {len(pool)}"
+                f"k must be at most the number of complete seeds to draw without replacement: "
+                f"k={k}, {len(pool)} complete seeds"
             )
     else:
         pool, counts = finite_columns(values)
         sizes = counts[None, :]
-        need = 1 if replace else k
-        if counts.min() < need:
+        if counts.min() < (1 if replace else k):
             j = int(counts.argmin())
             raise ValueError(
-                f"need at least {need} finite seeds of every method to draw {k} "
-                f"{'with' if replace else 'without'} replacement; method {j} has {counts[j]}"
+                "k must be at most the number of finite seeds of every method to draw "
+                f"without replacement: k={k}, method {j} has {counts[j]} finite seeds"
+                if not replace
+                else f"k: method {j} has no finite seed to draw from"
             )
     if not higher_is_better:
         pool = -pool
@@ -137,8 +143,8 @@ def win_probability_interval(
     Resampled pools where a draw is impossible (a method left with fewer than ``k`` finite
     seeds) are skipped.
     """
-    k, n_draws = int(k), int(n_draws)
-    _check_boot(n_boot, boot_draws, confidence)
+    k, n_draws = _check(k, n_draws, pairing)
+    n_boot, boot_draws, confidence = _check_boot(n_boot, boot_draws, confidence)
     estimate = win_probability(values, k, n_draws, replace, rng, higher_is_better, pairing=pairing)
     v = np.asarray(values, dtype=float)
     v = v[:, None] if v.ndim == 1 else v
@@ -149,20 +155,32 @@ def win_probability_interval(
     return estimate, lower, upper
 
 
-def _check(k: int, n_draws: int, pairing: str) -> None:
-    if k < 1 or n_draws < 1:
-        raise ValueError(f"k and n_draws must be positive, got k={k}, n_draws={n_draws}")
+def _check(k: object, n_draws: object, pairing: str) -> tuple[int, int]:
+    """``(k, n_draws)`` as ints >= 1; ValueError naming the argument otherwise."""
+    k, n_draws = check_count(k, "k"), check_count(n_draws, "n_draws")
     if pairing not in PAIRINGS:
         raise ValueError(f"pairing must be one of {', '.join(PAIRINGS)}, got {pairing!r}")
+    return k, n_draws
 
 
-def _check_boot(n_boot: int, boot_draws: int, confidence: float) -> None:
-    if int(n_boot) < 1 or int(boot_draws) < 1:
+def _check_boot(n_boot: object, boot_draws: object, confidence: object) -> tuple[int, int, float]:
+    """``(n_boot, boot_draws, confidence)`` checked: ints >= 1 and a level in (0, 1)."""
+    return (
+        check_count(n_boot, "n_boot"),
+        check_count(boot_draws, "boot_draws"),
+        check_alpha(confidence, "confidence"),
+    )
+
+
+def _check_seeds(score: xr.DataArray, dim: object, k: int, replace: bool) -> str:
+    """``dim`` checked (:func:`check_dim`), and ``k`` at most its length without replacement."""
+    dim = check_dim(score, dim)
+    if not replace and k > score.sizes[dim]:
         raise ValueError(
-            f"n_boot and boot_draws must be positive, got n_boot={n_boot}, boot_draws={boot_draws}"
+            f"k must be at most the number of seeds to draw without replacement: k={k}, "
+            f"{score.sizes[dim]} seeds along {dim!r}"
         )
-    if not 0 < confidence < 1:
-        raise ValueError(f"confidence must be in (0, 1), got {confidence}")
+    return dim
 
 
 def win_probabilities(
@@ -191,16 +209,33 @@ def win_probabilities(
     ``"paired"`` (one draw shared by all methods); see :func:`win_probability`, and
     :func:`win_probability_intervals` for both side by side with intervals. Cells where a
     draw is impossible (without replacement: a method with fewer than ``k`` finite seeds, or
-    fewer than ``k`` complete seeds when paired) are NaN. ``rng`` defaults to the fixed seed 0
+    fewer than ``k`` complete seeds when paired) are NaN; a ``k`` above the number of seeds
+    along ``dim`` (no cell could draw) is refused. ``rng`` defaults to the fixed seed 0
     (one generator for all cells, in order), so the same results give the same numbers; pass a
     Generator to continue a stream, or None for fresh entropy. ``attrs`` record ``k``,
     ``n_draws``, ``replace`` and ``pairing``.
     """
+    k, n_draws = _check(k, n_draws, "paired" if pairing == "both" else pairing)
+    dim = _check_seeds(score_view(results), dim, k, replace)
     if pairing == "both":
         both = _by_pairing(results, metric, k, n_draws, replace, rng, dim, PAIRINGS)
         both.attrs["pairing"] = "both"
         return both
-    _check(int(k), int(n_draws), pairing)
+    return _cells(results, metric, k, n_draws, replace, rng, dim, pairing)
+
+
+def _cells(
+    results: xr.Dataset | xr.DataArray,
+    metric: str | Sequence[str] | None,
+    k: int,
+    n_draws: int,
+    replace: bool,
+    rng: np.random.Generator | int | None,
+    dim: str,
+    pairing: str,
+) -> xr.DataArray:
+    """:func:`win_probabilities` of one pairing with its arguments checked, ``k`` above the
+    seeds allowed (every cell NaN)."""
     score = score_view(results)
     names = metrics_of(score, metric)
     rng = np.random.default_rng(rng)
@@ -257,9 +292,7 @@ def _by_pairing(
     :func:`_seed_of`)."""
     seed = _seed_of(rng)
     each = [
-        win_probabilities(
-            results, metric, k, n_draws, replace, np.random.default_rng(seed), dim, pairing=p
-        )
+        _cells(results, metric, k, n_draws, replace, np.random.default_rng(seed), dim, p)
         for p in pairings
     ]
     out = xr.concat(each, dim=pd.Index(list(pairings), name="pairing"))
@@ -305,14 +338,19 @@ def win_probability_intervals(
 
     ``attrs``: ``k``, ``n_draws``, ``replace``, ``n_boot``, ``boot_draws``, ``confidence``
     and ``interval`` (in words). Cells where a draw is impossible are NaN, as in
-    :func:`win_probabilities`.
+    :func:`win_probabilities`, and so is every cell when ``k`` is above the number of seeds
+    (reports ask only with at least ``k`` seeds). ``k``, ``n_draws``, ``n_boot`` and
+    ``boot_draws`` must be integers >= 1, ``confidence`` lie in (0, 1) and ``dim`` be a dim
+    of the score other than ``method`` and ``metric``: ValueError naming the argument
+    otherwise.
     """
     pairings = tuple(str(p) for p in pairings)
     if not pairings or len(set(pairings)) < len(pairings):
         raise ValueError(f"pairings must name distinct pairings, got {pairings!r}")
     for p in pairings:
-        _check(int(k), int(n_draws), p)
-    _check_boot(n_boot, boot_draws, confidence)
+        k, n_draws = _check(k, n_draws, p)
+    n_boot, boot_draws, confidence = _check_boot(n_boot, boot_draws, confidence)
+    dim = check_dim(score_view(results), dim)
     seed = _seed_of(rng)
     point = _by_pairing(results, metric, k, n_draws, replace, seed, dim, pairings)
     point.attrs = {}
