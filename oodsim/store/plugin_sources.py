@@ -1,12 +1,14 @@
 """A notice for plug-ins edited under the same version.
 
-A script's architecture or dataset loader enters keys by its name and ``version`` only: the
-docs say "bump the version when it returns other data", but nothing noticed when a builder or
-loader was edited and the version was not bumped, and the cache silently served results of
-the old code. The store now keeps, for each plug-in name and version, the fingerprint of its
-source as it was when the cache first ran it (``<cache>/.plugin-sources/``). A run whose
-plug-in source differs from the recorded one warns (:class:`PluginChangedWarning`) with the
-fix; keys do not change, so a harmless edit (a comment, a rename) costs nothing.
+A script's architecture or dataset loader enters keys by its name and ``version`` only, never
+by its source. The store keeps, for each plug-in kind, name and version, the fingerprint of
+its function's source as it was when the cache first ran it (``<cache>/.plugin-sources/``). A
+run whose plug-in source differs from the recorded one reuses the cached results and warns
+(:class:`PluginChangedWarning`): one notice that names the function and where it is defined,
+and says how to choose (another version to compute again, or nothing to keep the cached
+results). Keys do not change, so a harmless edit (a comment, a rename) costs nothing. The
+engine passes every plug-in it ships (:meth:`oodsim.engine.work.Shipped.sources`); the kind
+is only a word of the notice.
 """
 
 from __future__ import annotations
@@ -63,13 +65,25 @@ def check_sources(root: Path, plugins: Iterable[tuple[str, str, str, Callable[..
         if recorded != current:
             warnings.warn(
                 f"the {kind} {name!r} (version {version!r}) has changed since this cache "
-                f"first computed with it: its cached entries are reused as they are. If the "
-                f"change alters what it returns, register it with another version (e.g. "
-                f'version="{_next(version)}") to compute them again; if it does not, ignore '
-                f"this (remove {path} to silence it)",
+                f"first computed with it: the body of {describe(function)} is not the one "
+                f"this cache's entries were computed with under the same name and version, "
+                f"and they are reused as they are (keys do not change). To compute them again "
+                f'with the new body, register it with another version (e.g. version="'
+                f'{_next(version)}"); to keep using the cached results, change nothing '
+                f"(remove {path} to silence this notice)",
                 PluginChangedWarning,
                 stacklevel=3,
             )
+
+
+def describe(function: Callable[..., Any]) -> str:
+    """``function``'s qualified name and where it is defined (``f (script.py, line 12)``;
+    the line of its first decorator, if any), as a notice names it."""
+    name = getattr(function, "__qualname__", None) or repr(function)
+    code = getattr(function, "__code__", None)
+    if code is None:
+        return name
+    return f"{name} ({code.co_filename}, line {code.co_firstlineno})"
 
 
 def _record(path: Path, fingerprint: str) -> None:
