@@ -5,6 +5,10 @@ NaN and no whitespace. Nested specs enter their parent by their own key, so a pa
 exactly when one of its inputs does. Fields marked ``key=False`` in attrs metadata (execution
 settings such as data roots) never enter a key. Python's ``hash()`` is never used: it changes with
 ``PYTHONHASHSEED``.
+
+:func:`digest` returns a :class:`Key`: the hex digest, carrying the JSON text it is the sha256 of.
+A store entry records those inputs, so that anyone can check, without the spec, that the entry's
+key derives from them (:func:`derived_key`).
 """
 
 from __future__ import annotations
@@ -60,11 +64,53 @@ def key_fields(obj: Any) -> dict[str, Any]:
     }
 
 
-def digest(tag: str, version: str | int, fields: Mapping[str, Any]) -> str:
-    """The sha256 hex digest of a tagged, versioned record."""
-    record = [tag, SCHEMA_VERSION, str(version), canonical(fields)]
-    text = json.dumps(record, sort_keys=True, separators=(",", ":"), allow_nan=False)
-    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+class Key(str):
+    """A content key (a sha256 hex digest, equal to and usable as that ``str``) that carries
+    :attr:`payload`, the canonical JSON text it is the digest of. Pickles with its payload;
+    whatever builds a new string from it (slicing, formatting) gets a plain ``str``."""
+
+    payload: str
+
+    def __new__(cls, payload: str) -> Key:
+        key = super().__new__(cls, hashlib.sha256(payload.encode("utf-8")).hexdigest())
+        key.payload = payload
+        return key
+
+    def __reduce__(self) -> tuple[type[Key], tuple[str]]:
+        return Key, (self.payload,)
+
+    @property
+    def inputs(self) -> list[Any]:
+        """``[tag, schema_version, component_version, fields]``: what the key is derived from,
+        as plain JSON values (nested specs by their keys)."""
+        return json.loads(self.payload)
+
+
+def _encoded(record: Any) -> str:
+    """The canonical JSON text of a key's inputs: sorted keys, no whitespace, no NaN."""
+    return json.dumps(record, sort_keys=True, separators=(",", ":"), allow_nan=False)
+
+
+def digest(tag: str, version: str | int, fields: Mapping[str, Any]) -> Key:
+    """The sha256 hex digest of a tagged, versioned record, as a :class:`Key`."""
+    return Key(_encoded([tag, SCHEMA_VERSION, str(version), canonical(fields)]))
+
+
+def derived_key(inputs: Any) -> str:
+    """The key that ``inputs`` (a :attr:`Key.inputs`, e.g. read back from JSON) derive:
+    ``digest(*inputs)`` for the inputs of a key :func:`digest` made. Raises ``ValueError``
+    (or ``TypeError``) for what is not the inputs of a key: not a list of a tag, an integer
+    schema version, a version string and a mapping of fields, or not plain JSON values."""
+    if not (
+        isinstance(inputs, list)
+        and len(inputs) == 4
+        and isinstance(inputs[0], str)
+        and type(inputs[1]) is int
+        and isinstance(inputs[2], str)
+        and isinstance(inputs[3], dict)
+    ):
+        raise ValueError("not [tag, schema version, version, fields]")
+    return hashlib.sha256(_encoded(inputs).encode("utf-8")).hexdigest()
 
 
 def content_key(obj: Any) -> str:

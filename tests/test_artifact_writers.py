@@ -11,10 +11,11 @@ import pytest
 from oodsim.artifacts.kappa import put_kappa
 from oodsim.artifacts.keys import KAPPA
 from oodsim.artifacts.outputs import OUTPUTS, put_outputs
+from oodsim.keys import digest
 from oodsim.protocols.severity.plan import KAPPA as SEVERITY_KAPPA
 from oodsim.store import Store
 
-KEY = "0" * 64
+KEY = digest("test_entry", 1, {"n": 0})
 
 
 def test_kappa_is_one_value_per_sample_and_lands_under_its_kind(tmp_path: Path) -> None:

@@ -31,6 +31,7 @@ import oodsim
 from oodsim.cli import main as cli_main
 from oodsim.data import load_dataset, register_dataset
 from oodsim.detectors import register
+from oodsim.keys import digest
 from oodsim.protocols.open_set import CHECKPOINT, OUTPUTS, PROTOCOL, class_split_label, entries
 from oodsim.results import store_counts
 from oodsim.seeds import SeedStreams
@@ -412,7 +413,7 @@ def test_a_malformed_lock_is_taken_over_without_traceback_or_wait(
 ) -> None:
     """Store level, for every kind of lock: ``ensure`` computes the key, in bounded time."""
     store = Store(tmp_path / "cache")
-    key = "ab" + "3" * 62
+    key = digest("test_entry", 1, {"n": 776})
     (store.root / "locks").mkdir(parents=True)
     outside = tmp_path / "outside.txt"
     outside.write_text("keep me")
@@ -539,7 +540,11 @@ def test_the_store_reports_rather_than_spins_when_an_entry_or_lock_cannot_move(
     raise ``StoreError`` (the loop that retrains on a corrupt read stops)."""
     if not _permissions_apply(tmp_path / "probe"):
         pytest.skip("this process ignores permission bits and cannot drop that privilege")
-    store, key, other = Store(tmp_path / "cache"), "cd" + "4" * 62, "cd" + "6" * 62
+    store, key, other = (
+        Store(tmp_path / "cache"),
+        digest("test_entry", 1, {"n": 177}),
+        digest("test_entry", 1, {"n": 371}),
+    )
     path = store.put(CHECKPOINT, key, {"w": np.arange(1000.0)})
     flip_a_byte(arrays_file(path))
     (store.put(CHECKPOINT, other, {"w": np.arange(3.0)}) / "meta.json").write_text("{}")
@@ -660,7 +665,7 @@ def test_cache_commands_treat_a_deeply_nested_meta_as_corrupt(
     """A meta.json nested 30,000 levels deep used to stop ``cache ls``, ``verify`` and
     ``verify --repair`` with a RecursionError, bricking the cache until removed by hand."""
     store = Store(tmp_path / "cache")
-    key = "cd" + "5" * 62
+    key = digest("test_entry", 1, {"n": 1024})
     folder = store.put(OUTPUTS, key, {"x": np.arange(3)})
     (folder / "meta.json").write_bytes(DEEP_JSON)
     assert cli_main(["cache", "ls", "--cache", str(store.root)]) == 0
@@ -679,7 +684,7 @@ def test_cache_commands_read_a_cache_through_a_linked_root(
     link, and ``cache ls|verify`` read the link itself: "total 0.00 MB", "0 corrupt entries"
     over a corrupt entry."""
     store = Store(tmp_path / "cache")
-    key = "ce" + "6" * 62
+    key = digest("test_entry", 1, {"n": 226})
     folder = store.put(OUTPUTS, key, {"x": np.arange(3)})
     link = tmp_path / "link"
     link.symlink_to(store.root, target_is_directory=True)

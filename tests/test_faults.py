@@ -30,6 +30,7 @@ import oodsim
 from oodsim.cli import main as cli_main
 from oodsim.engine import ClusterError, RunAborted
 from oodsim.engine import progress as progress_module
+from oodsim.keys import digest
 from oodsim.models import register_architecture
 from oodsim.models.architectures import small_cnn
 from oodsim.models.classifier import Classifier
@@ -280,7 +281,7 @@ def test_entry_with_unreadable_meta_is_replaced_not_blocking(tmp_path: Path) -> 
     """A folder whose meta.json is gone or garbage would block the rename of its replacement;
     ``has`` quarantines it so the next ``put`` succeeds."""
     store = Store(tmp_path)
-    key = "cd" + "1" * 62
+    key = digest("test_entry", 1, {"n": 24})
     path = store.put(OUTPUTS, key, {"x": np.arange(3)})
     (path / "meta.json").write_text("{not json")
     assert "unreadable meta" in store.verify()[0][1]
@@ -410,7 +411,8 @@ def test_live_lock_is_waited_for_not_taken_over(tmp_path: Path) -> None:
     and computes nothing."""
     code = (
         "import sys, time, numpy as np; from oodsim.store import Store\n"
-        "s = Store(sys.argv[1]); key = 'ef' + '2' * 62\n"
+        "from oodsim.keys import digest\n"
+        "s = Store(sys.argv[1]); key = digest('test_entry', 1, {'n': 405})\n"
         "def slow():\n"
         "    time.sleep(float(sys.argv[2])); s.put('outputs', key, {'x': np.arange(3)})\n"
         "print(s.ensure('outputs', key, slow), flush=True)\n"

@@ -29,6 +29,7 @@ from oodsim.cli import main as cli_main
 from oodsim.engine import OutputExists
 from oodsim.engine.run import check_out
 from oodsim.errors import OodsimError
+from oodsim.keys import digest
 from oodsim.results import (
     MANIFEST,
     ForeignOutput,
@@ -119,7 +120,9 @@ def test_cli_refuses_a_folder_of_other_files_with_one_line_and_exit_code_2(
 def test_cache_root_anything_inside_it_or_holding_it_is_refused(tmp_path: Path, where: str) -> None:
     cache = tmp_path / "work" / "cache"
     store = Store(cache)
-    store.put("outputs", "ab" + "0" * 62, {"logits": np.zeros((2, 3), np.float32)})
+    store.put(
+        "outputs", digest("test_entry", 1, {"n": 124}), {"logits": np.zeros((2, 3), np.float32)}
+    )
     before = _tree(cache)
     out = {
         "root": cache,

@@ -18,6 +18,7 @@ import pytest
 
 import oodsim.store.entries as store_entries
 from oodsim import heartbeat
+from oodsim.keys import digest
 from oodsim.store import CorruptEntryWarning, Store, StoreError
 from oodsim.store.arrays import ARRAYS_ZIP
 from oodsim.store.layout import is_cache
@@ -29,7 +30,13 @@ from oodsim.store.locks import (
     why_stale,
 )
 
-KEY = "ab" + "0" * 62
+KEY = digest("test_entry", 1, {"n": 124})  # under the prefix folder "ab"
+#: three more keys, for entries of their own
+KEY_A, KEY_B, KEY_C = (
+    digest("test_entry", 1, {"n": 27}),
+    digest("test_entry", 1, {"n": 7}),
+    digest("test_entry", 1, {"n": 24}),
+)
 
 
 def _arrays() -> dict[str, np.ndarray]:
@@ -263,10 +270,10 @@ def test_move_kind_moves_intact_entries_drops_duplicates_and_leaves_corrupt_ones
     named, for ``cache verify --repair``."""
     store = Store(tmp_path / "cache")
     arrays = {"logits": np.arange(12.0).reshape(4, 3)}
-    for key in ("a" * 64, "b" * 64, "c" * 64):
+    for key in (KEY_A, KEY_B, KEY_C):
         store.put("old_kind", key, arrays, {"describe": f"entry {key[0]}"})
-    store.put("new_kind", "b" * 64, arrays, {"describe": "already moved"})
-    corrupt = store.path("old_kind", "c" * 64) / "arrays.zarr.zip"
+    store.put("new_kind", KEY_B, arrays, {"describe": "already moved"})
+    corrupt = store.path("old_kind", KEY_C) / "arrays.zarr.zip"
     data = bytearray(corrupt.read_bytes())
     data[len(data) // 2] ^= 0xFF
     corrupt.write_bytes(bytes(data))
@@ -274,24 +281,24 @@ def test_move_kind_moves_intact_entries_drops_duplicates_and_leaves_corrupt_ones
     moved = store.move_kind("old_kind", "new_kind")
 
     assert (moved.moved, moved.duplicates) == (1, 1)
-    assert [key for key, _ in moved.left] == ["c" * 64]
+    assert [key for key, _ in moved.left] == [KEY_C]
     assert "checksum mismatch" in moved.left[0][1]
-    entry = Store(tmp_path / "cache").get("new_kind", "a" * 64)
+    entry = Store(tmp_path / "cache").get("new_kind", KEY_A)
     assert entry is not None and entry.meta["kind"] == "new_kind"
     assert entry.meta["describe"] == "entry a"
     np.testing.assert_array_equal(entry.arrays["logits"], arrays["logits"])
-    assert store.get("new_kind", "b" * 64).meta["describe"] == "already moved"
+    assert store.get("new_kind", KEY_B).meta["describe"] == "already moved"
     assert store.holds_kind("old_kind")  # the corrupt one stays in place
-    assert [info.key for info, _ in store.verify()] == ["c" * 64]  # only the corrupt one
+    assert [info.key for info, _ in store.verify()] == [KEY_C]  # only the corrupt one
 
 
 def test_a_cache_deleted_under_a_writer_is_made_again_as_a_cache(tmp_path: Path) -> None:
     """The probe: the cache folder deleted while a run wrote; a worker's store, marked before,
     made the folder again without oodsim's mark, and `oodsim cache` then refused it."""
     store = Store(tmp_path / "c")
-    store.put("outputs", "a" * 64, {"x": np.arange(3)})
+    store.put("outputs", KEY_A, {"x": np.arange(3)})
     assert is_cache(store.root)
     shutil.rmtree(store.root)
-    store.put("outputs", "b" * 64, {"x": np.arange(3)})
+    store.put("outputs", KEY_B, {"x": np.arange(3)})
     assert is_cache(store.root)
-    assert store.has("outputs", "b" * 64)
+    assert store.has("outputs", KEY_B)

@@ -11,11 +11,12 @@ import numpy as np
 import pytest
 import zarr
 
+from oodsim.keys import Key, digest
 from oodsim.store import Store
 from oodsim.store.arrays import ARRAYS_FOLDER, ARRAYS_ZIP, read_arrays, read_zip, write_zip
 from oodsim.store.digests import file_checksums, file_sizes, meta_digest
 
-KEY = "ab" + "0" * 62
+KEY = digest("test_entry", 1, {"n": 124})
 
 
 def _arrays() -> dict[str, np.ndarray]:
@@ -122,9 +123,10 @@ def test_a_store_entry_is_two_files(tmp_path: Path) -> None:
     _same(entry.arrays, _arrays())
 
 
-def _old_entry(store: Store, kind: str, key: str, arrays: dict[str, np.ndarray]) -> Path:
+def _old_entry(store: Store, kind: str, key: Key, arrays: dict[str, np.ndarray]) -> Path:
     """An entry as oodsim wrote it before the ZIP: a zarr folder (zarr's defaults, zstd) and a
-    meta record with a sha256 and size per file."""
+    meta record with a sha256 and size per file, bound to its key as records are now (one of
+    that age names no key inputs and is computed again: tests/test_entry_binding.py)."""
     folder = store.path(kind, key)
     group = zarr.open_group(folder / ARRAYS_FOLDER, mode="w")
     for name, value in arrays.items():
@@ -134,6 +136,7 @@ def _old_entry(store: Store, kind: str, key: str, arrays: dict[str, np.ndarray])
         "created": 0.0,
         "kind": kind,
         "key": key,
+        "key_inputs": key.inputs,
         "files": file_checksums(folder),
         "sizes": file_sizes(folder),
     }

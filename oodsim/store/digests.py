@@ -1,5 +1,6 @@
 """What an entry's ``meta.json`` (and a results manifest) records of its files, and the checks
-that a record can be trusted: a sha256 and size per file, the record's own sha256."""
+that a record can be trusted: a sha256 and size per file, the record's own sha256, and the
+entry's kind, key and the inputs that key derives from (:data:`KEY_INPUTS`)."""
 
 from __future__ import annotations
 
@@ -13,9 +14,10 @@ from typing import Any
 
 import numpy as np
 
+from oodsim.keys import derived_key
 from oodsim.store.arrays import ARRAYS_ZIP, members_problem
 from oodsim.store.fs import plain_relative
-from oodsim.store.layout import META, META_DIGEST
+from oodsim.store.layout import KEY_INPUTS, META, META_DIGEST
 
 
 def sha256_of(path: Path) -> str:
@@ -71,9 +73,12 @@ def _inside(name: object) -> bool:
 
 
 def meta_problem(meta: Any, kind: str | None = None, key: str | None = None) -> str:
-    """Why a meta record cannot be trusted ("" when it can): not a record of this entry, edited
-    (its own checksum), or without a sha256 (and size) for each of its files. Entries written
-    before meta files carried their own digest, or sizes, are accepted without them."""
+    """Why a meta record cannot be trusted ("" when it can): edited (its own checksum), without
+    a sha256 and size for each of its files, or not bound to its entry. A bound record names
+    its ``kind`` and ``key`` (``kind`` and ``key``, where given: the entry's folder names) and
+    the inputs its key derives from (:data:`KEY_INPUTS`, see :func:`oodsim.keys.derived_key`),
+    and those inputs derive that key. A record of an older layout (no own checksum, no sizes,
+    no key inputs) is never trusted: the entry is computed again."""
     if not isinstance(meta, dict):
         return "meta.json does not hold a record"
     expected = meta.get(META_DIGEST)
@@ -85,16 +90,33 @@ def meta_problem(meta: Any, kind: str | None = None, key: str | None = None) -> 
     outside = [name for name in files if not _inside(name)]
     if outside:
         return f"meta.json lists files outside the entry: {outside[:3]}"
-    sizes = meta.get("sizes", files)
+    sizes = meta.get("sizes")
     if not isinstance(sizes, dict) or set(sizes) != set(files):
         return "meta.json is not an entry record (its sizes do not match its files)"
-    if sizes is not files and not all(
-        isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in sizes.values()
-    ):
+    if not all(isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in sizes.values()):
         return "meta.json is not an entry record (a size is not a byte count)"
+    if expected is None:
+        return "meta.json has no checksum of its own (an older layout: computed again)"
+    return binding_problem(meta, kind, key)
+
+
+def binding_problem(meta: Mapping[str, Any], kind: str | None, key: str | None) -> str:
+    """Why a record is not bound to the entry (``kind``, ``key``) ("" when it is): it lacks
+    its kind, its key or its key's inputs, names another kind or key, or its inputs derive
+    another key (an entry copied or moved into another key's folder, its record edited)."""
     for field, value in (("kind", kind), ("key", key)):
-        if value is not None and field in meta and meta[field] != value:
-            return f"meta.json belongs to another entry ({field} {str(meta[field])[:12]!r})"
+        if not isinstance(meta.get(field), str):
+            return f"meta.json names no {field} (an older layout, or edited: computed again)"
+        if value is not None and meta[field] != value:
+            return f"meta.json belongs to another entry ({field} {meta[field][:12]!r})"
+    if KEY_INPUTS not in meta:
+        return "meta.json names no inputs of its key (an older layout, or edited: computed again)"
+    try:
+        derived = derived_key(meta[KEY_INPUTS])
+    except (TypeError, ValueError):
+        return "meta.json's key inputs are not the inputs of a key"
+    if derived != meta["key"]:
+        return f"meta.json's key inputs derive another key ({derived[:12]!r})"
     return ""
 
 

@@ -1,17 +1,20 @@
 """Store entries: ``<root>/<kind>/<key[:2]>/<key>/`` holds ``arrays.zarr.zip`` (one zarr v3
 group, :mod:`oodsim.store.arrays`; older entries an ``arrays.zarr`` folder) and ``meta.json``
 (what was computed, from which spec, versions, timings, a sha256 and size per file and one of
-its own). Entries are written into a temporary sibling and renamed into place: a reader never
-sees half an entry, and a crash leaves a ``.tmp-*`` folder that :meth:`Store.gc` removes.
+its own, and the entry's kind, key and the inputs its key derives from: an entry whose record
+does not derive its own folder's key is never read, see
+:func:`~oodsim.store.digests.meta_problem`). Entries are written into a temporary sibling and
+renamed into place: a reader never sees half an entry, and a crash leaves a ``.tmp-*`` folder
+that :meth:`Store.gc` removes.
 
 The store heals itself: anything malformed on the way to an entry (a file, link or FIFO where
-a folder belongs; a missing, edited or wrong-schema ``meta.json``; a missing file, a wrong size
-or checksum) is reported with a :class:`CorruptEntryWarning`, moved aside and recomputed; where
-it cannot be moved (a read-only folder), :class:`StoreError` says where and how to fix it.
-Malformed locks are taken over like those of dead holders (:mod:`oodsim.store.locks`); nothing
-follows a symbolic link inside the root (:mod:`oodsim.store.fs`). :attr:`Store.events` records
-what was computed (``put``) and loaded (``get``): the run's provenance, how tests prove that a
-rerun computed nothing.
+a folder belongs; a missing, edited or wrong-schema ``meta.json``, or one of an older layout or
+of another key; a missing file, a wrong size or checksum) is reported with a
+:class:`CorruptEntryWarning`, moved aside and recomputed; where it cannot be moved (a read-only
+folder), :class:`StoreError` says where and how to fix it. Malformed locks are taken over like
+those of dead holders (:mod:`oodsim.store.locks`); nothing follows a symbolic link inside the
+root (:mod:`oodsim.store.fs`). :attr:`Store.events` records what was computed (``put``) and
+loaded (``get``): the run's provenance, how tests prove that a rerun computed nothing.
 """
 
 from __future__ import annotations
@@ -31,6 +34,7 @@ import numpy as np
 
 from oodsim.errors import StoreError
 from oodsim.heartbeat import beat
+from oodsim.keys import Key
 from oodsim.store.arrays import ARRAYS_ZIP, read_arrays, write_zip
 from oodsim.store.digests import (
     arrays_problem,
@@ -42,6 +46,7 @@ from oodsim.store.digests import (
 )
 from oodsim.store.fs import described, objects, read_json, remove, what_is
 from oodsim.store.layout import (
+    KEY_INPUTS,
     LOCKS,
     META,
     META_LIMIT,
@@ -358,7 +363,14 @@ class Store(Maintenance, Migration):
         arrays: Mapping[str, np.ndarray],
         meta: Mapping[str, Any] | None = None,
     ) -> Path:
-        """Write an entry atomically; if another writer got there first, keep theirs."""
+        """Write an entry atomically; if another writer got there first, keep theirs. ``key``
+        is a :class:`~oodsim.keys.Key` (made by :func:`oodsim.keys.digest`): its inputs are
+        recorded, and a plain string, whose inputs are unknown, raises ``TypeError``."""
+        if not isinstance(key, Key):
+            raise TypeError(
+                f"store key {str(key)[:12]!r} of {kind} carries no inputs: make it with "
+                "oodsim.keys.digest, so that the entry's record can derive it"
+            )
         final = self.path(kind, key)
         tmp = final.parent / f"{TMP_PREFIX}{key}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
         started = time.time()
@@ -374,7 +386,8 @@ class Store(Maintenance, Migration):
                 "shapes": {name: list(np.shape(v)) for name, v in arrays.items()},
                 **(meta or {}),
                 "kind": kind,  # what the entry's own folder says: checked on every read
-                "key": key,
+                "key": str(key),
+                KEY_INPUTS: key.inputs,  # what the key derives from: checked on every read
                 "files": file_checksums(tmp),
                 "sizes": file_sizes(tmp),
             }

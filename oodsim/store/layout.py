@@ -12,6 +12,8 @@ import numpy as np
 
 META = "meta.json"
 META_DIGEST = "meta_sha256"
+#: the field of an entry's record that holds the inputs its key derives from
+KEY_INPUTS = "key_inputs"
 TMP_PREFIX = ".tmp-"
 QUARANTINE_PREFIX = f"{TMP_PREFIX}corrupt-"
 LOCKS = "locks"

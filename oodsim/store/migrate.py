@@ -2,10 +2,13 @@
 
 :class:`Migration` is a mixin of :class:`oodsim.store.Store` (``store.move_kind(old, new)``).
 An entry keeps its key and its files; only its folder and the ``kind`` its record names
-change. Each move renames the entry into a temporary sibling of its new place, rewrites its
-record there (with its own checksum) and renames it into place, under the new key's lock: a
-reader never sees half of it, and an interrupted move leaves a ``.tmp-*`` folder that
-``oodsim cache gc`` removes (the entry is then computed again, never read wrong).
+change. Only an entry whose record derives its own key from the inputs it names is moved (see
+:func:`~oodsim.store.digests.meta_problem`); one of an older layout without them, or whose
+record names another key, is left in place and named, never trusted: a run computes it again.
+Each move renames the entry into a temporary sibling of its new place, checks its record again
+there, rewrites it (with its own checksum) and renames it into place, under the new key's lock:
+a reader never sees half of it, and an interrupted move leaves a ``.tmp-*`` folder that ``oodsim
+cache gc`` removes (the entry is then computed again, never read wrong).
 """
 
 from __future__ import annotations
@@ -19,7 +22,7 @@ from typing import Any
 
 import attrs
 
-from oodsim.store.digests import write_meta
+from oodsim.store.digests import meta_problem, write_meta
 from oodsim.store.fs import listing, read_json, remove
 from oodsim.store.layout import META, META_LIMIT, TMP_PREFIX
 
@@ -75,19 +78,35 @@ class Migration:
                     remove(path)
                     duplicates += 1
                     continue
-                self._move_entry(path, old, new, key)
+                problem = self._move_entry(path, old, new, key)
+                if problem:
+                    left.append((key, problem))
+                    continue
                 moved += 1
         self._drop_empty(old)
         return Moved(moved, duplicates, tuple(left))
 
-    def _move_entry(self, path: Path, old: str, new: str, key: str) -> None:
+    def _move_entry(self, path: Path, old: str, new: str, key: str) -> str:
+        """Move one inspected entry into place under ``new``; "" when moved, else why not: its
+        record, read again once moved aside, is no longer bound to (``old``, ``key``) (it was
+        replaced meanwhile). Such an entry is removed, never moved."""
         final = self.path(new, key)
         final.parent.mkdir(parents=True, exist_ok=True)
         tmp = final.parent / f"{TMP_PREFIX}{key}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
         os.rename(path, tmp)
-        meta = read_json(tmp / META, META_LIMIT)
+        meta: Any = None
+        try:
+            meta = read_json(tmp / META, META_LIMIT)
+            problem = meta_problem(meta, old, key)
+        except (OSError, ValueError) as error:
+            problem = f"unreadable meta.json: {error}"
+        if problem:
+            with contextlib.suppress(OSError):
+                remove(tmp)
+            return f"{problem}; removed"
         write_meta(tmp, {**meta, "kind": new})
         os.rename(tmp, final)
+        return ""
 
     def _drop_empty(self, kind: str) -> None:
         """Remove the kind's folder and its prefix folders once they are empty."""
