@@ -10,8 +10,10 @@ import subprocess
 import sys
 from pathlib import Path
 
+import attrs
 import pytest
 
+from oodsim.data import registry
 from tests.conftest import digits_toml
 
 pytestmark = pytest.mark.slow  # each test trains once and runs a script twice
@@ -101,3 +103,30 @@ def test_a_function_edited_under_the_same_version_keeps_its_keys_and_is_noticed(
         r"to keep using the cached results, change nothing",
     ):
         assert re.search(said, notices[0]), (said, notices[0])
+
+
+def _loader(body: str):
+    """A loader named ``edited_loader`` returning ``body`` (the same name for every body)."""
+    namespace: dict = {"__name__": "edited_study"}  # a script's module, not oodsim's
+    exec(
+        f"def edited_loader(root=None, download=False, image_size=None):\n    return {body}",
+        namespace,
+    )  # noqa: S102, E501
+    return namespace["edited_loader"]
+
+
+def test_a_worker_takes_a_loader_again_once_its_body_was_edited_under_the_same_version() -> None:
+    """A worker of a long-lived cluster took the loader of an earlier run; the driver ships the
+    same name and version with another body: the worker loads with the new body."""
+    registry.register_dataset(
+        "edited_loader_probe", n_classes=2, hflip=False, description="probe", replace=True
+    )(_loader("'old'"))
+    try:
+        taken = registry.DATASETS["edited_loader_probe"]
+        registry.adopt_datasets([attrs.evolve(taken, load=_loader("'old'"))])  # a new object
+        assert registry.DATASETS["edited_loader_probe"] is taken  # the same body: kept
+        edited = attrs.evolve(taken, load=_loader("'new'"))
+        registry.adopt_datasets([edited])
+        assert registry.DATASETS["edited_loader_probe"].load() == "new"
+    finally:
+        registry.DATASETS.pop("edited_loader_probe", None)

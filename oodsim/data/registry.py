@@ -173,8 +173,19 @@ def user_datasets(names: Iterable[str]) -> tuple[DatasetInfo, ...]:
 
 def _identity(info: DatasetInfo) -> tuple:
     """What tells two registrations apart (a shipped loader is a new object every time, so
-    comparing functions would reload the data for every task)."""
-    return (info.version, info.n_classes, info.hflip, info.description, info.load.__qualname__)
+    comparing functions would reload the data for every task): its fields, and the loader's
+    name and compiled body, so that a worker that took a loader takes it again once its body
+    was edited under the same name and version."""
+    code = getattr(info.load, "__code__", None)
+    body = None if code is None else (code.co_code, code.co_consts, code.co_names)
+    return (
+        info.version,
+        info.n_classes,
+        info.hflip,
+        info.description,
+        info.load.__qualname__,
+        body,
+    )
 
 
 def adopt_datasets(infos: Iterable[DatasetInfo]) -> None:
