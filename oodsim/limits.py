@@ -16,11 +16,7 @@ above what the papers use (11 levels, grids of a few dozen points, ResNet-18, 1,
 
 from __future__ import annotations
 
-import os
-
 import attrs
-
-from oodsim.errors import SpecError
 
 #: the environment variable that lifts limits: ``name=value`` pairs separated by commas
 ENV = "OODSIM_LIMITS"
@@ -48,20 +44,12 @@ LIMITS: dict[str, int] = {}
 
 
 def _from_environment() -> dict[str, int]:
-    """The limits ``$OODSIM_LIMITS`` sets (a malformed one is a :class:`SpecError`)."""
-    values = {}
-    for item in filter(None, (part.strip() for part in os.environ.get(ENV, "").split(","))):
-        name, _, value = item.partition("=")
-        name = name.strip()
-        if name not in DEFAULTS:
-            raise SpecError(ENV, item, f"name=value with a name among {', '.join(DEFAULTS)}")
-        try:
-            values[name] = int(value)
-        except ValueError:
-            values[name] = 0
-        if values[name] < 1:  # a limit of -5 refused every size, with a confusing message
-            raise SpecError(ENV, item, f"{name}=<an integer >= 1>")
-    return values
+    """The limits ``$OODSIM_LIMITS`` sets (a malformed one is a :class:`SpecError`, see
+    :mod:`oodsim.environment`)."""
+    # oodsim.environment checks this variable with DEFAULTS: imported here, not at the top
+    from oodsim.environment import read
+
+    return read(ENV) or {}
 
 
 def limit(name: str) -> int:

@@ -395,7 +395,7 @@ def test_a_lifted_limit_lets_the_spec_through(monkeypatch: pytest.MonkeyPatch) -
     with pytest.raises(SpecError, match="OODSIM_LIMITS: 'model_wdth=8000'"):
         ModelSpec(width=5000)
     monkeypatch.setenv(limits.ENV, "model_width=-5")  # was taken: "at most -5 channels"
-    with pytest.raises(SpecError, match="expected model_width=<an integer >= 1>"):
+    with pytest.raises(SpecError, match="'model_width=-5' .* each value an integer >= 1"):
         ModelSpec(width=8)
     monkeypatch.delenv(limits.ENV)
     monkeypatch.setitem(limits.LIMITS, "model_width", 6000)
@@ -668,8 +668,7 @@ def test_dask_address_that_does_not_answer_fails_after_a_bounded_wait(
         ):
             oodsim.run(small_digits(1), address=address, cache=tmp_path / "c", progress=False)
         assert time.monotonic() - started < 15
-    cache = tmp_path / "c"
-    assert [p.name for p in cache.iterdir()] == [".gitignore"]  # no entry, no lock, no temp
+    assert not (tmp_path / "c").exists()  # checked before the store is made: no folder
 
 
 def _answer_like_a_web_server(server: socket.socket) -> None:
@@ -699,7 +698,7 @@ def test_a_web_server_at_the_dask_address_is_named_as_such(tmp_path: Path) -> No
         f"what answers at '{address}' is not a Dask scheduler: its reply is not Dask's protocol"
     )
     assert "port 8786 by default" in str(caught.value)
-    assert [p.name for p in (tmp_path / "c").iterdir()] == [".gitignore"]
+    assert not (tmp_path / "c").exists()  # checked before the store is made
 
 
 def test_malformed_dask_address(tmp_path: Path) -> None:

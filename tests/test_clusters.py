@@ -266,17 +266,17 @@ def test_slurm_jobs_that_can_never_start_stop_the_run_and_are_cancelled(tmp_path
 
 
 def test_a_run_whose_every_seed_killed_its_worker_is_an_error(tmp_path: Path) -> None:
-    """The probe: jobs of `memory = "200MB"` (each worker's nanny kills it at 95 % of its
+    """The probe: jobs of `memory = "600MB"` (each worker's nanny kills it at 95 % of its
     share) failed every seed, and the run printed a table of dashes and exited 0. A run
     where no seed was scored and each one's worker died is the environment's failure: one
     line that names the memory, exit code 2, no results."""
-    spec = cluster_spec_file(tmp_path, n_seeds=1, memory='"200MB"')
+    spec = cluster_spec_file(tmp_path, n_seeds=1, memory='"600MB"')  # just over the floor
     line = refused(cli_run(tmp_path, spec, "mem", "--cluster", "local-jobs"))
     assert line.startswith(
         "oodsim: error: 1 of 1 simulations failed, none was scored: each one's worker process "
         "died each of the 4 times it ran the seed's"
     ), line
-    assert "the local-jobs jobs' memory (200MB a job for 1 worker process(es))" in line
+    assert "the local-jobs jobs' memory (600MB a job for 1 worker process(es))" in line
     assert not (tmp_path / "mem" / "r.zarr").exists()
 
 
@@ -492,16 +492,20 @@ def test_every_protocol_takes_a_cluster_table_that_stays_out_of_the_key() -> Non
 
 
 def test_job_workers_that_never_connect_are_told_then_stop_the_run(tmp_path: Path) -> None:
-    """The probe: local jobs with `memory = "1MB"` hung with no output for 240 s. The status
-    line now says that no worker has connected and where to look, and local jobs (no batch
-    queue) stop after the worker timeout (by default 120 s, here 14 s) with one line. A
-    ``--quiet`` run, which has no status line, says it once (it waited without a word). The
-    two runs (with a status line, and quiet) wait side by side."""
+    """The probe: local jobs whose workers never connected (`memory = "1MB"`, refused now
+    before the run) hung with no output for 240 s. The status line now says that no worker
+    has connected and where to look, and local jobs (no batch queue) stop after the worker
+    timeout (by default 120 s, here 14 s) with one line. A ``--quiet`` run, which has no
+    status line, says it once (it waited without a word). The two runs (with a status line,
+    and quiet) wait side by side. Their jobs' ``python`` says it registered and sleeps."""
     runs = {}
     for name, quiet in (("status-line", []), ("quiet", ["--quiet"])):
         folder = tmp_path / name
         folder.mkdir()
-        spec = cluster_spec_file(folder, memory='"1MB"')
+        silent = folder / "python-that-never-connects"
+        silent.write_text('#!/bin/sh\necho "Registered to: nowhere" >&2\nexec sleep 600\n')
+        silent.chmod(0o755)
+        spec = cluster_spec_file(folder, python=f'"{silent}"')
         out = ["--cache", str(folder / "cache"), "--out", str(folder / "r.zarr")]
         runs[name] = subprocess.Popen(
             [sys.executable, "-m", "oodsim.cli", "run", str(spec), *out, *quiet]

@@ -25,6 +25,7 @@ from oodsim.cli.reporting import cmd_report
 from oodsim.cli.results import add_results_command
 from oodsim.cli.run import add_run_options, cmd_run
 from oodsim.cli.specs import add_command as add_specs
+from oodsim.environment import check_environment
 from oodsim.errors import DEBUG_ENV, OodsimError, one_line_warnings, telling_interrupt
 
 #: exit code of a command stopped by Ctrl-C (SIGINT): 128 + the signal's number, as for SIGTERM
@@ -255,6 +256,7 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_SIGINT
     try:
         with _signals_as_interrupt(), _debug_env(args.debug), one_line_warnings():
+            check_environment()  # every $OODSIM_* variable, before the command does anything
             return args.func(args)
     except KeyboardInterrupt as error:
         # what the interrupt left, said by the code it stopped (oodsim.errors.tell_interrupt)

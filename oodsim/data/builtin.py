@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import gzip
 import importlib.util
-import os
 import struct
 from pathlib import Path
 
@@ -12,6 +11,7 @@ import numpy as np
 
 from oodsim.data.image_files import opened_image
 from oodsim.data.registry import ImageData, register_dataset
+from oodsim.environment import read
 from oodsim.errors import DataNotFoundError
 
 FASHION_MNIST_DEBIAN = Path("/usr/share/datasets/fashion-mnist")
@@ -107,8 +107,7 @@ def fashion_mnist_candidates(root: str | None) -> list[Path]:
     if root:
         return [Path(root), Path(root) / "fashion-mnist"]
     candidates = []
-    if os.environ.get("OODSIM_DATA"):
-        base = Path(os.environ["OODSIM_DATA"])
+    if (base := read("OODSIM_DATA")) is not None:
         candidates += [base / "fashion-mnist", base]
     return candidates + [FASHION_MNIST_DEBIAN]
 

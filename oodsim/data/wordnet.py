@@ -15,6 +15,7 @@ from functools import lru_cache
 from pathlib import Path
 from types import MappingProxyType
 
+from oodsim.environment import read
 from oodsim.errors import DataNotFoundError, SpecError
 
 DEFAULT_WORDNET_ROOT = Path("/usr/share/wordnet")
@@ -63,7 +64,7 @@ def resolve_root(wordnet_root: str | os.PathLike[str] | None = None) -> Path:
     """The WordNet folder: the argument, else ``$OODSIM_WORDNET``, else /usr/share/wordnet."""
     if wordnet_root is not None:
         return Path(wordnet_root)
-    return Path(os.environ.get(ENV_VAR) or DEFAULT_WORDNET_ROOT)
+    return read(ENV_VAR) or Path(DEFAULT_WORDNET_ROOT)
 
 
 def parse_data_line(line: str) -> Synset:

@@ -82,8 +82,28 @@ def _security_for(address: str) -> Any:
     return security if security is not None else Security()
 
 
-def connect_client(address: str) -> Any:
-    """A client to the scheduler at ``address``, or :class:`ClusterError` in one line."""
+def _not_dask(address: str, error: BaseException) -> ClusterError:
+    """The error of a server at ``address`` whose reply is not Dask's protocol: a frame of
+    absurd size, no message at all, NUL bytes (``struct.error``), any other garbage."""
+    kind = type(error)
+    name = kind.__name__ if kind.__module__ == "builtins" else f"{kind.__module__}.{kind.__name__}"
+    return ClusterError(
+        f"what answers at {address!r} is not a Dask scheduler: its reply is not Dask's "
+        f"protocol ({name}). {_OTHER_SERVICE}"
+    )
+
+
+def check_scheduler(address: str) -> None:
+    """That a Dask scheduler answers at ``address`` (:func:`connect_client`'s checks, without
+    the client): :class:`ClusterError` in one line otherwise. A run calls it before it makes
+    a store that does not exist yet, so a bad address leaves no folder behind."""
+    connect_client(address, client=False)
+
+
+def connect_client(address: str, *, client: bool = True) -> Any:
+    """A client to the scheduler at ``address`` (None with ``client=False``: only the
+    checks), or :class:`ClusterError` in one line: whatever answers there that is not a Dask
+    scheduler, whatever bytes it sends, is named as such."""
     # distributed loads only when a cluster is needed (cached runs start none)
     import ssl
 
@@ -95,6 +115,8 @@ def connect_client(address: str) -> Any:
     try:
         listening = _refused_at_once(address)
         _probe_scheduler(address, CONNECT_TIMEOUT, security)
+        if not client:
+            return None
         return Client(address, timeout=CONNECT_TIMEOUT, security=security)
     except (MemoryError, ValueError) as error:
         if not listening:  # ValueError: not an address at all
@@ -103,12 +125,11 @@ def connect_client(address: str) -> Any:
                 "tcp://host:8786"
             ) from None
         # the answer read as a frame of absurd size, or as no message at all
-        raise ClusterError(
-            f"what answers at {address!r} is not a Dask scheduler: its reply is not Dask's "
-            f"protocol ({type(error).__name__}). {_OTHER_SERVICE}"
-        ) from None
+        raise _not_dask(address, error) from None
     except TypeError as error:  # distributed's words for a tls:// address without credentials
         if "ssl_context" not in str(error):
+            if listening:
+                raise _not_dask(address, error) from None
             raise
         raise ClusterError(
             f"{address!r} is a TLS address but Dask's configuration holds no TLS credentials: "
@@ -117,6 +138,8 @@ def connect_client(address: str) -> Any:
         ) from None
     except RuntimeError as error:  # distributed's words for tcp:// when TLS is required
         if "encryption required" not in str(error):
+            if listening:
+                raise _not_dask(address, error) from None
             raise
         raise ClusterError(
             f"{error}: use the scheduler's tls:// address (see docs/cluster.md)"
@@ -145,3 +168,7 @@ def connect_client(address: str) -> Any:
             f"({str(error) or type(error).__name__}).{found} Start one with `dask scheduler` "
             "and `dask worker ADDRESS`; a scheduler that uses TLS needs a tls:// address."
         ) from None
+    except Exception as error:
+        if not listening:
+            raise
+        raise _not_dask(address, error) from None  # garbage: struct.error, KeyError, ...

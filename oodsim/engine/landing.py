@@ -9,8 +9,6 @@ for ``scheduler_timeout`` seconds, instead of waiting forever: finished work sta
 
 from __future__ import annotations
 
-import math
-import os
 import time
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import CancelledError
@@ -18,7 +16,8 @@ from typing import Any
 
 from oodsim.engine.inprocess import is_deferred
 from oodsim.engine.job_watch import watch_of
-from oodsim.errors import ClusterError, SpecError
+from oodsim.environment import read
+from oodsim.errors import ClusterError
 
 #: seconds the scheduler may take to answer one request while the run waits (it answers in
 #: milliseconds; a busy one in seconds)
@@ -33,18 +32,11 @@ SCHEDULER_TIMEOUT_ENV = "OODSIM_SCHEDULER_TIMEOUT"
 
 def configured_scheduler_timeout() -> float:
     """Seconds a run waits for a scheduler that does not answer: ``$OODSIM_SCHEDULER_TIMEOUT``,
-    else :data:`SCHEDULER_SILENT_TIMEOUT`; :class:`SpecError` for a value that is not a
-    number of seconds > 0."""
-    text = os.environ.get(SCHEDULER_TIMEOUT_ENV, "").strip()
-    if not text:
-        return SCHEDULER_SILENT_TIMEOUT
-    try:
-        seconds = float(text)
-    except ValueError:
-        seconds = math.nan
-    if not (math.isfinite(seconds) and seconds > 0):
-        raise SpecError(SCHEDULER_TIMEOUT_ENV, text, "a finite number of seconds > 0")
-    return seconds
+    else :data:`SCHEDULER_SILENT_TIMEOUT`; :class:`SpecError` for a value outside its range
+    (:mod:`oodsim.environment`: from 5 s, the floor below which a healthy scheduler is taken
+    for a silent one, to a week)."""
+    seconds = read(SCHEDULER_TIMEOUT_ENV)
+    return SCHEDULER_SILENT_TIMEOUT if seconds is None else seconds
 
 
 def as_landed(

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from oodsim.engine.time_left import HISTORY, time_left
+from oodsim.environment import read
 from oodsim.errors import tell_interrupt
 from oodsim.heartbeat import describe
 
@@ -67,7 +68,7 @@ class Progress:
         self.finished: list[float] = []  # when each computed (not cached) seed landed
         # with RECORD_ENV, every landing: (seconds since the start, cached, failed, slots)
         self.landings: list[tuple[float, bool, bool, int]] = []
-        self.record = os.environ.get(RECORD_ENV, "").strip()
+        self.record: Path | None = read(RECORD_ENV)
         self.eta = ""
         self.working = ""  # the latest heartbeat (or notice), in words
         self.workerless = False  # the cluster has no worker (said by no_worker)

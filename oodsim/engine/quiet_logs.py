@@ -9,8 +9,8 @@ lines, while the run reports what it means in one line. Each such log is a
 from __future__ import annotations
 
 import logging
-import os
 
+from oodsim.environment import read
 from oodsim.errors import DEBUG_ENV
 
 
@@ -21,7 +21,7 @@ class DroppedUnlessDebug(logging.Filter):
         raise NotImplementedError
 
     def filter(self, record: logging.LogRecord) -> bool:
-        return not self.drops(record) or bool(os.environ.get(DEBUG_ENV))
+        return not self.drops(record) or bool(read(DEBUG_ENV))
 
 
 def install(logger_name: str, kind: type[DroppedUnlessDebug]) -> None:

@@ -23,11 +23,13 @@ import xarray as xr
 
 from oodsim.data import fingerprint
 from oodsim.engine import signals, window
+from oodsim.engine.address import check_scheduler
 from oodsim.engine.opening import follows_line, opening_line
 from oodsim.engine.placement import place
 from oodsim.engine.progress import Progress, interrupted_message
 from oodsim.engine.stopping import check_stopping
 from oodsim.engine.submitter import Submitter
+from oodsim.environment import check_environment
 from oodsim.errors import ClusterError, OodsimError, SpecError
 from oodsim.protocols import bind
 from oodsim.results import (
@@ -95,6 +97,7 @@ def run(
     the rule fires, queued work is cancelled and the decision is recorded in
     ``attrs["stopping"]``. ``attrs["store"]`` counts what was computed and what was loaded.
     """
+    check_environment()  # every $OODSIM_* variable, before anything is read or made
     fingerprint.forget()  # data changed since an earlier run of this process gets new keys
     job = bind(spec)
     spec = job.spec
@@ -115,6 +118,8 @@ def run(
     with tracker.telling(f"interrupted before any of its {job.unit} started; nothing was computed"):
         earlier = check_out(out, spec, overwrite, root) if out is not None else None
         check_not_results(root)
+        if where.address is not None and not root.exists():  # all to compute: it is needed
+            check_scheduler(where.address)  # before the store's folder is made
         store = Store(root)
         if stream is not None:
             saved_to = None if out is None else Path(out)

@@ -37,6 +37,13 @@ JOB_KINDS = ("local-jobs", "pbs", "slurm")
 WALLTIME = re.compile(r"\d{1,5}:[0-5]\d:[0-5]\d")
 #: A size such as ``4GB``, ``500 MiB`` or ``1.5GB`` (what ``dask.utils.parse_bytes`` reads).
 MEMORY = re.compile(r"(\d+(\.\d*)?|\.\d+) ?([kKMGTP]i?)?B")
+#: The least memory of one worker process (bytes): a Dask worker holds about 530 MiB once
+#: torch and distributed are imported (measured RSS, torch 2.14 on Linux) and its nanny stops
+#: it at 95 % of its share, so with less it dies before it computes anything (``memory =
+#: "1MB"`` ran for minutes and failed without a word about memory). Rounded down, so that a
+#: smaller torch build is not refused.
+MIN_WORKER_MEMORY = 512 * 2**20
+_UNITS = {"": 1, "k": 10**3, "M": 10**6, "G": 10**9, "T": 10**12, "P": 10**15}
 #: A scheduler address given where a kind may stand: ``tls://host:8786`` or ``host:8786``.
 ADDRESS = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://\S+|[A-Za-z0-9_.-]+:\d{1,5}")
 
@@ -44,6 +51,17 @@ ADDRESS = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://\S+|[A-Za-z0-9_.-]+:\d{1,5}")
 def _walltime(instance: Any, attribute: attrs.Attribute, value: str | None) -> None:
     if value is not None and not WALLTIME.fullmatch(value):
         raise spec_error(instance, attribute.name, value, "a duration HH:MM:SS, e.g. '02:00:00'")
+
+
+def memory_bytes(value: str) -> int:
+    """The bytes of a ``memory`` size (``"4GB"``: 4e9, ``"16 GiB"``: 16 * 2**30), as
+    ``dask.utils.parse_bytes`` reads it; ``ValueError`` for what :data:`MEMORY` does not match."""
+    match = MEMORY.fullmatch(value)
+    if match is None:
+        raise ValueError(value)
+    unit = (match.group(3) or "").replace("K", "k")
+    scale = 2 ** (10 * (" kMGTP".index(unit[0]))) if unit.endswith("i") else _UNITS[unit]
+    return int(float(match.group(1)) * scale)
 
 
 def _memory(instance: Any, attribute: attrs.Attribute, value: str) -> None:
@@ -108,6 +126,16 @@ class ClusterSpec:
                 "processes",
                 self.processes,
                 f"at most cores = {self.cores} worker processes per job",
+            )
+        if self.is_jobs and memory_bytes(self.memory) < MIN_WORKER_MEMORY * self.worker_processes:
+            raise spec_error(
+                self,
+                "memory",
+                self.memory,
+                f"at least 512 MiB a worker process ({self.worker_processes} a job here, so at "
+                f"least {self.worker_processes * 512} MiB a job)",
+                "A worker holds about 530 MiB once torch and distributed are imported, and Dask "
+                "stops it at 95 % of its share of the job's memory",
             )
 
     @property

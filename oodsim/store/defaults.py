@@ -15,6 +15,7 @@ from pathlib import Path
 
 import attrs
 
+from oodsim.environment import read
 from oodsim.store.layout import is_cache
 
 #: Environment variables that move the default store and the default results folder.
@@ -43,8 +44,8 @@ def default_root(near: str | Path | None = None) -> Path:
     project ``near`` belongs to (the spec file's folder; default the current folder, see
     :func:`project_folder`), else :func:`user_cache`. The same spec run from any folder of a
     project therefore reuses the same entries."""
-    if os.environ.get("OODSIM_CACHE"):
-        return Path(os.environ["OODSIM_CACHE"])
+    if (cache := read("OODSIM_CACHE")) is not None:
+        return cache
     project = project_folder(near)
     return project / "cache" if project is not None else user_cache()
 
@@ -52,8 +53,8 @@ def default_root(near: str | Path | None = None) -> Path:
 def default_results(name: str, near: str | Path | None = None) -> Path:
     """Where ``oodsim run`` writes results unless told: ``$OODSIM_RESULTS/<name>.zarr``, else the
     ``results/`` folder of the project ``near`` belongs to (else of the current folder)."""
-    if os.environ.get("OODSIM_RESULTS"):
-        return Path(os.environ["OODSIM_RESULTS"]) / f"{name}.zarr"
+    if (results := read("OODSIM_RESULTS")) is not None:
+        return results / f"{name}.zarr"
     project = project_folder(near)
     return (project if project is not None else Path.cwd()) / "results" / f"{name}.zarr"
 
@@ -92,8 +93,8 @@ def run_folder(source: str | Path | None, script: Path | None) -> tuple[Path, st
 def cache_root(source: str | Path | None, script: Path | None) -> CacheRoot:
     """The default store root of a run (:func:`run_folder` says where it is found from):
     ``$OODSIM_CACHE``, else the ``cache/`` of that folder's project, else :func:`user_cache`."""
-    if os.environ.get("OODSIM_CACHE"):
-        return CacheRoot(Path(os.environ["OODSIM_CACHE"]), "$OODSIM_CACHE")
+    if (cache := read("OODSIM_CACHE")) is not None:
+        return CacheRoot(cache, "$OODSIM_CACHE")
     folder, what = run_folder(source, script)
     project = project_folder(folder)
     if project is None:

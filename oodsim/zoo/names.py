@@ -148,6 +148,11 @@ class ModelRef(KeyedSpec):
             raise SpecError(
                 f"models[{self.name}]", "weights/image_size/num_classes", "none for 'trained'"
             )
+        if self.weights:
+            # torch loads only for a model with a weights file (names are checked without it)
+            from oodsim.zoo.weights import check_weights_file
+
+            check_weights_file(self.weights, self.name)
         if self.prefix != "trained" and self.seed is not None:
             raise SpecError(
                 f"models[{self.name}].seed",

@@ -4,7 +4,9 @@ checkpoints, the Hugging Face cache); with none, the error lists every place loo
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
+import zipfile
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -91,14 +93,36 @@ def missing_weights(name: str, looked: Sequence[str]) -> DataNotFoundError:
     )
 
 
-def read_state_dict(path: Path) -> dict[str, Any]:
-    """A state dict from a .safetensors/.pth/.pt file, unwrapping common checkpoint layouts."""
+def check_weights_file(path: str | os.PathLike[str], model: str) -> None:
+    """Before any compute: that ``path`` (an existing file) loads as a state dict of tensors
+    (a .pth, .pt or .safetensors checkpoint); one :class:`SpecError` about ``weights``
+    otherwise (:func:`reading_weights`). A missing file is left to the key's digest. Whether
+    the tensors fit ``model`` is known only when it is built (at load). Remembered per path,
+    size and mtime within a process; torch checkpoints are memory-mapped, not read whole."""
+    file = Path(path).expanduser()
+    if file.is_file():
+        stat = file.stat()
+        _check_weights(str(file.resolve()), stat.st_size, stat.st_mtime_ns, model)
+
+
+@functools.lru_cache(maxsize=64)
+def _check_weights(path: str, size: int, mtime_ns: int, model: str) -> None:
+    with reading_weights(Path(path), model):
+        state = read_state_dict(Path(path), mmap=True)
+        if not any(isinstance(value, torch.Tensor) for value in state.values()):
+            raise ValueError("it holds no tensors")
+
+
+def read_state_dict(path: Path, mmap: bool = False) -> dict[str, Any]:
+    """A state dict from a .safetensors/.pth/.pt file, unwrapping common checkpoint layouts;
+    ``mmap``: a torch checkpoint of the zip format is memory-mapped, not read whole."""
     if path.suffix == ".safetensors":
         # safetensors is optional: needed only for .safetensors weights files
         from safetensors.torch import load_file
 
         return load_file(str(path))
-    state = torch.load(path, map_location="cpu", weights_only=True)
+    mapped = mmap and zipfile.is_zipfile(path)  # the legacy format cannot be mapped
+    state = torch.load(path, map_location="cpu", weights_only=True, mmap=mapped)
     for key in ("state_dict", "model", "model_state_dict"):
         if isinstance(state, dict) and isinstance(state.get(key), dict):
             state = state[key]
