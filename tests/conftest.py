@@ -6,6 +6,7 @@ import contextlib
 import ctypes
 import json
 import os
+import shutil
 import signal
 import subprocess
 import threading
@@ -18,6 +19,7 @@ import attrs
 import psutil
 import pytest
 
+import oodsim
 from oodsim.cli import main as cli_main
 from oodsim.engine import signals
 from oodsim.specs import ExperimentSpec, load_spec
@@ -416,3 +418,24 @@ def _hermetic(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
             os.environ[name] = value
     after = _user_folders()
     assert after == before, "the test session changed the checkout's results/ or cache/"
+
+
+#: seeds of the shared clean cache (:func:`clean`)
+CLEAN_SEEDS = 2
+
+
+@pytest.fixture(scope="module")
+def clean(cluster_address: str, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Any]:
+    """One clean cache of ``small_digits(CLEAN_SEEDS)`` and its results, for a module whose
+    tests each damage a copy (:func:`copy`)."""
+    cache = tmp_path_factory.mktemp("clean") / "cache"
+    spec = small_digits(CLEAN_SEEDS)
+    return cache, oodsim.run(spec, address=cluster_address, cache=cache, progress=False)
+
+
+@pytest.fixture
+def copy(clean: tuple[Path, Any], tmp_path: Path) -> Path:
+    """A private copy of the clean cache (links copied as links)."""
+    target = tmp_path / "cache"
+    shutil.copytree(clean[0], target, symlinks=True)
+    return target

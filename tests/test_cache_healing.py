@@ -42,6 +42,7 @@ from oodsim.store.arrays import ARRAYS_ZIP
 from oodsim.store.digests import file_checksums, file_sizes, meta_digest
 from oodsim.store.locks import _start_time
 from tests.conftest import (
+    CLEAN_SEEDS,
     ROOT,
     digits_toml,
     in_time,
@@ -49,27 +50,11 @@ from tests.conftest import (
     small_digits,
 )
 
-N_SEEDS = 2
+N_SEEDS = CLEAN_SEEDS  # the shared clean cache's (conftest.clean)
 HOST = socket.gethostname()
 
 
 # --------------------------------------------------------------------------- helpers
-
-
-@pytest.fixture(scope="module")
-def clean(cluster_address: str, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Any]:
-    """One clean cache of ``small_digits(2)`` and its results, copied by every test."""
-    cache = tmp_path_factory.mktemp("clean") / "cache"
-    spec = small_digits(N_SEEDS)
-    return cache, oodsim.run(spec, address=cluster_address, cache=cache, progress=False)
-
-
-@pytest.fixture
-def copy(clean: tuple[Path, Any], tmp_path: Path) -> Path:
-    """A private copy of the clean cache (links copied as links)."""
-    target = tmp_path / "cache"
-    shutil.copytree(clean[0], target, symlinks=True)
-    return target
 
 
 def entry(cache: Path, kind: str, seed: int = 0) -> Path:

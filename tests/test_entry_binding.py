@@ -32,25 +32,9 @@ from oodsim.protocols.open_set import OUTPUTS, entries
 from oodsim.results import store_counts
 from oodsim.store import META_DIGEST, CorruptEntryWarning, Store
 from oodsim.store.digests import file_checksums, file_sizes, meta_digest
-from tests.conftest import small_digits
+from tests.conftest import CLEAN_SEEDS, small_digits
 
-N_SEEDS = 2
-
-
-@pytest.fixture(scope="module")
-def clean(cluster_address: str, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Any]:
-    """One clean cache of ``small_digits(2)`` and its results, copied by every test."""
-    cache = tmp_path_factory.mktemp("clean") / "cache"
-    spec = small_digits(N_SEEDS)
-    return cache, oodsim.run(spec, address=cluster_address, cache=cache, progress=False)
-
-
-@pytest.fixture
-def copy(clean: tuple[Path, Any], tmp_path: Path) -> Path:
-    """A private copy of the clean cache."""
-    target = tmp_path / "cache"
-    shutil.copytree(clean[0], target, symlinks=True)
-    return target
+N_SEEDS = CLEAN_SEEDS  # the shared clean cache's (conftest.clean)
 
 
 def outputs_key(seed: int) -> str:
