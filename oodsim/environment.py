@@ -18,8 +18,8 @@ from typing import Any
 
 import attrs
 
+from oodsim import limits
 from oodsim.errors import SpecError
-from oodsim.limits import DEFAULTS as LIMIT_DEFAULTS
 
 #: the least ``$OODSIM_SCHEDULER_TIMEOUT`` (seconds): a run asks the scheduler every 2 s
 #: and gives each request a quarter of the timeout, so below 5 s a healthy scheduler that
@@ -85,22 +85,6 @@ def _record_file(text: str) -> Path:
     return path
 
 
-def _limits(text: str) -> dict[str, int]:
-    values = {}
-    for item in filter(None, (part.strip() for part in text.split(","))):
-        name, _, value = item.partition("=")
-        name = name.strip()
-        if name not in LIMIT_DEFAULTS:
-            raise ValueError(item)
-        try:
-            values[name] = int(value)
-        except ValueError:
-            raise ValueError(item) from None
-        if values[name] < 1:  # a limit of -5 refused every size, with a confusing message
-            raise ValueError(item)
-    return values
-
-
 #: every ``OODSIM_*`` variable oodsim reads, by name
 VARIABLES: dict[str, Variable] = {
     variable.name: variable
@@ -132,9 +116,8 @@ VARIABLES: dict[str, Variable] = {
         Variable(
             "OODSIM_LIMITS",
             "lifts the size limits of oodsim.limits for a run",
-            "name=value pairs separated by commas, each value an integer >= 1 and each name "
-            "among " + ", ".join(LIMIT_DEFAULTS),
-            _limits,
+            limits.ALLOWED,
+            limits.parse_limits,
         ),
         Variable(
             "OODSIM_SCHEDULER_TIMEOUT",

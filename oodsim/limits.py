@@ -16,7 +16,11 @@ above what the papers use (11 levels, grids of a few dozen points, ResNet-18, 1,
 
 from __future__ import annotations
 
+import os
+
 import attrs
+
+from oodsim.errors import SpecError
 
 #: the environment variable that lifts limits: ``name=value`` pairs separated by commas
 ENV = "OODSIM_LIMITS"
@@ -43,13 +47,40 @@ DEFAULTS: dict[str, Limit] = {
 LIMITS: dict[str, int] = {}
 
 
-def _from_environment() -> dict[str, int]:
-    """The limits ``$OODSIM_LIMITS`` sets (a malformed one is a :class:`SpecError`, see
-    :mod:`oodsim.environment`)."""
-    # oodsim.environment checks this variable with DEFAULTS: imported here, not at the top
-    from oodsim.environment import read
+#: what ``$OODSIM_LIMITS`` may hold (the message of a malformed one)
+ALLOWED = (
+    "name=value pairs separated by commas, each value an integer >= 1 and each name among "
+    + ", ".join(DEFAULTS)
+)
 
-    return read(ENV) or {}
+
+def parse_limits(text: str) -> dict[str, int]:
+    """The limits ``text`` (``"name=value,..."``) sets; ``ValueError`` naming the bad pair."""
+    values = {}
+    for item in filter(None, (part.strip() for part in text.split(","))):
+        name, _, value = item.partition("=")
+        name = name.strip()
+        if name not in DEFAULTS:
+            raise ValueError(item)
+        try:
+            values[name] = int(value)
+        except ValueError:
+            raise ValueError(item) from None
+        if values[name] < 1:  # a limit of -5 refused every size, with a confusing message
+            raise ValueError(item)
+    return values
+
+
+def _from_environment() -> dict[str, int]:
+    """The limits ``$OODSIM_LIMITS`` sets; a malformed one is a :class:`SpecError` that names
+    the variable, its value and :data:`ALLOWED` (as :mod:`oodsim.environment` says it)."""
+    text = os.environ.get(ENV, "").strip()
+    if not text:
+        return {}
+    try:
+        return parse_limits(text)
+    except ValueError:
+        raise SpecError(ENV, text, ALLOWED) from None
 
 
 def limit(name: str) -> int:

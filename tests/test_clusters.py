@@ -452,7 +452,7 @@ def test_ctrl_c_stays_a_keyboard_interrupt_with_dask_jobqueue() -> None:
 
 
 def test_the_cluster_option_and_the_table_combine() -> None:
-    table = ClusterSpec(kind="slurm", cores=8, queue="gpu")
+    table = ClusterSpec(kind="slurm", cores=8, memory="8GB", queue="gpu")  # 1 GB a worker
     assert resolve_cluster(None) == (None, None)
     assert resolve_cluster(table) == (table, None)
     assert resolve_cluster(table, "pbs") == (attrs.evolve(table, kind="pbs"), None)

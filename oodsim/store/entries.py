@@ -1,20 +1,17 @@
-"""Store entries: ``<root>/<kind>/<key[:2]>/<key>/`` holds ``arrays.zarr.zip`` (one zarr v3
-group, :mod:`oodsim.store.arrays`; older entries an ``arrays.zarr`` folder) and ``meta.json``
-(what was computed, from which spec, versions, timings, a sha256 and size per file and one of
-its own, and the entry's kind, key and the inputs its key derives from: an entry whose record
-does not derive its own folder's key is never read, see
-:func:`~oodsim.store.digests.meta_problem`). Entries are written into a temporary sibling and
-renamed into place: a reader never sees half an entry, and a crash leaves a ``.tmp-*`` folder
-that :meth:`Store.gc` removes.
+"""Store entries: ``<root>/<kind>/<key[:2]>/<key>/`` holds ``arrays.zarr.zip``
+(:mod:`oodsim.store.arrays`) and ``meta.json`` (what was computed, versions, timings, a sha256
+and size per file, the entry's kind, key and the inputs the key derives from, and a sha256 of its
+own). Entries are written into a temporary sibling and renamed into place: a reader never sees
+half an entry; a crash leaves a ``.tmp-*`` folder that :meth:`Store.gc` removes.
 
-The store heals itself: anything malformed on the way to an entry (a file, link or FIFO where
-a folder belongs; a missing, edited or wrong-schema ``meta.json``, or one of an older layout or
-of another key; a missing file, a wrong size or checksum) is reported with a
-:class:`CorruptEntryWarning`, moved aside and recomputed; where it cannot be moved (a read-only
-folder), :class:`StoreError` says where and how to fix it. Malformed locks are taken over like
+Anything malformed on the way to an entry (a file, link or FIFO where a folder belongs; a
+missing, edited, older or wrong-schema ``meta.json``, or one that does not derive its folder's
+key, :func:`~oodsim.store.digests.meta_problem`; a missing file, a wrong size or checksum) is
+reported with a :class:`CorruptEntryWarning`, moved aside and recomputed; where it cannot be
+moved, :class:`StoreError` says where and how to fix it. Malformed locks are taken over like
 those of dead holders (:mod:`oodsim.store.locks`); nothing follows a symbolic link inside the
 root (:mod:`oodsim.store.fs`). :attr:`Store.events` records what was computed (``put``) and
-loaded (``get``): the run's provenance, how tests prove that a rerun computed nothing.
+loaded (``get``): the run's provenance.
 """
 
 from __future__ import annotations
@@ -363,14 +360,11 @@ class Store(Maintenance, Migration):
         arrays: Mapping[str, np.ndarray],
         meta: Mapping[str, Any] | None = None,
     ) -> Path:
-        """Write an entry atomically; if another writer got there first, keep theirs. ``key``
-        is a :class:`~oodsim.keys.Key` (made by :func:`oodsim.keys.digest`): its inputs are
-        recorded, and a plain string, whose inputs are unknown, raises ``TypeError``."""
+        """Write an entry atomically (another writer's, first, is kept). ``key``: a
+        :class:`~oodsim.keys.Key` of :func:`oodsim.keys.digest`, whose inputs are recorded."""
         if not isinstance(key, Key):
-            raise TypeError(
-                f"store key {str(key)[:12]!r} of {kind} carries no inputs: make it with "
-                "oodsim.keys.digest, so that the entry's record can derive it"
-            )
+            no_inputs = f"store key {str(key)[:12]!r} of {kind} carries no inputs: use digest"
+            raise TypeError(f"{no_inputs}, so that the entry's record can derive it")
         final = self.path(kind, key)
         tmp = final.parent / f"{TMP_PREFIX}{key}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
         started = time.time()

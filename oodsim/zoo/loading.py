@@ -14,19 +14,14 @@ from torch import nn
 
 from oodsim.data.imagenet_classes import imagenet1k_wnids
 from oodsim.errors import DataNotFoundError, SpecError
+from oodsim.zoo.checkpoint_files import read_state_dict, reading_weights
 from oodsim.zoo.names import ModelRef, split_name
 from oodsim.zoo.preprocessing import (
     Preprocessing,
     timm_preprocessing,
     torchvision_preprocessing,
 )
-from oodsim.zoo.weights import (
-    find_timm_weights,
-    find_torchvision_weights,
-    missing_weights,
-    read_state_dict,
-    reading_weights,
-)
+from oodsim.zoo.weights import find_timm_weights, find_torchvision_weights, missing_weights
 
 
 class TimmFeatures(nn.Module):

@@ -150,7 +150,7 @@ class ModelRef(KeyedSpec):
             )
         if self.weights:
             # torch loads only for a model with a weights file (names are checked without it)
-            from oodsim.zoo.weights import check_weights_file
+            from oodsim.zoo.checkpoint_files import check_weights_file
 
             check_weights_file(self.weights, self.name)
         if self.prefix != "trained" and self.seed is not None:
