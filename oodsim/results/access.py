@@ -142,6 +142,25 @@ def ood_metrics(score: xr.DataArray) -> list[str]:
     return [name for name in metrics_of(score, None) if is_ood_metric(name)]
 
 
+#: Dims that are never the replicate dim of a statistic: the methods compared and the metrics.
+NOT_REPLICATES: tuple[str, ...] = ("method", "metric")
+
+
+def check_dim(score: xr.DataArray, dim: object, exclude: Sequence[str] = NOT_REPLICATES) -> str:
+    """``dim`` as the name of a dim of ``score`` that is not in ``exclude``: the dim the
+    statistic runs over (its replicates, ``"seed"`` for results). ValueError naming ``dim``
+    and the dims allowed otherwise."""
+    allowed = [str(d) for d in score.dims if str(d) not in exclude]
+    if not isinstance(dim, str) or dim not in allowed:
+        left_out = [d for d in exclude if d in score.dims]
+        why = f" ({', '.join(left_out)} cannot be)" if left_out else ""
+        raise ValueError(
+            f"dim must be one of the score's dims {', '.join(map(repr, allowed)) or 'none'}"
+            f"{why}, got {dim!r}"
+        )
+    return dim
+
+
 def score_matrix(
     results: xr.Dataset | xr.DataArray, metric: str = "auroc", dim: str = "seed", **labels: object
 ) -> tuple[np.ndarray, list[str]]:
@@ -149,9 +168,7 @@ def score_matrix(
     metric and one cell (``labels`` pick the other dims, e.g. ``ood="svhn"``), in the seed
     order of the results, failed seeds as NaN; plus the method names."""
     score = select_metric(as_score(results), metric)
-    allowed = [d for d in score.dims if d not in ("method", "metric")]
-    if dim not in allowed:
-        raise ValueError(f"dim must be one of the score's dims {allowed}, got {dim!r}")
+    dim = check_dim(score, dim)
     if labels:
         score = score.sel(labels)
     extra = [d for d in score.dims if d not in (dim, "method") and score.sizes[d] > 1]

@@ -14,10 +14,17 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
-import xarray as xr
 
-#: Dims that are never the replicate dim of a comparison: the methods compared and the metrics.
-NOT_REPLICATES: tuple[str, ...] = ("method", "metric")
+from oodsim.results.access import NOT_REPLICATES, check_dim
+
+__all__ = [
+    "NOT_REPLICATES",
+    "check_alpha",
+    "check_count",
+    "check_dim",
+    "check_levels",
+    "complete_rows",
+]
 
 
 def complete_rows(values: np.ndarray) -> np.ndarray:
@@ -57,21 +64,6 @@ def check_count(value: object, name: str, minimum: int = 1, meaning: str = "") -
     if count < minimum:
         raise ValueError(f"{name} must be {allowed}, got {count}")
     return count
-
-
-def check_dim(score: xr.DataArray, dim: object, exclude: Sequence[str] = NOT_REPLICATES) -> str:
-    """``dim`` as the name of a dim of ``score`` that is not in ``exclude``: the dim the
-    statistic runs over (its replicates, ``"seed"`` for results). ValueError naming ``dim``
-    and the dims allowed otherwise."""
-    allowed = [str(d) for d in score.dims if str(d) not in exclude]
-    if not isinstance(dim, str) or dim not in allowed:
-        left_out = [d for d in exclude if d in score.dims]
-        why = f" ({', '.join(left_out)} cannot be)" if left_out else ""
-        raise ValueError(
-            f"dim must be one of the score's dims {', '.join(map(repr, allowed)) or 'none'}"
-            f"{why}, got {dim!r}"
-        )
-    return dim
 
 
 def check_levels(
