@@ -96,7 +96,7 @@ def digest(tag: str, version: str | int, fields: Mapping[str, Any]) -> Key:
     return Key(_encoded([tag, SCHEMA_VERSION, str(version), canonical(fields)]))
 
 
-def derived_key(inputs: Any) -> str:
+def derived_key(inputs: Any) -> Key:
     """The key that ``inputs`` (a :attr:`Key.inputs`, e.g. read back from JSON) derive:
     ``digest(*inputs)`` for the inputs of a key :func:`digest` made. Raises ``ValueError``
     (or ``TypeError``) for what is not the inputs of a key: not a list of a tag, an integer
@@ -110,7 +110,7 @@ def derived_key(inputs: Any) -> str:
         and isinstance(inputs[3], dict)
     ):
         raise ValueError("not [tag, schema version, version, fields]")
-    return hashlib.sha256(_encoded(inputs).encode("utf-8")).hexdigest()
+    return Key(_encoded(inputs))
 
 
 def content_key(obj: Any) -> str:

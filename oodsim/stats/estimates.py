@@ -7,7 +7,6 @@ from typing import Literal
 
 import numpy as np
 import xarray as xr
-from scipy.special import logit
 
 from oodsim.metrics import metric_range
 from oodsim.results.select import score_view
@@ -23,6 +22,7 @@ from oodsim.stats.intervals import (
     interval_kind,
     logit_sem,
     running_bound_stats,
+    running_logit_sem,
     t_interval,
 )
 
@@ -232,7 +232,7 @@ def running_interval(
     width = float(high) - float(low)
     p = np.clip((v - float(low)) / width, 0.0, 1.0)
     lower, upper = t_interval(
-        mean, np.sqrt(var / n), n, confidence, low, high, _running_logit_sem(p)
+        mean, np.sqrt(var / n), n, confidence, low, high, running_logit_sem(p)
     )
     if method == "t":
         return n, mean, lower, upper
@@ -254,16 +254,3 @@ def running_interval(
         lower = np.where(kind > 0, float(low) + width * lo_p, lower)
         upper = np.where(kind > 0, float(low) + width * hi_p, upper)
     return n, mean, lower, upper
-
-
-def _running_logit_sem(p: np.ndarray) -> np.ndarray:
-    """:func:`~oodsim.stats.intervals.logit_sem` of every prefix of the 1-D values ``p``."""
-    n = np.arange(1, len(p) + 1)
-    with np.errstate(invalid="ignore", divide="ignore"):
-        z = logit(p)
-        on_bound = np.maximum.accumulate(~np.isfinite(z))
-        z = np.where(np.isfinite(z), z, 0.0)
-        shifted = z - z[0]  # shift for numerically stable cumulative sums
-        s1, s2 = np.cumsum(shifted), np.cumsum(shifted**2)
-        var = np.maximum(s2 - s1**2 / n, 0.0) / (n - 1)
-        return np.where((n > 1) & ~on_bound, np.sqrt(var / n), np.nan)

@@ -376,3 +376,16 @@ def running_bound_stats(p: np.ndarray) -> dict[str, np.ndarray]:
             var = np.where(k > 1, np.maximum(ss, 0.0) / (k - 1), np.nan)
         out[f"k_{side}"], out[f"nu_{side}"], out[f"nu_sem_{side}"] = k, nu, np.sqrt(var / k)
     return out
+
+
+def running_logit_sem(p: np.ndarray) -> np.ndarray:
+    """:func:`logit_sem` of every prefix of the 1-D values ``p``."""
+    n = np.arange(1, len(p) + 1)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        z = logit(p)
+        on_bound = np.maximum.accumulate(~np.isfinite(z))
+        z = np.where(np.isfinite(z), z, 0.0)
+        shifted = z - z[0]  # shift for numerically stable cumulative sums
+        s1, s2 = np.cumsum(shifted), np.cumsum(shifted**2)
+        var = np.maximum(s2 - s1**2 / n, 0.0) / (n - 1)
+        return np.where((n > 1) & ~on_bound, np.sqrt(var / n), np.nan)
