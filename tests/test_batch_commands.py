@@ -6,6 +6,9 @@ from __future__ import annotations
 
 import asyncio
 import os
+import signal
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -14,6 +17,7 @@ import pytest
 
 from oodsim.engine import batch_commands, job_watch
 from oodsim.engine.jobqueue import job_class
+from tests.conftest import ROOT, wait_for
 
 pytest.importorskip("dask_jobqueue")
 
@@ -94,3 +98,81 @@ def test_a_hanging_cancel_left_to_finish_is_killed_after_its_limit(fake_path: Pa
     helper = _fake(fake_path, "scancel")
     batch_commands.start_bounded(["scancel", "17"], timeout=1.0)
     assert _gone(helper, within=6.0), "scancel's helper outlived its limit"
+
+
+#: ``oodsim.run`` from Python: a Ctrl-C is a ``KeyboardInterrupt`` carrying what the run left
+SCRIPT = """
+import sys
+import oodsim
+
+if __name__ == "__main__":
+    try:
+        oodsim.run(oodsim.load_spec(sys.argv[1]), cache=sys.argv[2])
+    except KeyboardInterrupt as error:
+        print("KeyboardInterrupt:", *getattr(error, "__notes__", ()), flush=True)
+        sys.exit(130)
+"""
+
+
+def _run_with_hanging_sbatch(folder: Path, signum: int, group: bool, api: bool) -> tuple:
+    """A run of a SLURM spec whose ``sbatch`` hangs (``oodsim run``, or ``oodsim.run`` in a
+    script), sent ``signum`` once ``sbatch`` has started its helper: the ended process, its
+    output, the seconds from the signal to its end, and the file holding the helper's pid."""
+    from tests.test_clusters import cluster_spec_file  # a slow module's helper: loaded here
+
+    fake = folder / "bin"
+    helper = _fake(fake, "sbatch")
+    spec = cluster_spec_file(folder, 2)
+    if api:
+        (folder / "script.py").write_text(SCRIPT)
+        command = [sys.executable, str(folder / "script.py"), str(spec), str(folder / "c")]
+    else:
+        places = ["--cache", str(folder / "c"), "--out", str(folder / "r.zarr")]
+        command = [sys.executable, "-m", "oodsim.cli", "run", str(spec), *places]
+    path = f"{fake}{os.pathsep}{os.environ['PATH']}"
+    env = {**os.environ, "PATH": path, "PYTHONPATH": str(ROOT)}
+    process = subprocess.Popen(
+        command,
+        cwd=folder,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+    )
+    try:
+        wait_for(lambda: helper.exists() or process.poll() is not None, 120, "sbatch to start")
+        assert process.poll() is None, process.communicate()[0]
+        time.sleep(1.0)  # sbatch hangs; the run waits for its answer
+        sent = time.monotonic()
+        if group:
+            os.killpg(process.pid, signum)  # a terminal's Ctrl-C: the whole group
+        else:
+            process.send_signal(signum)
+        output, _ = process.communicate(timeout=90)
+        return process, output, time.monotonic() - sent, helper
+    finally:
+        if process.poll() is None:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.communicate()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    ("signum", "group", "api"),
+    [(signal.SIGTERM, False, False), (signal.SIGINT, True, False), (signal.SIGINT, True, True)],
+    ids=["term", "ctrl-c", "ctrl-c-in-python"],
+)
+def test_a_signal_ends_a_run_whose_sbatch_hangs_within_5_s_naming_what_may_be_queued(
+    tmp_path: Path, signum: int, group: bool, api: bool
+) -> None:
+    process, output, took, helper = _run_with_hanging_sbatch(tmp_path, signum, group, api)
+    assert process.returncode == 128 + signum, output
+    assert took < 5.0, f"ended {took:.1f} s after the signal:\n{output}"
+    assert "1 `sbatch` had not answered and was killed" in output, output
+    assert "squeue --me --name oodsim-worker" in output, output
+    assert "scancel --me --name oodsim-worker" in output, output
+    assert "Traceback" not in output, output
+    if api:
+        assert "KeyboardInterrupt: oodsim: jobs of this run may still be queued" in output
+    assert _gone(helper), "the hung sbatch outlived the run"

@@ -26,7 +26,9 @@ from oodsim.store import Store
 from tests.conftest import ROOT, children, digits_toml, signalled, wait_for
 
 #: what a stopped run prints once, with the number of seeds found complete in the store
-RESUME = "have everything in the store; run the same spec again to resume."
+#: (the run's own resume line, "N of M simulations have everything in the store; ...", or the
+#: one of a run that still waited 4 s after the signal, oodsim.engine.signals.GRACE)
+RESUME = "run the same spec again to resume."
 #: third-party noise that must not follow it
 NOISE = ("Traceback", "CommClosedError", "Exception ignored", "leaked semaphore")
 

@@ -4,7 +4,8 @@
 A command runs in a session (and so a process group) of its own: a terminal's Ctrl-C is the
 driver's, which stops its jobs itself. A command that has not ended after its time limit is
 killed with every process of its group (a hung ``sbatch`` and the helpers it started), and the
-caller gets no answer: :func:`run_bounded` returns None, :func:`call_bounded` raises.
+caller gets no answer: :func:`run_bounded` returns None, :func:`call_bounded` raises. A run that
+ends at once kills the commands still in flight (:func:`stop_in_flight`) and names them.
 """
 
 from __future__ import annotations
@@ -15,11 +16,33 @@ import os
 import shutil
 import signal
 import subprocess
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 
 #: Seconds a submission or a cancellation (``sbatch``, ``qsub``, ``scancel``, ``qdel``) may take:
 #: a busy controller answers within seconds; one that takes a minute does not take jobs.
 SUBMIT_TIMEOUT = 60.0
+
+#: the commands running now, by process id (:func:`stop_in_flight`)
+_IN_FLIGHT: dict[int, str] = {}
+
+
+@contextlib.contextmanager
+def _in_flight(pid: int, command: Sequence[str]) -> Iterator[None]:
+    _IN_FLIGHT[pid] = " ".join(command)
+    try:
+        yield
+    finally:
+        _IN_FLIGHT.pop(pid, None)
+
+
+def stop_in_flight() -> list[str]:
+    """Kill every batch command running now with its process group; the commands killed. It
+    neither waits nor takes locks: a run that ends at once calls it from a signal handler."""
+    stopped = []
+    for pid, command in list(_IN_FLIGHT.items()):
+        _kill_group(pid)
+        stopped.append(command)
+    return stopped
 
 
 def _kill_group(pid: int) -> None:
@@ -48,7 +71,8 @@ def run_bounded(
     except OSError:
         return None
     try:
-        out, err = process.communicate(timeout=timeout)
+        with _in_flight(process.pid, command):
+            out, err = process.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
         _kill_group(process.pid)
         process.communicate()
@@ -75,7 +99,8 @@ async def call_bounded(
         **kwargs,
     )
     try:
-        out, err = await asyncio.wait_for(process.communicate(), timeout)
+        with _in_flight(process.pid, cmd):
+            out, err = await asyncio.wait_for(process.communicate(), timeout)
     except TimeoutError:
         _kill_group(process.pid)
         await process.wait()

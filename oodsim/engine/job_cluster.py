@@ -175,7 +175,7 @@ def job_cluster(spec: ClusterSpec) -> Iterator[Any]:
                         message = f"the {spec.kind} cluster could not start: {error}"
                         raise ClusterError(message) from None
                     # a run that ends at once (a second Ctrl-C) still cancels its jobs
-                    ender = functools.partial(jobqueue.cancel_now, cluster)
+                    ender = functools.partial(jobqueue.end_now, cluster, spec.kind)
                     stack.enter_context(signals.ended_with(ender))
                 try:  # submit now, so that a refused job is an error here, in one line
                     cluster.sync(jobqueue.submit_jobs, cluster, spec.n_jobs)

@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from oodsim.engine import nanny
-from oodsim.engine.batch_commands import call_bounded, start_bounded
+from oodsim.engine.batch_commands import call_bounded, start_bounded, stop_in_flight
 from oodsim.periodic import Periodic
 from oodsim.specs.cluster import ClusterSpec
 
@@ -116,13 +116,13 @@ class _WorkerInOwnSession:
                 raise RuntimeError("Worker failed\n\n" + "".join(lines))
 
 
-def cancel_now(cluster: Any) -> None:
+def cancel_now(cluster: Any) -> list[str]:
     """Cancel every job of ``cluster`` without waiting for the batch system: a run that ends at
     once (:func:`oodsim.engine.signals.end_at_once`, in a signal handler) would otherwise leave
     its jobs queued or running. The batch system's cancel command (``scancel``, ``qdel``)
     starts in a session of its own and is left to finish (killed after
     :data:`~oodsim.engine.batch_commands.SUBMIT_TIMEOUT` seconds); a local job's worker is sent
-    SIGTERM (it closes itself and its own worker process)."""
+    SIGTERM (it closes itself and its own worker process). The ids of the jobs cancelled."""
     jobs = list(cluster.workers.values())
     ids = [str(job.job_id) for job in jobs if getattr(job, "job_id", None)]
     command = getattr(cluster.job_cls, "cancel_command", None)
@@ -132,6 +132,45 @@ def cancel_now(cluster: Any) -> None:
         for job_id in ids:
             with contextlib.suppress(OSError, ValueError):
                 os.kill(int(job_id), signal.SIGTERM)
+    return ids
+
+
+#: How to list, and to cancel, the jobs of a batch system that carry the run's job name.
+BY_NAME = {
+    "slurm": (f"squeue --me --name {JOB_NAME}", f"scancel --me --name {JOB_NAME}"),
+    "pbs": (f"qselect -u $USER -N {JOB_NAME}", f"qdel $(qselect -u $USER -N {JOB_NAME})"),
+}
+
+
+def end_now(cluster: Any, kind: str) -> str | None:
+    """End ``cluster``'s jobs without waiting (a run that ends at once): kill the batch
+    commands in flight (a submission that does not answer), cancel every job it knows
+    (:func:`cancel_now`), and return the line that says which submissions may still be
+    queued and how to cancel them (None where nothing can be: local jobs). It neither waits
+    nor takes locks (:func:`oodsim.engine.signals.ended_with`)."""
+    stopped = stop_in_flight()
+    ids = cancel_now(cluster)
+    if kind not in BY_NAME:
+        return None
+    submit = SUBMIT_COMMANDS[kind]
+    unanswered = [command for command in stopped if command.split()[0].endswith(submit)]
+    if not unanswered and not ids:
+        return None
+    told = []
+    if unanswered:
+        many = len(unanswered) > 1
+        told.append(
+            f"{len(unanswered)} `{submit}` had not answered and {'were' if many else 'was'} "
+            f"killed ({'each' if many else 'it'} may have queued a job oodsim never heard of)"
+        )
+    if ids:
+        jobs = "job" if len(ids) == 1 else "jobs"
+        told.append(f"the cancel of {jobs} {', '.join(ids)} was sent, not confirmed")
+    listing, cancelling = BY_NAME[kind]
+    return (
+        f"oodsim: jobs of this run may still be queued: {'; '.join(told)}. List them with "
+        f"`{listing}`; cancel them with `{cancelling}`"
+    )
 
 
 def _config_name(kind: str) -> str:

@@ -14,7 +14,10 @@ who presses Ctrl-C again wants out: waiting for the cluster's close ignored that
 - :func:`holding` ends a run at once when a stopping signal comes after the run said how to
   resume: it kills the run's local workers (:func:`ended_with`) and, in the ``oodsim``
   command (:func:`owned`), ends the process; in a caller's Python process the signal's own
-  handler acts (Ctrl-C raises ``KeyboardInterrupt`` where the run's close was).
+  handler acts (Ctrl-C raises ``KeyboardInterrupt`` where the run's close was);
+- in the ``oodsim`` command (:func:`owned`), the first stopping signal starts a clock: a run
+  that has not ended :data:`GRACE` seconds later, whatever it waits for (a batch command that
+  does not answer, a cluster that does not close), ends at once, and says what it leaves.
 
 A signal held is not lost, and the third one acts at once, so a block that hangs can still be
 stopped. Only signals with a Python handler are held, in the main thread (where Python runs
@@ -24,6 +27,7 @@ them); ignored signals stay ignored, and nothing changes in other threads.
 from __future__ import annotations
 
 import contextlib
+import functools
 import multiprocessing.util
 import os
 import signal
@@ -75,13 +79,23 @@ def shielded() -> Iterator[None]:
 _ENDERS: list[Callable[[], None]] = []
 #: whether this process is the ``oodsim`` command's (:func:`owned`)
 _OWNED = threading.Event()
+#: Seconds the ``oodsim`` command may take to end after its first stopping signal before it
+#: ends at once (:func:`owned`): a stopped run says how to resume within a second and closes
+#: its cluster within two; the rest leaves time to read the resume line, under 5 s in all.
+GRACE = 4.0
+#: the clock started by the first stopping signal of the command (:func:`_start_clock`)
+_CLOCK: list[threading.Timer] = []
+#: whether the command's run has said how to resume (:meth:`Held.told`)
+_TOLD = threading.Event()
 
 
 @contextlib.contextmanager
-def ended_with(end: Callable[[], None]) -> Iterator[None]:
+def ended_with(end: Callable[[], str | None]) -> Iterator[None]:
     """For the block, a run that ends at once (:func:`end_at_once`) calls ``end`` first: it
-    ends what would outlive the run (a local cluster's worker processes). It runs in a signal
-    handler of the main thread: it must neither wait nor take locks."""
+    ends what would outlive the run (a local cluster's worker processes, batch jobs) and may
+    return a line that says what may still outlive it (printed before the process ends). It
+    runs in a signal handler of the main thread or in the :data:`GRACE` clock's thread: it
+    must neither wait nor take locks."""
     _ENDERS.append(end)
     try:
         yield
@@ -93,12 +107,62 @@ def ended_with(end: Callable[[], None]) -> Iterator[None]:
 def owned() -> Iterator[None]:
     """For the block, this process is the ``oodsim`` command's: a run that said how to resume
     and gets another stopping signal ends the process at once (:func:`end_at_once`), and so
-    does any stopping signal after that run, until the process has exited."""
+    does any stopping signal after that run, until the process has exited. The first stopping
+    signal in the block also starts a clock: if the block has not ended :data:`GRACE` seconds
+    later, whatever it waits for, the process ends at once then."""
     _OWNED.set()
+    _TOLD.clear()
+    clocked: dict[int, Handler] = {}
+    if _main_thread():
+        for signum in STOPPING:
+            handler = signal.getsignal(signum)
+            if callable(handler):
+                clocked[signum] = functools.partial(_clocked, handler)
+                signal.signal(signum, clocked[signum])
     try:
         yield
     finally:
+        while _CLOCK:
+            _CLOCK.pop().cancel()
+        for signum, wrapper in clocked.items():
+            # unless the block put another in place (a told run's: end at once)
+            if signal.getsignal(signum) is wrapper:
+                signal.signal(signum, wrapper.args[0])
         _OWNED.clear()
+
+
+def _clocked(handler: Handler, signum: int, frame: FrameType | None) -> Any:
+    """``handler``, once the clock of :func:`owned` runs."""
+    _start_clock(signum)
+    return handler(signum, frame)
+
+
+def _start_clock(signum: int) -> None:
+    """In the ``oodsim`` command (:func:`owned`), start the clock that ends the process
+    :data:`GRACE` seconds after its first stopping signal (once)."""
+    if _OWNED.is_set() and not _CLOCK:
+        clock = threading.Timer(GRACE, _overdue, args=(signum,))
+        clock.name = "oodsim-stop-clock"
+        clock.daemon = True
+        _CLOCK.append(clock)
+        clock.start()
+
+
+def _overdue(signum: int) -> None:
+    """The process got ``signum`` :data:`GRACE` seconds ago and is still here: end it, with
+    the line that says so (the resume line, unless the run has said it)."""
+    name = signal.Signals(signum).name
+    if _TOLD.is_set():
+        line = f"oodsim: ended {GRACE:g} s after {name}, without waiting for its cluster to close"
+    else:
+        line = (
+            f"oodsim: interrupted by {name}, and still waiting {GRACE:g} s later (for its "
+            "cluster or a batch command): ended now; everything computed is in the store; "
+            "run the same spec again to resume."
+        )
+    with contextlib.suppress(Exception):
+        print(line, file=sys.stderr, flush=True)
+    end_at_once(signum, None, None)
 
 
 def end_at_once(signum: int, frame: FrameType | None, handler: Handler | None) -> None:
@@ -108,9 +172,13 @@ def end_at_once(signum: int, frame: FrameType | None, handler: Handler | None) -
     in the caller's code, which may go on). Nothing is left to say or to save: the resume
     line is out, what it counts is in the store, and a store entry is whole or absent (a
     write in flight leaves a temporary sibling, a lock of a dead process is stale)."""
+    notes = []
     for end in list(_ENDERS):
         with contextlib.suppress(Exception):
-            end()
+            notes.append(end())
+    for note in filter(None, notes):
+        with contextlib.suppress(Exception):
+            print(note, file=sys.stderr)
     if handler is not None and not _OWNED.is_set():
         handler(signum, frame)
         return
@@ -140,6 +208,9 @@ class Held:
         self.caught: list[tuple[int, FrameType | None]] = []
         self.holding = False
         self.ending = False  # told(): a signal caught ends the run at once
+        self.clock: threading.Timer | None = None  # outside the command (see _catch)
+        self.notes: list[str] = []  # what the enders said when the clock ran out
+        self.overdue = False  # the clock ran out: what the block waited for was ended
 
     def hold(self) -> None:
         if self.holding or not _main_thread():
@@ -152,6 +223,13 @@ class Held:
                 signal.signal(signum, self._catch)
 
     def _catch(self, signum: int, frame: FrameType | None) -> None:
+        _start_clock(signum)
+        if not _OWNED.is_set() and self.clock is None:
+            # outside the command, a block that holds a signal over GRACE seconds has what
+            # it waits for ended (a batch command that does not answer), and then ends too
+            self.clock = threading.Timer(GRACE, self._overdue)
+            self.clock.daemon = True
+            self.clock.start()
         self.caught.append((signum, frame))
         if self.ending:
             self.release()
@@ -163,6 +241,7 @@ class Held:
         """The run has said how to resume (its resume line is out): a signal caught since
         :meth:`hold`, or the next one, ends it at once."""
         self.ending = True
+        _TOLD.set()
         if self.holding and self.caught:
             self._catch(*self.caught.pop())
 
@@ -173,24 +252,55 @@ class Held:
             for signum, handler in self.handlers.items():
                 signal.signal(signum, handler)
 
-    def deliver(self) -> None:
-        """Handle the first signal caught, with its handler from before :meth:`hold`."""
-        if self.caught:
-            signum, frame = self.caught[0]
+    def _overdue(self) -> None:
+        self.overdue = True
+        for end in list(_ENDERS):
+            with contextlib.suppress(Exception):
+                self.notes.append(end())
+
+    def stop_clock(self) -> None:
+        if self.clock is not None:
+            self.clock.cancel()
+
+    def deliver(self, cause: BaseException | None = None) -> None:
+        """Handle the first signal caught, with its handler from before :meth:`hold`; what it
+        raises carries the enders' notes (the clock ran out) and ``cause`` (what the block
+        raised) as its cause."""
+        if not self.caught:
+            return
+        signum, frame = self.caught[0]
+        try:
             self.handlers[signum](signum, frame)
+        except BaseException as error:
+            for note in filter(None, self.notes):
+                error.add_note(note)
+            if cause is not None:
+                error.__cause__ = cause
+            raise
 
 
 @contextlib.contextmanager
 def held() -> Iterator[None]:
     """A stopping signal that arrives in the block is handled as the block ends (its handler
     raises ``KeyboardInterrupt``: enter what must then be closed inside the block); one that
-    arrives after two held ones acts at once. Dropped if the block raises."""
+    arrives after two held ones acts at once. Dropped if the block raises, unless the clock
+    ran out: outside the ``oodsim`` command (which ends :data:`GRACE` seconds after the
+    signal, :func:`owned`), a block still running :data:`GRACE` seconds after the signal has
+    what it waits for ended (:func:`ended_with`: a hung batch command is killed), and the
+    signal is then handled with the block's error as its cause, carrying what that left."""
     holder = Held(patience=2)
     holder.hold()
     try:
         yield
+    except Exception as error:
+        holder.release()
+        holder.stop_clock()
+        if holder.overdue:
+            holder.deliver(cause=error)
+        raise
     finally:
         holder.release()
+        holder.stop_clock()
     holder.deliver()
 
 
