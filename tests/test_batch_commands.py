@@ -6,9 +6,11 @@ from __future__ import annotations
 
 import asyncio
 import os
+import re
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -176,3 +178,56 @@ def test_a_signal_ends_a_run_whose_sbatch_hangs_within_5_s_naming_what_may_be_qu
     if api:
         assert "KeyboardInterrupt: oodsim: jobs of this run may still be queued" in output
     assert _gone(helper), "the hung sbatch outlived the run"
+
+
+@pytest.mark.slow
+def test_sigterm_ends_a_run_whose_scancel_hangs_within_5_s_naming_the_jobs(
+    tmp_path: Path,
+) -> None:
+    """SLURM jobs running, SIGTERM: the run says how to resume and closes its cluster, whose
+    ``scancel`` hangs; the run still ends within 5 s, sends the cancel again (left to finish)
+    and names the jobs whose cancel is not confirmed."""
+    from tests.test_clusters import cluster_spec_file  # a slow module's helper: loaded here
+
+    _fake(tmp_path / "bin", "scancel")
+    spec = cluster_spec_file(tmp_path, 40)
+    places = ["--cache", str(tmp_path / "c"), "--out", str(tmp_path / "r.zarr")]
+    path = f"{tmp_path / 'bin'}{os.pathsep}{os.environ['PATH']}"
+    process = subprocess.Popen(
+        [sys.executable, "-m", "oodsim.cli", "run", str(spec), *places],
+        cwd=tmp_path,
+        env={**os.environ, "PATH": path, "PYTHONPATH": str(ROOT)},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+    )
+    lines: list[str] = []
+    reader = threading.Thread(target=lambda: lines.extend(process.stdout), daemon=True)
+    reader.start()
+    try:
+        training = lambda: any("training" in line for line in lines)  # noqa: E731
+        wait_for(lambda: training() or process.poll() is not None, 180, "the jobs to train")
+        assert process.poll() is None, "".join(lines)
+        sent = time.monotonic()
+        process.send_signal(signal.SIGTERM)
+        process.wait(timeout=60)
+        took = time.monotonic() - sent
+        reader.join(10)
+    finally:
+        if process.poll() is None:
+            os.killpg(process.pid, signal.SIGKILL)
+        told = [line for line in lines if "was sent, not confirmed" in line]
+        ids = (
+            re.findall(r"\b\d+\b", told[0].split("cancel of")[1].split(" was sent")[0])
+            if told
+            else []
+        )
+        subprocess.run(["scancel", *ids], check=False)  # the real one (not on PATH's front)
+    output = "".join(lines)
+    assert process.returncode == 143, output
+    assert took < 5.0, f"ended {took:.1f} s after SIGTERM:\n{output}"
+    assert output.count("run the same spec again to resume.") == 1, output
+    assert "the cancel of job" in output and "was sent, not confirmed" in output, output
+    assert "scancel --me --name oodsim-worker" in output, output
+    assert "Traceback" not in output, output

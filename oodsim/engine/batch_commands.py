@@ -23,19 +23,19 @@ from collections.abc import Iterator, Mapping, Sequence
 SUBMIT_TIMEOUT = 60.0
 
 #: the commands running now, by process id (:func:`stop_in_flight`)
-_IN_FLIGHT: dict[int, str] = {}
+_IN_FLIGHT: dict[int, tuple[str, ...]] = {}
 
 
 @contextlib.contextmanager
 def _in_flight(pid: int, command: Sequence[str]) -> Iterator[None]:
-    _IN_FLIGHT[pid] = " ".join(command)
+    _IN_FLIGHT[pid] = tuple(command)
     try:
         yield
     finally:
         _IN_FLIGHT.pop(pid, None)
 
 
-def stop_in_flight() -> list[str]:
+def stop_in_flight() -> list[tuple[str, ...]]:
     """Kill every batch command running now with its process group; the commands killed. It
     neither waits nor takes locks: a run that ends at once calls it from a signal handler."""
     stopped = []
@@ -80,13 +80,18 @@ def run_bounded(
     return subprocess.CompletedProcess(process.args, process.returncode, out, err)
 
 
+class Unanswered(RuntimeError):
+    """A batch command killed before it answered (its time limit, or a run that ended)."""
+
+
 async def call_bounded(
     cmd: Sequence[str], *, shell: bool = False, timeout: float | None = None, **kwargs
 ) -> str:
     """The standard output of ``cmd`` run in a session of its own, as dask-jobqueue's
     ``Job._call`` returns it (the same ``RuntimeError`` text for a non-zero exit code). A
     command that has not ended after ``timeout`` seconds (default :data:`SUBMIT_TIMEOUT`) is
-    killed with its process group, and ``RuntimeError`` says so."""
+    killed with its process group, and :class:`Unanswered` (a ``RuntimeError``) says so, as
+    for a command killed meanwhile (:func:`stop_in_flight`)."""
     timeout = SUBMIT_TIMEOUT if timeout is None else timeout
     command = " ".join(cmd)
     start = asyncio.create_subprocess_shell if shell else asyncio.create_subprocess_exec
@@ -104,10 +109,12 @@ async def call_bounded(
     except TimeoutError:
         _kill_group(process.pid)
         await process.wait()
-        raise RuntimeError(
+        raise Unanswered(
             f"`{command}` had not ended after {timeout:g} s and was killed (with every "
             "process it started): the batch system does not answer"
         ) from None
+    if process.returncode is not None and process.returncode < 0:  # stop_in_flight()
+        raise Unanswered(f"`{command}` was killed before it answered")
     stdout, stderr = out.decode(), err.decode()
     if process.returncode != 0:
         raise RuntimeError(

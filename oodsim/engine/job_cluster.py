@@ -9,7 +9,6 @@ resubmits lost jobs) is :mod:`oodsim.engine.jobqueue`; what the batch system say
 from __future__ import annotations
 
 import contextlib
-import functools
 import os
 import shutil
 import socket
@@ -163,6 +162,10 @@ def job_cluster(spec: ClusterSpec) -> Iterator[Any]:
     cluster = None
     try:
         with contextlib.ExitStack() as stack:
+            # a run that ends at once (a second Ctrl-C, a close that hangs) still cancels its
+            # jobs and names those that may be queued, from the first submission to the end
+            # of the cluster's close (entered before the cluster: left after its close)
+            stack.enter_context(signals.ended_with(lambda: jobqueue.end_now(cluster, spec.kind)))
             # Ctrl-C waits until the jobs are submitted (a second one does not): a job that
             # sbatch submitted while the cluster was interrupted would not be cancelled
             with signals.held():
@@ -174,9 +177,6 @@ def job_cluster(spec: ClusterSpec) -> Iterator[Any]:
                     except (OSError, ValueError) as error:
                         message = f"the {spec.kind} cluster could not start: {error}"
                         raise ClusterError(message) from None
-                    # a run that ends at once (a second Ctrl-C) still cancels its jobs
-                    ender = functools.partial(jobqueue.end_now, cluster, spec.kind)
-                    stack.enter_context(signals.ended_with(ender))
                 try:  # submit now, so that a refused job is an error here, in one line
                     cluster.sync(jobqueue.submit_jobs, cluster, spec.n_jobs)
                 except Exception as error:

@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from oodsim.engine import nanny
-from oodsim.engine.batch_commands import call_bounded, start_bounded, stop_in_flight
+from oodsim.engine.batch_commands import Unanswered, call_bounded, start_bounded, stop_in_flight
 from oodsim.periodic import Periodic
 from oodsim.specs.cluster import ClusterSpec
 
@@ -39,6 +39,7 @@ INSTALL = 'pip install "oodsim[cluster]"'
 #: dask-jobqueue's cluster class and the batch system's submit command of each job kind.
 _CLASSES = {"slurm": "SLURMCluster", "pbs": "PBSCluster", "local-jobs": "LocalCluster"}
 SUBMIT_COMMANDS = {"slurm": "sbatch", "pbs": "qsub"}
+CANCEL_COMMANDS = {"slurm": "scancel", "pbs": "qdel"}
 #: A job's name in the queue (``squeue``, ``qstat``).
 JOB_NAME = "oodsim-worker"
 #: HTTP ports (Dask opens them even without a dashboard) on loopback only.
@@ -91,6 +92,29 @@ class _CommandsInOwnSession:
     async def _call(cmd: list[str], *, shell: bool = False, **kwargs: Any) -> str:
         return await call_bounded(cmd, shell=shell, **kwargs)
 
+    def _job_id_from_submit_output(self, out: str) -> str:
+        job_id = super()._job_id_from_submit_output(out)  # type: ignore[misc]
+        UNCANCELLED.add(str(job_id))
+        return job_id
+
+    @classmethod
+    async def _close_job(cls, job_id: str | None, cancel_command: str) -> None:
+        """dask-jobqueue's (0.9), which also keeps :data:`UNCANCELLED` true."""
+        if not job_id:
+            return
+        try:
+            await cls._call([*shlex.split(cancel_command), job_id])
+        except Unanswered:  # not confirmed: the job may still be queued
+            return
+        except RuntimeError:  # the batch system no longer knows the job: it is gone
+            pass
+        UNCANCELLED.discard(str(job_id))
+
+
+#: The batch jobs this process submitted whose cancel the batch system has not confirmed (a run
+#: that ends at once names them, :func:`end_now`).
+UNCANCELLED: set[str] = set()
+
 
 class _WorkerInOwnSession:
     """A local job whose worker runs in a session of its own: dask-jobqueue's
@@ -142,18 +166,25 @@ BY_NAME = {
 }
 
 
-def end_now(cluster: Any, kind: str) -> str | None:
+def end_now(cluster: Any | None, kind: str) -> str | None:
     """End ``cluster``'s jobs without waiting (a run that ends at once): kill the batch
-    commands in flight (a submission that does not answer), cancel every job it knows
-    (:func:`cancel_now`), and return the line that says which submissions may still be
-    queued and how to cancel them (None where nothing can be: local jobs). It neither waits
-    nor takes locks (:func:`oodsim.engine.signals.ended_with`)."""
+    commands in flight (a submission that does not answer, a cancel that hangs), send the
+    cancel of every job submitted and not confirmed cancelled (:func:`cancel_now`, and
+    :data:`UNCANCELLED` for jobs a closing cluster no longer lists; ``cluster`` None: not
+    made yet), and return the line that says which submissions may still be queued and how
+    to cancel them (None where nothing can be: local jobs). It neither waits nor takes locks
+    (:func:`oodsim.engine.signals.ended_with`)."""
+    uncancelled = set(UNCANCELLED)  # before the kills below: a killed cancel confirms nothing
     stopped = stop_in_flight()
-    ids = cancel_now(cluster)
+    ids = [] if cluster is None else cancel_now(cluster)
     if kind not in BY_NAME:
         return None
+    rest = sorted(uncancelled - set(ids), key=lambda job_id: (len(job_id), job_id))
+    if rest:  # jobs the cluster no longer lists (its close has begun): cancelled too
+        start_bounded([*shlex.split(CANCEL_COMMANDS[kind]), *rest])
+        ids += rest
     submit = SUBMIT_COMMANDS[kind]
-    unanswered = [command for command in stopped if command.split()[0].endswith(submit)]
+    unanswered = [command for command in stopped if Path(command[0]).name == submit]
     if not unanswered and not ids:
         return None
     told = []
