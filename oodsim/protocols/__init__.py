@@ -20,13 +20,14 @@ import importlib
 import os
 import re
 from collections.abc import Callable, Mapping
-from importlib.metadata import EntryPoint, entry_points
+from importlib.metadata import EntryPoint
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import attrs
 
-from oodsim.errors import SpecError, UnknownNameError
+from oodsim.errors import SpecError
+from oodsim.plugins import Registry
 from oodsim.specs import RunSpec
 from oodsim.specs.files import read_spec
 from oodsim.specs.shipped import spec_file
@@ -56,9 +57,52 @@ DEFAULT_PROTOCOL = "open_set"
 ENTRY_POINT_GROUP = "oodsim.protocols"
 
 _NAME = re.compile(r"[a-z][a-z0-9_]*")
-_USER: dict[str, type[Protocol]] = {}  # registered in this process (a script, a test module)
-_LOADED: dict[str, type[Protocol]] = {}  # loaded from entry points
 _P = TypeVar("_P", bound="type[Protocol]")
+
+
+def _check_name(name: str) -> None:
+    if not isinstance(name, str) or not _NAME.fullmatch(name):
+        raise SpecError("protocol name", name, "a lower-case name (letters, digits, _)")
+
+
+def _taken(name: str, registered_here: bool) -> SpecError:
+    return SpecError(
+        "protocol name",
+        name,
+        "a name no other protocol has",
+        "pass replace=True to register yours again"
+        if registered_here
+        else f"{name!r} is a built-in or installed protocol",
+    )
+
+
+def _from_entry_point(name: str, ep: EntryPoint) -> type[Protocol]:
+    try:
+        loaded = ep.load()
+    except Exception as error:
+        raise SpecError(
+            f"protocol {name!r}",
+            ep.value,
+            f"an importable entry point of group {ENTRY_POINT_GROUP}",
+            f"loading it failed: {type(error).__name__}: {error}",
+        ) from None
+    check_protocol(loaded)
+    return loaded
+
+
+#: every protocol by name (:mod:`oodsim.plugins`): the built-ins imported on first need
+REGISTRY: Registry[type[Protocol]] = Registry(
+    "protocol",
+    group=ENTRY_POINT_GROUP,
+    builtins={name: f"{module}:PROTOCOL" for name, module in BUILTINS.items()},
+    order="builtins_first",
+    from_entry_point=_from_entry_point,
+    taken=_taken,
+    check_name=_check_name,
+    shadow_installed=False,
+)
+_USER = REGISTRY.user  # registered in this process (a script, a test module)
+_LOADED = REGISTRY.loaded  # loaded from entry points
 
 
 def __getattr__(name: str) -> Any:
@@ -84,17 +128,8 @@ def register_protocol(protocol: _P, *, replace: bool = False) -> _P:
     :class:`~oodsim.specs.RunSpec`, and its own ``plan``, ``score`` and ``layout``.
     """
     check_protocol(protocol)
-    name = protocol.name
-    if name in BUILTINS or name in _entry_points() or (name in _USER and not replace):
-        raise SpecError(
-            "protocol name",
-            name,
-            "a name no other protocol has",
-            "pass replace=True to register yours again"
-            if name in _USER
-            else f"{name!r} is a built-in or installed protocol",
-        )
-    _USER[name] = protocol
+    REGISTRY.cache_clear()  # a plug-in installed since the last look is refused too
+    REGISTRY.register(protocol.name, protocol, replace=replace)
     return protocol
 
 
@@ -127,41 +162,14 @@ def check_protocol(protocol: Any) -> None:
         raise SpecError(what, f"no {', '.join(missing)}", "its own plan, score and layout")
 
 
-def _entry_points() -> dict[str, EntryPoint]:
-    return {ep.name: ep for ep in entry_points(group=ENTRY_POINT_GROUP) if ep.name not in BUILTINS}
-
-
-def _load(name: str, ep: EntryPoint) -> type[Protocol]:
-    if name not in _LOADED:
-        try:
-            loaded = ep.load()
-        except Exception as error:
-            raise SpecError(
-                f"protocol {name!r}",
-                ep.value,
-                f"an importable entry point of group {ENTRY_POINT_GROUP}",
-                f"loading it failed: {type(error).__name__}: {error}",
-            ) from None
-        check_protocol(loaded)
-        _LOADED[name] = loaded
-    return _LOADED[name]
-
-
 def available() -> list[str]:
     """Names of every protocol: built-in, registered here and installed."""
-    return [*BUILTINS, *sorted(set(_USER) | set(_entry_points()))]
+    return REGISTRY.available()
 
 
 def get_protocol(name: str) -> type[Protocol]:
     """The protocol (class) registered as ``name``."""
-    if name in BUILTINS:
-        return importlib.import_module(BUILTINS[name]).PROTOCOL
-    if name in _USER:
-        return _USER[name]
-    installed = _entry_points()
-    if name in installed:
-        return _load(name, installed[name])
-    raise UnknownNameError("protocol", name, available())
+    return REGISTRY.get(name)
 
 
 def protocol_of(spec: Any) -> type[Protocol]:
@@ -173,8 +181,8 @@ def protocol_of(spec: Any) -> type[Protocol]:
         protocol = get_protocol(name)
         if isinstance(spec, protocol.spec_type):
             return protocol
-    for name, ep in _entry_points().items():  # read only when no other protocol matches
-        protocol = _load(name, ep)
+    for name in REGISTRY.entry_points():  # loaded only when no other protocol matches
+        protocol = get_protocol(name)
         if isinstance(spec, protocol.spec_type):
             return protocol
     raise TypeError(
