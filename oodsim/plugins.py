@@ -29,6 +29,7 @@ T = TypeVar("T")
 #: kind → the module that defines its registry (imported by :func:`registry` on first need)
 KINDS = {
     "protocol": "oodsim.protocols",
+    "report": "oodsim.report.hooks",
 }
 #: the registries made so far, by kind
 REGISTRIES: dict[str, Registry[Any]] = {}

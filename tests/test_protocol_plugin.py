@@ -217,6 +217,10 @@ def test_an_installed_protocol_is_found_by_its_entry_point_and_runs_from_the_cli
 def test_report_hooks_are_found_by_the_results_protocol() -> None:
     assert report_hooks(xr.Dataset(attrs={"protocol": NAME})).table is _table
     assert report_hooks(xr.Dataset(attrs={"protocol": "imagenet_o"})).compares_methods is False
+    # a protocol names its own hooks (Protocol.report), imported when a report asks
+    from oodsim.report import severity
+
+    assert report_hooks(xr.Dataset(attrs={"protocol": "severity"})) is severity.REPORT
     assert report_hooks(xr.Dataset(attrs={"protocol": "no_such"})).compares_methods is True
     with pytest.raises(ValueError, match="already have report hooks"):
         register_report("severity")

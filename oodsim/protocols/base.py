@@ -60,6 +60,10 @@ class Protocol:
     spec_type: ClassVar[type]
     #: what one seed is called in progress lines ("simulations", "seeds")
     unit: ClassVar[str] = "seeds"
+    #: ``"module:attribute"`` of the :class:`~oodsim.report.ReportHooks` of this protocol's
+    #: results (its printed table, whether its seeds compare methods, its report files),
+    #: imported only when a report needs it; None: the generic report
+    report: ClassVar[str | None] = None
 
     def __init__(self, spec: Any) -> None:
         if not isinstance(spec, self.spec_type):

@@ -1,22 +1,25 @@
 """What a protocol's results add to, or change in, the report every protocol gets.
 
-One record per protocol name (:class:`ReportHooks`): the table ``oodsim run`` prints after a
-run, whether the seeds compare methods (win probabilities and variance sources mean nothing
-when every seed resamples one fixed test set, as ImageNet-O's do) and extra files for the
-report folder (severity's per-level views). A protocol without a record gets the generic
-ones; a registered protocol may give its own with :func:`register_report`. The CLI and
-:func:`~oodsim.report.write_report` ask :func:`report_hooks`, never for a protocol by name.
+One record per protocol (:class:`ReportHooks`): the table ``oodsim run`` prints after a run,
+whether the seeds compare methods (win probabilities and variance sources mean nothing when
+every seed resamples one fixed test set, as ImageNet-O's do) and extra files for the report
+folder (severity's per-level views). A protocol names its own (``Protocol.report``, imported
+when a report needs it); a script may give or replace them with :func:`register_report`; a
+protocol without any gets the generic ones. The CLI and :func:`~oodsim.report.write_report`
+ask :func:`report_hooks`; nothing here lists protocols.
 """
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Callable
 from pathlib import Path
 
 import attrs
 import xarray as xr
 
-from oodsim.report.tables import format_summary_table
+from oodsim.plugins import Registry
+from oodsim.report.tables import bootstrap_table, format_summary_table
 
 #: ``table(results, metric) -> str``: what ``oodsim run`` prints after a run
 Table = Callable[[xr.Dataset, str], str]
@@ -37,42 +40,20 @@ def _summary_table(results: xr.Dataset, metric: str) -> str:
     return format_summary_table(results)
 
 
-def _level_table(results: xr.Dataset, metric: str) -> str:
-    # severity results only
-    from oodsim.report.severity import format_level_table
-
-    return format_level_table(results, metric)
-
-
 def _bootstrap_table(results: xr.Dataset, metric: str) -> str:
-    """ImageNet-O seeds resample one fixed test set: the full set's score, and the percentile
+    """Seeds that resample one fixed test set: the full set's score, and the percentile
     interval of the replicates, labelled as test-set sampling."""
-    from oodsim.report.tables import bootstrap_table
-
     return bootstrap_table(results)
 
 
-def _severity_files(
-    results: xr.Dataset, folder: Path, metric: str, figures: bool
-) -> tuple[list[Path], list[str]]:
-    # severity results only
-    from oodsim.report.severity import write_severity_files
-
-    written = write_severity_files(results, folder / "severity", metric=metric, figures=figures)
-    lines = [
-        "",
-        "## Severity levels",
-        "",
-        f"See [{written[-1].name}](severity/{written[-1].name}).",
-    ]
-    return written, lines
-
-
+#: the report of results whose protocol names no hooks of its own
 GENERIC = ReportHooks(_summary_table)
-_HOOKS: dict[str, ReportHooks] = {
-    "severity": ReportHooks(_level_table, files=_severity_files),
-    "imagenet_o": ReportHooks(_bootstrap_table, compares_methods=False),
-}
+#: the report of seeds that resample one fixed test set (bootstrap replicates): one
+#: interval per method, and no comparison of methods across seeds
+FIXED_TEST_SET = ReportHooks(_bootstrap_table, compares_methods=False)
+#: report hooks given by :func:`register_report`, by protocol name (:mod:`oodsim.plugins`);
+#: a protocol's own (``Protocol.report``) are found through the protocol
+REGISTRY: Registry[ReportHooks] = Registry("report")
 
 
 def register_report(
@@ -88,13 +69,31 @@ def register_report(
     methods, and add report files (``files(results, folder, metric, figures)`` returns the
     paths it wrote and the lines ``summary.md`` links them with). A built-in protocol's, or a
     name already given, needs ``replace=True``."""
-    if protocol in _HOOKS and not replace:
+    if not replace and (protocol in REGISTRY.user or _declared(protocol) is not None):
         raise ValueError(f"the results of {protocol!r} already have report hooks")
     hooks = ReportHooks(table or _summary_table, compares_methods, files)
-    _HOOKS[protocol] = hooks
-    return hooks
+    return REGISTRY.register(protocol, hooks, replace=True)
+
+
+def _declared(protocol: str) -> ReportHooks | None:
+    """The report hooks that protocol ``protocol`` names (``Protocol.report``), if it is known
+    here and names any."""
+    # the protocols' registry loads with the first report that asks (not to print a table)
+    from oodsim.protocols import available, get_protocol
+
+    if protocol not in available():
+        return None
+    target = get_protocol(protocol).report
+    if target is None:
+        return None
+    module, _, attribute = target.partition(":")
+    return getattr(importlib.import_module(module), attribute)
 
 
 def report_hooks(results: xr.Dataset | xr.DataArray) -> ReportHooks:
-    """The report hooks of the protocol that made ``results`` (the generic ones by default)."""
-    return _HOOKS.get(str(results.attrs.get("protocol", "")), GENERIC)
+    """The report hooks of the protocol that made ``results``: those registered for it
+    (:func:`register_report`), else those it names, else the generic ones."""
+    protocol = str(results.attrs.get("protocol", ""))
+    if protocol in REGISTRY.user:
+        return REGISTRY.user[protocol]
+    return _declared(protocol) or GENERIC

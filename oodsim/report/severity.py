@@ -38,6 +38,7 @@ from oodsim.report.figures import (
     suptitle,
 )
 from oodsim.report.folder import write_file
+from oodsim.report.hooks import ReportHooks
 from oodsim.report.styles import method_detectors, method_styles
 from oodsim.report.tables import markdown_row
 from oodsim.results.access import as_score, method_names, scored, scored_seeds
@@ -295,3 +296,25 @@ def write_severity_report(
     """PNG plots and ``severity_summary.md`` in ``folder`` (plots of each dataset in a
     sub-folder named by its label); returns the summary's path."""
     return write_severity_files(results, folder, metric=metric, baseline=baseline)[-1]
+
+
+def _level_table(results: xr.Dataset, metric: str) -> str:
+    return format_level_table(results, metric)
+
+
+def _severity_files(
+    results: xr.Dataset, folder: Path, metric: str, figures: bool
+) -> tuple[list[Path], list[str]]:
+    written = write_severity_files(results, folder / "severity", metric=metric, figures=figures)
+    lines = [
+        "",
+        "## Severity levels",
+        "",
+        f"See [{written[-1].name}](severity/{written[-1].name}).",
+    ]
+    return written, lines
+
+
+#: the report of severity results (``SeverityProtocol.report``): the per-level table, and the
+#: per-level views in the report folder's ``severity/``
+REPORT = ReportHooks(_level_table, files=_severity_files)

@@ -26,6 +26,7 @@ class ImageNetOProtocol(Protocol):
 
     name = NAME
     spec_type = ImageNetOSpec
+    report = "oodsim.report.hooks:FIXED_TEST_SET"  # seeds resample one test set
 
     spec: ImageNetOSpec
 

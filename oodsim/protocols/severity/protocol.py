@@ -20,6 +20,7 @@ class SeverityProtocol(Protocol):
 
     name = "severity"
     spec_type = SeveritySpec
+    report = "oodsim.report.severity:REPORT"
     unit = "seeds"
 
     spec: SeveritySpec
