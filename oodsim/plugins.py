@@ -18,6 +18,7 @@ the registry here under its kind (:func:`registry` imports that module on first 
 from __future__ import annotations
 
 import importlib
+import warnings
 from collections.abc import Callable, Iterable, Mapping
 from importlib.metadata import EntryPoint, entry_points
 from typing import Any, Generic, Literal, TypeVar
@@ -28,6 +29,7 @@ T = TypeVar("T")
 
 #: kind → the module that defines its registry (imported by :func:`registry` on first need)
 KINDS = {
+    "detector": "oodsim.detectors._registry",
     "protocol": "oodsim.protocols",
     "report": "oodsim.report.hooks",
 }
@@ -137,9 +139,16 @@ class Registry(Generic[T]):
     # ------------------------------------------------------------------ looking up
 
     def entry_points(self) -> dict[str, EntryPoint]:
-        """Installed plug-ins of this kind by name (built-ins shadow them), listed once."""
+        """Installed plug-ins of this kind by name, listed once; a built-in's name shadows an
+        installed plug-in's (with a warning)."""
         if self._entry_points is None:
             found = entry_points(group=self.group) if self.group else ()
+            shadowed = sorted(ep.name for ep in found if self.is_builtin(ep.name))
+            if shadowed:
+                warnings.warn(
+                    f"{self.kind} entry points {shadowed} are shadowed by built-in {self.kind}s",
+                    stacklevel=3,
+                )
             self._entry_points = {ep.name: ep for ep in found if not self.is_builtin(ep.name)}
         return self._entry_points
 

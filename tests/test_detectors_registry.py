@@ -22,6 +22,7 @@ from oodsim.detectors import (
     at_least,
     available,
     confidence,
+    detector_family,
     get_detector,
     greater_than,
     register,
@@ -485,3 +486,24 @@ def test_vim_head_recovery_says_when_it_cannot_work() -> None:
         confidence("vim", out, fit=out, head_bias=np.zeros(4))
     with pytest.raises(DetectorInputError, match=r"head_weight must have shape \(4, 6\)"):
         confidence("vim", out, fit=out, head_weight=np.zeros((6, 4)))
+
+
+def test_a_registered_detector_declares_its_family_which_groups_and_colours_it() -> None:
+    from oodsim.report import styles
+
+    @register("density_demo", needs={"logits"}, family="density")
+    def density_demo(outputs, *, fit=None):
+        return outputs.logits.max(axis=1)
+
+    try:
+        assert detector_family("density_demo") == "density"
+        assert styles.grouped(["msp", "density_demo"]) == {
+            "softmax / logit": ["msp"],
+            "density": ["density_demo"],
+        }
+        colour = styles.method_style("density_demo")["color"]
+        palette = [c for p in styles._MORE_PALETTES for c in p]
+        assert colour in palette  # its family's colours, not "other"'s grey-browns
+        assert detector_family("no_such_detector") == "other"
+    finally:
+        registry._USER.pop("density_demo", None)

@@ -351,7 +351,7 @@ def test_an_unsupported_class_says_why() -> None:
 
 def test_without_pytorch_ood_the_error_says_how_to_install(monkeypatch) -> None:
     monkeypatch.setitem(sys.modules, "pytorch_ood", None)  # what an uninstalled package looks like
-    monkeypatch.setattr(registry, "_LOADED", {})
+    monkeypatch.setattr(registry.REGISTRY, "loaded", {})
     install = re.escape('pip install "oodsim[pytorch-ood]"')
     with pytest.raises(SpecError, match=f"pytorch-ood is not installed: {install}"):
         DetectorSpec(name="pytorch_ood:ViM")
@@ -364,7 +364,7 @@ def test_an_old_pytorch_ood_is_refused(monkeypatch) -> None:
     import pytorch_ood
 
     monkeypatch.setattr(pytorch_ood, "__version__", "0.2.0")
-    monkeypatch.setattr(registry, "_LOADED", {})
+    monkeypatch.setattr(registry.REGISTRY, "loaded", {})
     with pytest.raises(SpecError, match=r"pytorch-ood 0.2.0 is installed: pip install -U"):
         DetectorSpec(name="pytorch_ood:ViM")
 

@@ -7,18 +7,16 @@ Names with a registered prefix (``pytorch_ood:<Class>``) are built on first use.
 
 from __future__ import annotations
 
-import functools
 import inspect
-import warnings
 from collections.abc import Callable, Iterable, Mapping
-from importlib.metadata import EntryPoint, entry_points
+from importlib.metadata import EntryPoint
 from typing import Any
 
 import attrs
 
 from oodsim.detectors._checks import Limit, UnknownParameterError
 from oodsim.detectors.scales import check_scale
-from oodsim.errors import UnknownNameError, check_registry_name
+from oodsim.plugins import Registry
 
 ENTRY_POINT_GROUP = "oodsim.detectors"
 NEEDS = frozenset({"logits", "features", "model"})
@@ -163,11 +161,34 @@ class Detector:
         return {**params, **self.fit_params(fit, **params)}
 
 
-BUILTINS: dict[str, Detector] = {}
-_USER: dict[str, Detector] = {}
-_LOADED: dict[str, Detector] = {}
-#: prefix → (build(name) -> Detector, names() -> the names ``available()`` lists for it)
-_PREFIXES: dict[str, tuple[Callable[[str], Detector], Callable[[], Iterable[str]]]] = {}
+def _from_entry_point(name: str, ep: EntryPoint) -> Detector:
+    try:
+        obj = ep.load()
+    except Exception as exc:  # a broken plugin must say which one it is
+        raise ImportError(
+            f"detector entry point {ep.name!r} ({ep.value}) failed to load: {exc}"
+        ) from exc
+    detector = getattr(obj, "__oodsim_detector__", obj)
+    if not isinstance(detector, Detector):
+        raise TypeError(
+            f"detector entry point {ep.name!r} ({ep.value}) must name a Detector or a function "
+            f"decorated with oodsim.detectors.register, got {type(obj).__name__}"
+        )
+    if detector.name != name:
+        detector = attrs.evolve(detector, name=name)
+    return detector
+
+
+#: every detector by name (:mod:`oodsim.plugins`); built-ins are added by their modules
+REGISTRY: Registry[Detector] = Registry(
+    "detector",
+    group=ENTRY_POINT_GROUP,
+    from_entry_point=_from_entry_point,
+    taken=lambda name, here: ValueError(f"a detector named {name!r} is already registered"),
+)
+BUILTINS = REGISTRY.builtins
+_USER = REGISTRY.user
+_LOADED = REGISTRY.loaded
 #: prefix → the family of every detector it names
 _PREFIX_FAMILIES: dict[str, str] = {}
 
@@ -183,12 +204,12 @@ def register_prefix(
     lists the ones :func:`available` shows; ``family`` is the family of all of them
     (:func:`detector_family`, known without building one). Used by
     :mod:`oodsim.detectors.pytorch_ood`."""
-    _PREFIXES[prefix] = (build, names)
+    REGISTRY.add_prefix(prefix, build, names)
     _PREFIX_FAMILIES[prefix] = family
 
 
 def _decorator(
-    table: dict[str, Detector],
+    builtin: bool,
     name: str,
     *,
     needs,
@@ -217,14 +238,12 @@ def _decorator(
         unknown = sorted(set(detector.limits) - set(detector.defaults))
         if unknown and not detector.takes_any_param:
             raise ValueError(f"limits name parameters that {name!r} does not take: {unknown}")
-        prefixed = [p for p in _PREFIXES if name.startswith(p)]
-        if prefixed:
-            raise ValueError(f"detector names starting with {prefixed[0]!r} are reserved")
-        check_registry_name("a detector", name)
-        taken = name in BUILTINS or (name in _USER and not replace)
-        if taken:
-            raise ValueError(f"a detector named {name!r} is already registered")
-        table[name] = detector
+        if builtin:
+            if name in BUILTINS:
+                raise ValueError(f"a detector named {name!r} is already registered")
+            REGISTRY.builtin(name, detector)
+        else:
+            REGISTRY.register(name, detector, replace=replace)
         func.__oodsim_detector__ = detector  # lets an entry point name the plain function
         return func
 
@@ -242,6 +261,7 @@ def register(
     fit_params: Callable[..., dict[str, object]] | None = None,
     limits: Mapping[str, Limit] | None = None,
     confidence_scale: str = "kappa",
+    family: str = OTHER_FAMILY,
 ) -> Callable[[Callable], Callable]:
     """Decorator: register ``func(outputs, *, fit=None, **params) -> κ`` under ``name``.
 
@@ -253,10 +273,12 @@ def register(
     ``confidence_scale`` says which scale the papers average κ on (class severity of the C-OOD
     benchmark): ``"kappa"`` (default: κ is the confidence), ``"probability"`` (κ is a log-odds,
     ``expit(κ)`` the probability) or ``"negative_entropy"`` (κ = −log H); see
-    :mod:`oodsim.detectors.scales`.
+    :mod:`oodsim.detectors.scales`. ``family`` (any short text, e.g. ``"density"``) groups
+    and colours the detector in reports (:mod:`oodsim.report.styles`); a report drawn where
+    the detector is neither registered nor installed draws it as :data:`OTHER_FAMILY`.
     """
     return _decorator(
-        _USER,
+        False,
         name,
         needs=needs,
         fit_on=fit_on,
@@ -266,6 +288,7 @@ def register(
         fit_params=fit_params,
         limits=limits,
         confidence_scale=confidence_scale,
+        family=family,
     )
 
 
@@ -275,7 +298,7 @@ def builtin(name: str, *, family: str, **options: Any) -> Callable[[Callable], C
     replaced)."""
     if family not in FAMILIES:
         raise ValueError(f"a built-in detector's family is one of {FAMILIES}, got {family!r}")
-    return _decorator(BUILTINS, name, replace=False, family=family, **options)
+    return _decorator(True, name, replace=False, family=family, **options)
 
 
 def builtin_detectors() -> tuple[Detector, ...]:
@@ -291,46 +314,27 @@ def families() -> tuple[str, ...]:
 
 
 def detector_family(name: str) -> str:
-    """The family of the detector registered as ``name`` as every process knows it: a
-    built-in's (:data:`FAMILIES`), its prefix's (``pytorch_ood:<Class>``), else
-    :data:`OTHER_FAMILY` (a script's or an entry point's detector, or no detector at all).
-    Builds and loads nothing."""
-    if name in BUILTINS:
-        return BUILTINS[name].family
+    """The family the detector registered as ``name`` declares: a built-in's
+    (:data:`FAMILIES`), its prefix's (``pytorch_ood:<Class>``, known without building one),
+    the one it was registered or installed with (an installed plug-in is loaded to read it),
+    else :data:`OTHER_FAMILY` (a name no detector has here)."""
     for prefix, family in _PREFIX_FAMILIES.items():
         if name.startswith(prefix):
             return family
+    if name in BUILTINS or name in _USER or name in _LOADED or name in _entry_points():
+        try:
+            return get_detector(name).family
+        except (ImportError, TypeError):  # a broken plug-in: its error comes where it is used
+            return OTHER_FAMILY
     return OTHER_FAMILY
 
 
-@functools.cache
 def _entry_points() -> dict[str, EntryPoint]:
     """Third-party detectors by name; listed once, loaded only when asked for."""
-    found = {ep.name: ep for ep in entry_points(group=ENTRY_POINT_GROUP)}
-    shadowed = sorted(set(found) & set(BUILTINS))
-    if shadowed:
-        warnings.warn(
-            f"detector entry points {shadowed} are shadowed by built-in detectors", stacklevel=3
-        )
-    return found
+    return REGISTRY.entry_points()
 
 
-def _load(ep: EntryPoint) -> Detector:
-    try:
-        obj = ep.load()
-    except Exception as exc:  # a broken plugin must say which one it is
-        raise ImportError(
-            f"detector entry point {ep.name!r} ({ep.value}) failed to load: {exc}"
-        ) from exc
-    detector = getattr(obj, "__oodsim_detector__", obj)
-    if not isinstance(detector, Detector):
-        raise TypeError(
-            f"detector entry point {ep.name!r} ({ep.value}) must name a Detector or a function "
-            f"decorated with oodsim.detectors.register, got {type(obj).__name__}"
-        )
-    if detector.name != ep.name:
-        detector = attrs.evolve(detector, name=ep.name)
-    return detector
+_entry_points.cache_clear = REGISTRY.cache_clear  # type: ignore[attr-defined]
 
 
 def user_detectors(names: Iterable[str]) -> tuple[Detector, ...]:
@@ -341,30 +345,16 @@ def user_detectors(names: Iterable[str]) -> tuple[Detector, ...]:
 
 def adopt(detectors: Iterable[Detector]) -> None:
     """Register detectors shipped from the driver in this (worker) process."""
-    for detector in detectors:
-        if detector.name not in BUILTINS:
-            _USER[detector.name] = detector
+    REGISTRY.adopt({detector.name: detector for detector in detectors})
 
 
 def available() -> list[str]:
     """Names of all detectors: built-in, registered in this process, entry points, and the
     names of prefixed families (``pytorch_ood:<Class>``, listed even where the extra they need
     is missing, so that using one says how to install it)."""
-    prefixed = {name for _, names in _PREFIXES.values() for name in names()}
-    return sorted(set(BUILTINS) | set(_USER) | set(_entry_points()) | prefixed)
+    return REGISTRY.available()
 
 
 def get_detector(name: str) -> Detector:
     """The detector registered as ``name``; an unknown name raises with a close match."""
-    for table in (BUILTINS, _USER, _LOADED):
-        if name in table:
-            return table[name]
-    for prefix, (build, _) in _PREFIXES.items():
-        if name.startswith(prefix):
-            _LOADED[name] = build(name)
-            return _LOADED[name]
-    eps = _entry_points()
-    if name in eps:
-        _LOADED[name] = _load(eps[name])
-        return _LOADED[name]
-    raise UnknownNameError("detector", name, available())
+    return REGISTRY.get(name)

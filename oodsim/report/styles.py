@@ -2,8 +2,9 @@
 marker and a line style, decided by the method's name and family alone (:func:`method_style`),
 so that two reports of a project, whatever methods each holds, draw a method alike.
 
-A method's family is its detector's (:func:`oodsim.detectors.detector_family`: the record of a
-built-in detector, the prefix of ``pytorch_ood:<Class>``, else ``other``); the results' spec
+A method's family is the one its detector declares (:func:`oodsim.detectors.detector_family`:
+a built-in's record, the prefix of ``pytorch_ood:<Class>``, a registered or installed
+detector's ``family``, else ``other``); the results' spec
 says which detector each label names (:func:`method_detectors`). A built-in detector under its
 own name has a fixed place: the n-th of its family by name takes the family's n-th colour, the
 n-th built-in by name the n-th marker, a solid line. Any other label (a user's detector, a
@@ -35,6 +36,12 @@ _PALETTES: tuple[tuple[str, ...], ...] = (
     ("#2ca02c", "#00582a", "#8cc63f", "#5a7d1a", "#1b9e77", "#0f8b3c"),
     # pytorch-ood: pinks, magentas
     ("#e7298a", "#91003f", "#f768a1", "#c51b7d", "#ae017e", "#d4559c"),
+)
+#: Colours of the families that users' detectors declare (``register(..., family=...)``), one
+#: palette per family by a checksum of its name: teals, violets.
+_MORE_PALETTES: tuple[tuple[str, ...], ...] = (
+    ("#008080", "#20b2aa", "#006d5b", "#48c9b0", "#117a65", "#0b5345"),
+    ("#4b0082", "#7b68ee", "#5b2c6f", "#a569bd", "#2e1a47", "#8e44ad"),
 )
 #: Colours of methods oodsim does not know: browns, black, gold, olive.
 _OTHER_PALETTE = ("#8c564b", "#000000", "#bcbd22", "#c49a00", "#5c3a21", "#6b6b00", "#a0522d")
@@ -91,11 +98,14 @@ def grouped(
 
 
 def _palette(family: str) -> tuple[str, ...]:
+    """oodsim's families (its built-ins' and its prefixes') by their place; any family a
+    detector declares by its name, so that every process colours it alike."""
     if family == OTHER_FAMILY:
         return _OTHER_PALETTE
-    known = [f for f in families() if f != OTHER_FAMILY]
-    place = known.index(family) if family in known else len(known)
-    return _PALETTES[place % len(_PALETTES)]
+    own = [f for f in families() if f != OTHER_FAMILY][: len(_PALETTES)]
+    if family in own:
+        return _PALETTES[own.index(family)]
+    return _MORE_PALETTES[zlib.crc32(family.encode("utf-8")) % len(_MORE_PALETTES)]
 
 
 def method_style(method: object, detectors: Mapping[str, str] | None = None) -> dict[str, Any]:
