@@ -16,15 +16,15 @@ depends on it) is computed again, nothing else.
 
 from __future__ import annotations
 
-import functools
 import inspect
 from collections.abc import Callable, Iterable, Mapping
-from importlib.metadata import EntryPoint, entry_points
+from importlib.metadata import EntryPoint
 from typing import Any
 
 import attrs
 
-from oodsim.errors import OodsimError, UnknownNameError, check_registry_name
+from oodsim.errors import OodsimError
+from oodsim.plugins import Registry
 
 ENTRY_POINT_GROUP = "oodsim.models"
 TIMM_PREFIX = "timm:"
@@ -93,53 +93,9 @@ class Architecture:
 #: registration is checked against these names even before they are loaded (registering
 #: "small_cnn" first used to break oodsim's own import)
 BUILTIN_NAMES = ("small_cnn", "resnet18", "wrn40_2")
-BUILTINS: dict[str, Architecture] = {}
-_USER: dict[str, Architecture] = {}
-_LOADED: dict[str, Architecture] = {}
 
 
-def _registrar(
-    table: dict[str, Architecture], name: str, version: str, replace: bool
-) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
-    def decorate(build: Callable[..., Any]) -> Callable[..., Any]:
-        if name.startswith(TIMM_PREFIX):
-            raise ValueError(f"names starting with {TIMM_PREFIX!r} are timm's architectures")
-        check_registry_name("an architecture", name)
-        builtin = name in BUILTINS or (table is _USER and name in BUILTIN_NAMES)
-        if builtin or (name in _USER and not replace):
-            raise ValueError(f"an architecture named {name!r} is already registered")
-        table[name] = Architecture(name=name, build=build, version=version)
-        build.__oodsim_architecture__ = table[name]  # lets an entry point name the function
-        return build
-
-    return decorate
-
-
-def register_architecture(
-    name: str, *, version: str = "1", replace: bool = False
-) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
-    """Decorator: register ``build(*, n_classes, [in_channels, image_size, dropout, width],
-    **params)`` returning a classifier with ``embed``, ``head`` and ``forward``.
-
-    ``version`` enters the checkpoint key. A name already taken raises ``ValueError``;
-    ``replace=True`` re-registers a script's own architecture, never a built-in one.
-    """
-    return _registrar(_USER, name, version, replace)
-
-
-def builtin_architecture(
-    name: str, *, version: str = "1"
-) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
-    """Decorator used by oodsim's own architectures."""
-    return _registrar(BUILTINS, name, version, False)
-
-
-@functools.cache
-def _entry_points() -> dict[str, EntryPoint]:
-    return {ep.name: ep for ep in entry_points(group=ENTRY_POINT_GROUP) if ep.name not in BUILTINS}
-
-
-def _load(ep: EntryPoint) -> Architecture:
+def _from_entry_point(name: str, ep: EntryPoint) -> Architecture:
     try:
         obj = ep.load()
     except Exception as error:  # a broken plugin must say which one it is
@@ -155,41 +111,90 @@ def _load(ep: EntryPoint) -> Architecture:
                 f"architecture entry point {ep.name!r} ({ep.value}) must name a builder "
                 f"function, got {type(obj).__name__}"
             )
-        found = Architecture(name=ep.name, build=obj)
-    return attrs.evolve(found, name=ep.name)
+        found = Architecture(name=name, build=obj)
+    return attrs.evolve(found, name=name)
 
 
-#: Families of names resolved on first use (``timm:`` → any timm model), by prefix.
-_PREFIXES: dict[str, Callable[[str], Architecture]] = {}
+#: every architecture by name (:mod:`oodsim.plugins`); built-ins are added by
+#: :mod:`oodsim.models.architectures`
+REGISTRY: Registry[Architecture] = Registry(
+    "architecture",
+    field="arch",
+    group=ENTRY_POINT_GROUP,
+    from_entry_point=_from_entry_point,
+    taken=lambda name, here: ValueError(f"an architecture named {name!r} is already registered"),
+)
+BUILTINS = REGISTRY.builtins
+_USER = REGISTRY.user
+_LOADED = REGISTRY.loaded
+
+
+def _registrar(
+    builtin: bool, name: str, version: str, replace: bool
+) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    def decorate(build: Callable[..., Any]) -> Callable[..., Any]:
+        if name.startswith(TIMM_PREFIX):
+            raise ValueError(f"names starting with {TIMM_PREFIX!r} are timm's architectures")
+        record = Architecture(name=name, build=build, version=version)
+        if builtin or name in BUILTIN_NAMES:
+            if not builtin or name in BUILTINS:
+                raise ValueError(f"an architecture named {name!r} is already registered")
+            REGISTRY.builtin(name, record)
+        else:
+            REGISTRY.register(name, record, replace=replace)
+        build.__oodsim_architecture__ = record  # lets an entry point name the function
+        return build
+
+    return decorate
+
+
+def register_architecture(
+    name: str, *, version: str = "1", replace: bool = False
+) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """Decorator: register ``build(*, n_classes, [in_channels, image_size, dropout, width],
+    **params)`` returning a classifier with ``embed``, ``head`` and ``forward``.
+
+    ``version`` enters the checkpoint key. A name already taken raises ``ValueError``;
+    ``replace=True`` re-registers a script's own architecture, never a built-in one.
+    """
+    return _registrar(False, name, version, replace)
+
+
+def builtin_architecture(
+    name: str, *, version: str = "1"
+) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """Decorator used by oodsim's own architectures."""
+    return _registrar(True, name, version, False)
+
+
+def _entry_points() -> dict[str, EntryPoint]:
+    return REGISTRY.entry_points()
+
+
+_entry_points.cache_clear = REGISTRY.cache_clear  # type: ignore[attr-defined]
 
 
 def register_prefix(prefix: str, resolve: Callable[[str], Architecture]) -> None:
     """Resolve names starting with ``prefix`` with ``resolve(name)`` (the built-in
-    architectures module registers ``timm:`` so that this module needs no torch)."""
-    _PREFIXES[prefix] = resolve
+    architectures module registers ``timm:`` so that this module needs no torch); the names
+    resolved so far are listed."""
+
+    def used() -> list[str]:
+        return [name for name in REGISTRY.loaded if name.startswith(prefix)]
+
+    REGISTRY.add_prefix(prefix, resolve, used, hint=f"{prefix}<name>")
 
 
 def available_architectures() -> list[str]:
-    """Registered names: built-in, registered in this process, and entry points (``timm:<name>``
-    names are not listed: any timm architecture is accepted). Built-ins are registered when
-    :mod:`oodsim.models.architectures` is imported."""
-    return sorted(set(BUILTINS) | set(_USER) | set(_LOADED) | set(_entry_points()))
+    """Registered names: built-in, registered in this process, entry points, and the
+    ``timm:<name>`` names used so far (any timm architecture is accepted). Built-ins are
+    registered when :mod:`oodsim.models.architectures` is imported."""
+    return REGISTRY.available()
 
 
 def get_architecture(name: str) -> Architecture:
     """The architecture ``name``; an unknown one raises with a close match."""
-    for table in (BUILTINS, _USER, _LOADED):
-        if name in table:
-            return table[name]
-    for prefix, resolve in _PREFIXES.items():
-        if name.startswith(prefix):
-            _LOADED[name] = resolve(name)
-            return _LOADED[name]
-    eps = _entry_points()
-    if name in eps:
-        _LOADED[name] = _load(eps[name])
-        return _LOADED[name]
-    raise UnknownNameError("arch", name, [*available_architectures(), f"{TIMM_PREFIX}<name>"])
+    return REGISTRY.get(name)
 
 
 def user_architectures(names: Iterable[str]) -> tuple[Architecture, ...]:
@@ -200,6 +205,4 @@ def user_architectures(names: Iterable[str]) -> tuple[Architecture, ...]:
 
 def adopt_architectures(architectures: Iterable[Architecture]) -> None:
     """Register architectures shipped from the driver in this (worker) process."""
-    for architecture in architectures:
-        if architecture.name not in BUILTINS:
-            _USER[architecture.name] = architecture
+    REGISTRY.adopt({architecture.name: architecture for architecture in architectures})
