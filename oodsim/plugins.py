@@ -30,6 +30,7 @@ T = TypeVar("T")
 #: kind → the module that defines its registry (imported by :func:`registry` on first need)
 KINDS = {
     "architecture": "oodsim.models.registry",
+    "dataset": "oodsim.data.registry",
     "detector": "oodsim.detectors._registry",
     "protocol": "oodsim.protocols",
     "report": "oodsim.report.hooks",

@@ -129,4 +129,4 @@ def test_a_worker_takes_a_loader_again_once_its_body_was_edited_under_the_same_v
         registry.adopt_datasets([edited])
         assert registry.DATASETS["edited_loader_probe"].load() == "new"
     finally:
-        registry.DATASETS.pop("edited_loader_probe", None)
+        registry._USER.pop("edited_loader_probe", None)

@@ -115,3 +115,41 @@ def test_every_kind_answers_through_one_available_and_one_get() -> None:
     assert plugins.get("protocol", "open_set").name == "open_set"
     with pytest.raises(UnknownNameError, match="Did you mean 'protocol'"):
         plugins.registry("protocl")
+
+
+def test_an_installed_dataset_is_found_by_its_entry_point(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Datasets have an entry-point group too (``oodsim.datasets``), like every other kind."""
+    from oodsim.data import registry as datasets
+
+    (tmp_path / "tiny_data.py").write_text(
+        textwrap.dedent("""
+        import numpy as np
+        from oodsim.data import ImageData
+        from oodsim.data.registry import DatasetInfo
+
+        def load(root=None, download=False, image_size=None):
+            images = np.zeros((4, 8, 8, 1), dtype=np.uint8)
+            return ImageData(images, np.array([0, 1, 0, 1]), ("a", "b"))
+
+        TINY = DatasetInfo("tiny", 2, False, load, "four blank images")
+        """)
+    )
+    info = tmp_path / "tiny_data-1.0.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: tiny-data\nVersion: 1.0\n")
+    (info / "entry_points.txt").write_text("[oodsim.datasets]\ntiny_installed = tiny_data:TINY\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    datasets.REGISTRY.cache_clear()
+    try:
+        assert "tiny_installed" in datasets.available_datasets()
+        assert "tiny_data" not in sys.modules  # listed, not imported
+        found = datasets.dataset_info("tiny_installed")
+        assert found.name == "tiny_installed" and found.n_classes == 2
+        assert datasets.load_dataset("tiny_installed").n_classes == 2
+        assert plugins.get("dataset", "tiny_installed") is found
+    finally:
+        datasets.REGISTRY.cache_clear()
+        datasets.REGISTRY.loaded.pop("tiny_installed", None)
+        sys.modules.pop("tiny_data", None)

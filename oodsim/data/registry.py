@@ -8,13 +8,15 @@ from __future__ import annotations
 
 import functools
 import hashlib
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from importlib.metadata import EntryPoint
 from pathlib import Path
 
 import attrs
 import numpy as np
 
-from oodsim.errors import OodsimError, UnknownNameError, check_registry_name
+from oodsim.errors import OodsimError, check_registry_name
+from oodsim.plugins import Registry
 
 
 class DatasetError(OodsimError, ValueError):
@@ -117,7 +119,58 @@ class DatasetInfo:
         return self.load.__module__.startswith("oodsim.")
 
 
-DATASETS: dict[str, DatasetInfo] = {}
+#: entry point group of installed datasets (``name = "package.module:loader"``, a loader
+#: decorated with :func:`register_dataset` or a :class:`DatasetInfo`)
+ENTRY_POINT_GROUP = "oodsim.datasets"
+
+
+def _from_entry_point(name: str, ep: EntryPoint) -> DatasetInfo:
+    try:
+        obj = ep.load()
+    except Exception as error:  # a broken plugin must say which one it is
+        raise ImportError(
+            f"dataset entry point {ep.name!r} ({ep.value}) failed to load: {error}"
+        ) from error
+    info = getattr(obj, "__oodsim_dataset__", obj)
+    if not isinstance(info, DatasetInfo):
+        raise TypeError(
+            f"dataset entry point {ep.name!r} ({ep.value}) must name a DatasetInfo or a loader "
+            f"decorated with oodsim.data.register_dataset, got {type(obj).__name__}"
+        )
+    return attrs.evolve(info, name=name)
+
+
+#: every dataset by name (:mod:`oodsim.plugins`); built-ins are added by
+#: :mod:`oodsim.data.builtin`
+REGISTRY: Registry[DatasetInfo] = Registry(
+    "dataset",
+    group=ENTRY_POINT_GROUP,
+    from_entry_point=_from_entry_point,
+    taken=lambda name, here: ValueError(f"a dataset named {name!r} is already registered"),
+)
+_USER = REGISTRY.user
+
+
+class _Datasets(Mapping[str, DatasetInfo]):
+    """Every dataset known here, by name: built-in, registered, installed (loaded on use)."""
+
+    def __getitem__(self, name: str) -> DatasetInfo:
+        if name not in self:
+            raise KeyError(name)
+        return REGISTRY.get(name)
+
+    def __contains__(self, name: object) -> bool:
+        return isinstance(name, str) and name in REGISTRY.available()
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(REGISTRY.available())
+
+    def __len__(self) -> int:
+        return len(REGISTRY.available())
+
+
+#: every dataset by name, read through :data:`REGISTRY`
+DATASETS: Mapping[str, DatasetInfo] = _Datasets()
 
 
 def register_dataset(
@@ -144,12 +197,15 @@ def register_dataset(
     """
 
     def decorate(load: Callable[..., ImageData]) -> Callable[..., ImageData]:
-        check_registry_name("a dataset", name)
         info = DatasetInfo(name, n_classes, hflip, load, description, str(version), files)
-        taken = DATASETS.get(name)
-        if taken is not None and (taken.builtin or not replace):
-            raise ValueError(f"a dataset named {name!r} is already registered")
-        DATASETS[name] = info
+        if info.builtin:
+            check_registry_name("a dataset", name)
+            if name in REGISTRY.builtins:
+                raise ValueError(f"a dataset named {name!r} is already registered")
+            REGISTRY.builtin(name, info)
+        else:
+            REGISTRY.register(name, info, replace=replace)
+        load.__oodsim_dataset__ = info  # lets an entry point name the loader
         _load.cache_clear()
         return load
 
@@ -157,18 +213,14 @@ def register_dataset(
 
 
 def available_datasets() -> list[str]:
-    """Names of every registered dataset."""
-    return sorted(DATASETS)
+    """Names of every dataset: built-in, registered in this process and installed."""
+    return REGISTRY.available()
 
 
 def user_datasets(names: Iterable[str]) -> tuple[DatasetInfo, ...]:
     """The datasets among ``names`` that a script registered in this process (not oodsim's
     own loaders): worker processes never ran that script, so the engine ships these."""
-    return tuple(
-        DATASETS[name]
-        for name in dict.fromkeys(names)
-        if name in DATASETS and not DATASETS[name].builtin
-    )
+    return tuple(_USER[name] for name in dict.fromkeys(names) if name in _USER)
 
 
 def _identity(info: DatasetInfo) -> tuple:
@@ -192,11 +244,11 @@ def adopt_datasets(infos: Iterable[DatasetInfo]) -> None:
     """Register datasets shipped from the driver in this (worker) process; a newer
     registration (another version) replaces the one a previous run shipped."""
     for info in infos:
-        current = DATASETS.get(info.name)
-        if current is not None and current.builtin:
+        if REGISTRY.is_builtin(info.name):
             continue
+        current = _USER.get(info.name)
         if current is None or _identity(current) != _identity(info):
-            DATASETS[info.name] = info
+            REGISTRY.adopt({info.name: info})
             _load.cache_clear()
 
 
@@ -211,10 +263,9 @@ def data_fingerprint(name: str, root: str | None) -> str | None:
 
 
 def dataset_info(name: str) -> DatasetInfo:
-    try:
-        return DATASETS[name]
-    except KeyError:
-        raise UnknownNameError("dataset", name, DATASETS) from None
+    """The dataset registered (or installed) as ``name``; an unknown one raises with a close
+    match."""
+    return REGISTRY.get(name)
 
 
 def load_dataset(
