@@ -64,7 +64,11 @@ class Registry(Generic[T]):
     first (in their declared order) or every name sorted; ``from_entry_point(name, loaded)``
     turns what an entry point loads into a record (and checks it); ``taken(name, here)`` is
     the error of a name already in use (``here``: registered in this process);
-    ``shadow_installed`` lets a registration shadow an installed plug-in of the same name."""
+    ``shadow_installed`` lets a registration shadow an installed plug-in of the same name.
+    Shipping to workers: ``source`` names the record's attribute holding the function whose
+    source is fingerprinted to notice an edited plug-in (:meth:`sources`); :meth:`adopt`
+    replaces a record only where ``identity`` differs (every time without one), and then
+    calls ``on_change``."""
 
     def __init__(
         self,
@@ -78,6 +82,9 @@ class Registry(Generic[T]):
         taken: Callable[[str, bool], Exception] | None = None,
         check_name: Callable[[str], None] | None = None,
         shadow_installed: bool = True,
+        source: str | None = None,
+        identity: Callable[[T], Any] | None = None,
+        on_change: Callable[[], None] | None = None,
     ) -> None:
         self.kind = kind
         self.field = field or kind
@@ -92,6 +99,9 @@ class Registry(Generic[T]):
         self._taken = taken or (lambda name, here: _taken(kind, name, here))
         self._check_name = check_name or (lambda name: check_registry_name(f"a {kind}", name))
         self._shadow_installed = shadow_installed
+        self._source = source
+        self._identity = identity
+        self._on_change = on_change
         self._entry_points: dict[str, EntryPoint] | None = None
         REGISTRIES[kind] = self
 
@@ -131,12 +141,38 @@ class Registry(Generic[T]):
         in the error of an unknown name."""
         self.prefixes[prefix] = (build, names, hint)
 
+    def shippable(self, names: Iterable[str]) -> dict[str, T]:
+        """The records among ``names`` registered in this process: a worker never ran the
+        script that registered them, so the engine ships them (:meth:`adopt` there)."""
+        return {name: self.user[name] for name in dict.fromkeys(names) if name in self.user}
+
+    def sources(self, records: Mapping[str, T]) -> list[tuple[str, str, str, Callable]]:
+        """(kind, name, version, function) of ``records``, whose function's source the store
+        fingerprints to notice a plug-in edited under the same name and version."""
+        if self._source is None:
+            return []
+        return [
+            (self.kind, name, str(getattr(record, "version", "1")), getattr(record, self._source))
+            for name, record in records.items()
+        ]
+
     def adopt(self, records: Mapping[str, T]) -> None:
-        """Register records shipped from the driver in this (worker) process, replacing any
-        of the same names (never a built-in)."""
+        """Register records shipped from the driver in this (worker) process (never over a
+        built-in); one equal to the record held (``identity``) is kept."""
+        changed = False
         for name, record in records.items():
-            if not self.is_builtin(name):
+            if self.is_builtin(name):
+                continue
+            held = self.user.get(name)
+            if (
+                held is None
+                or self._identity is None
+                or self._identity(held) != self._identity(record)
+            ):
                 self.user[name] = record
+                changed = True
+        if changed and self._on_change is not None:
+            self._on_change()
 
     # ------------------------------------------------------------------ looking up
 

@@ -147,6 +147,11 @@ REGISTRY: Registry[DatasetInfo] = Registry(
     group=ENTRY_POINT_GROUP,
     from_entry_point=_from_entry_point,
     taken=lambda name, here: ValueError(f"a dataset named {name!r} is already registered"),
+    source="load",
+    # a shipped loader is a new object every time: compared by what it is, so that the data
+    # is read again only for another loader (a new version, an edited body)
+    identity=lambda info: _identity(info),
+    on_change=lambda: _load.cache_clear(),
 )
 _USER = REGISTRY.user
 
@@ -243,13 +248,7 @@ def _identity(info: DatasetInfo) -> tuple:
 def adopt_datasets(infos: Iterable[DatasetInfo]) -> None:
     """Register datasets shipped from the driver in this (worker) process; a newer
     registration (another version) replaces the one a previous run shipped."""
-    for info in infos:
-        if REGISTRY.is_builtin(info.name):
-            continue
-        current = _USER.get(info.name)
-        if current is None or _identity(current) != _identity(info):
-            REGISTRY.adopt({info.name: info})
-            _load.cache_clear()
+    REGISTRY.adopt({info.name: info for info in infos})
 
 
 def data_fingerprint(name: str, root: str | None) -> str | None:

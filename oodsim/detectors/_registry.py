@@ -185,6 +185,7 @@ REGISTRY: Registry[Detector] = Registry(
     group=ENTRY_POINT_GROUP,
     from_entry_point=_from_entry_point,
     taken=lambda name, here: ValueError(f"a detector named {name!r} is already registered"),
+    source="func",
 )
 BUILTINS = REGISTRY.builtins
 _USER = REGISTRY.user

@@ -45,7 +45,7 @@ from oodsim.results import (
 from oodsim.results.history import Saved, read_saved
 from oodsim.specs.cluster import ClusterSpec
 from oodsim.store import CacheRoot, Store, cache_root, main_script
-from oodsim.store.plugin_sources import check_sources
+from oodsim.store.plugin_sources import check_sources, record_sources
 from oodsim.store.room import check_room
 
 
@@ -137,7 +137,7 @@ def run(
     submitter = Submitter(job, store, where, tracker.heard if stream is not None else None)
     with signals.holding() as stopping, submitter, tracker.watching():
         tracker.slots = submitter.slots
-        check_sources(store.root, submitter.shipped.sources())
+        unrecorded = check_sources(store.root, submitter.shipped.sources())
         upcoming = window.batches(
             seeds,
             (lambda: spec.stopping.batch_size)
@@ -167,6 +167,7 @@ def run(
             stopping.told()  # and then ends the run at once, rather than wait for the close
             raise
         events = submitter.task_events()
+        record_sources(unrecorded)  # the plug-ins' sources, as this run computed with them
         if decision is not None and decision.stop and len(results) < len(seeds):
             submitter.cancel()
             tracker.stopped(f"stopped after {len(results)} {job.unit}: {decision.reason}")

@@ -12,15 +12,14 @@ from __future__ import annotations
 import logging
 import sys
 import time
+from collections.abc import Mapping
 from typing import Any
 
 import attrs
 
-from oodsim.data.registry import adopt_datasets, user_datasets
-from oodsim.detectors import adopt, user_detectors
+from oodsim import plugins
 from oodsim.engine.quiet_logs import DroppedUnlessDebug, install
 from oodsim.heartbeat import working_on
-from oodsim.models.registry import adopt_architectures, user_architectures
 from oodsim.protocols import bind
 from oodsim.protocols.base import Protocol, SeedFailed, Task, first_failure
 from oodsim.results import SeedResult
@@ -30,39 +29,35 @@ from oodsim.store import Store
 
 @attrs.frozen
 class Shipped:
-    """Driver-side registrations that workers need: the detectors, datasets and
-    architectures the spec names."""
+    """Driver-side registrations that workers need: the plug-ins of every kind
+    (:data:`~oodsim.specs.plugins.PLUGIN_KINDS`) that the spec names and this process
+    registered, by kind and name."""
 
-    detectors: tuple[Any, ...] = ()
-    datasets: tuple[Any, ...] = ()
-    architectures: tuple[Any, ...] = ()
+    by_kind: Mapping[str, Mapping[str, Any]] = attrs.field(factory=dict)
 
     @classmethod
     def of(cls, spec: Any) -> Shipped:
         """What to ship for ``spec``: found in its fields (:func:`plugin_names`), each
         plug-in only where this process registered it."""
-        names = plugin_names(spec)
-        return cls(
-            user_detectors(names["detector"]),
-            user_datasets(names["dataset"]),
-            user_architectures(names["architecture"]),
-        )
+        found = {
+            kind: plugins.registry(kind).shippable(names)
+            for kind, names in plugin_names(spec).items()
+        }
+        return cls({kind: records for kind, records in found.items() if records})
 
     def sources(self) -> list[tuple[str, str, str, Any]]:
-        """(kind, name, version, function) of the shipped architectures and datasets, whose
-        source the store fingerprints (:mod:`oodsim.store.plugin_sources`)."""
-        return [("architecture", a.name, a.version, a.build) for a in self.architectures] + [
-            ("dataset", d.name, d.version, d.load) for d in self.datasets
+        """(kind, name, version, function) of every shipped plug-in, whose source the store
+        fingerprints (:mod:`oodsim.store.plugin_sources`)."""
+        return [
+            source
+            for kind, records in self.by_kind.items()
+            for source in plugins.registry(kind).sources(records)
         ]
 
     def adopt(self) -> None:
-        """Register the shipped detectors, datasets and architectures here."""
-        if self.detectors:
-            adopt(self.detectors)
-        if self.datasets:
-            adopt_datasets(self.datasets)
-        if self.architectures:
-            adopt_architectures(self.architectures)
+        """Register the shipped plug-ins here (a worker)."""
+        for kind, records in self.by_kind.items():
+            plugins.registry(kind).adopt(records)
 
 
 #: Prefix of the keys of every task the engine submits (see :mod:`oodsim.engine.submitter`).

@@ -123,6 +123,7 @@ REGISTRY: Registry[Architecture] = Registry(
     group=ENTRY_POINT_GROUP,
     from_entry_point=_from_entry_point,
     taken=lambda name, here: ValueError(f"an architecture named {name!r} is already registered"),
+    source="build",
 )
 BUILTINS = REGISTRY.builtins
 _USER = REGISTRY.user

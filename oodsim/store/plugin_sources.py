@@ -1,8 +1,9 @@
 """A notice for plug-ins edited under the same version.
 
-A script's architecture or dataset loader enters keys by its name and ``version`` only, never
-by its source. The store keeps, for each plug-in kind, name and version, the fingerprint of
-its function's source as it was when the cache first ran it (``<cache>/.plugin-sources/``). A
+A script's architecture, dataset loader or detector enters keys by its name and ``version``
+only, never by its source. The store keeps, for each plug-in kind, name and version, the
+fingerprint of its function's source as it was when the cache first ran it
+(``<cache>/.plugin-sources/``, written once a run has finished its seeds). A
 run whose plug-in source differs from the recorded one reuses the cached results and warns
 (:class:`PluginChangedWarning`): one notice that names the function and where it is defined,
 and says how to choose (another version to compute again, or nothing to keep the cached
@@ -47,9 +48,14 @@ def source_fingerprint(function: Callable[..., Any]) -> str | None:
     return hashlib.sha256(text).hexdigest()[:16]
 
 
-def check_sources(root: Path, plugins: Iterable[tuple[str, str, str, Callable[..., Any]]]) -> None:
-    """For each ``(kind, name, version, function)``: record its source fingerprint in the
-    cache at ``root`` when none is recorded for that version, else warn if it differs."""
+def check_sources(
+    root: Path, plugins: Iterable[tuple[str, str, str, Callable[..., Any]]]
+) -> dict[Path, str]:
+    """For each ``(kind, name, version, function)``: warn if the source fingerprint recorded
+    in the cache at ``root`` for that version differs. The fingerprints that no record holds
+    yet, by the record's path: the run writes them (:func:`record_sources`) once it has
+    computed with them, so that a run that fails first writes nothing."""
+    unrecorded: dict[Path, str] = {}
     for kind, name, version, function in plugins:
         current = source_fingerprint(function)
         if current is None:
@@ -58,7 +64,7 @@ def check_sources(root: Path, plugins: Iterable[tuple[str, str, str, Callable[..
         try:
             recorded = read_json(path, RECORD_LIMIT).get("source")
         except FileNotFoundError:
-            _record(path, current)
+            unrecorded[path] = current
             continue
         except (OSError, ValueError, AttributeError):
             continue  # an unreadable record: no notice rather than a wrong one
@@ -74,6 +80,13 @@ def check_sources(root: Path, plugins: Iterable[tuple[str, str, str, Callable[..
                 PluginChangedWarning,
                 stacklevel=3,
             )
+    return unrecorded
+
+
+def record_sources(unrecorded: dict[Path, str]) -> None:
+    """Write the fingerprints :func:`check_sources` found unrecorded."""
+    for path, fingerprint in unrecorded.items():
+        _record(path, fingerprint)
 
 
 def describe(function: Callable[..., Any]) -> str:
