@@ -32,6 +32,7 @@ KINDS = {
     "architecture": "oodsim.models.registry",
     "dataset": "oodsim.data.registry",
     "detector": "oodsim.detectors._registry",
+    "metric": "oodsim.metrics.facts",
     "protocol": "oodsim.protocols",
     "report": "oodsim.report.hooks",
 }

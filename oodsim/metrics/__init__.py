@@ -21,6 +21,7 @@ The modules: :mod:`.inputs` (checks), :mod:`.kernels` (the vectorised sort and c
 :func:`evaluate`)."""
 
 from oodsim.metrics.calibration import brier, ece, nll
+from oodsim.metrics.evaluate import evaluate
 from oodsim.metrics.facts import (
     DEFAULT_KAPPA_METRICS,
     KAPPA_METRICS,
@@ -32,11 +33,12 @@ from oodsim.metrics.facts import (
     VALIDATION_METRICS,
     MetricInfo,
     available_metrics,
-    evaluate,
     get_metric,
     higher_is_better,
     is_ood_metric,
+    metric_info,
     metric_range,
+    register_metric,
 )
 from oodsim.metrics.functions import (
     COVERAGES,
@@ -100,6 +102,8 @@ __all__ = [
     "get_metric",
     "higher_is_better",
     "is_ood_metric",
+    "metric_info",
+    "register_metric",
     "metric_range",
     "nll",
     "oscr",

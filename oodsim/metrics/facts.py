@@ -4,7 +4,7 @@ published number it reproduces; the registry and :func:`evaluate`, which compute
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 import attrs
@@ -27,9 +27,9 @@ from oodsim.metrics.functions import (
     oscr_pytorch_ood,
     selective_risk95,
 )
-from oodsim.metrics.inputs import require_correct
-from oodsim.metrics.kernels import KAPPA_REQUESTS, compute_metrics
-from oodsim.metrics.thresholds import fpr_at_val95, rates_at_validation_threshold, tpr_at_val95
+from oodsim.metrics.kernels import KAPPA_REQUESTS
+from oodsim.metrics.thresholds import fpr_at_val95, tpr_at_val95
+from oodsim.plugins import Registry
 
 #: What a metric is computed from: κ with the OOD labels; κ, labels and the ID samples'
 #: prediction correctness; κ and correctness of ID samples alone; κ, labels and κ of the ID
@@ -86,8 +86,8 @@ def _info(name: str, function: Callable[..., Any], reproduces: str, **kwargs: An
     return MetricInfo(name=name, function=function, reproduces=reproduces, **kwargs)
 
 
-#: Metric name → its record, in the order results list them by default.
-METRIC_INFO: dict[str, MetricInfo] = {
+#: oodsim's own metrics: name → record, in the order results list them by default.
+_BUILTIN: dict[str, MetricInfo] = {
     info.name: info
     for info in (
         _info(
@@ -238,6 +238,89 @@ METRIC_INFO: dict[str, MetricInfo] = {
 }
 
 
+#: every metric by name (:mod:`oodsim.plugins`): oodsim's own, registered here
+#: (:func:`register_metric`) and installed (entry points of group ``oodsim.metrics``)
+REGISTRY: Registry[MetricInfo] = Registry(
+    "metric",
+    group="oodsim.metrics",
+    taken=lambda name, here: ValueError(f"a metric named {name!r} is already registered"),
+    source="function",
+)
+for _info_record in _BUILTIN.values():
+    REGISTRY.builtin(_info_record.name, _info_record)
+
+
+class _Live(Mapping[str, Any]):
+    """Every metric known here, by name (oodsim's own first, in their order), read through
+    :data:`REGISTRY`; ``value(record)`` is what the mapping holds for each."""
+
+    def __init__(self, value: Callable[[MetricInfo], Any]) -> None:
+        self._value = value
+
+    def _names(self) -> list[str]:
+        return [*_BUILTIN, *(n for n in REGISTRY.available() if n not in _BUILTIN)]
+
+    def __getitem__(self, name: str) -> Any:
+        if not isinstance(name, str) or name not in self._names():
+            raise KeyError(name)
+        return self._value(REGISTRY.get(name))
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._names())
+
+    def __len__(self) -> int:
+        return len(self._names())
+
+
+#: Metric name → its record: oodsim's own in the order results list them by default, then
+#: those registered here and installed.
+METRIC_INFO: Mapping[str, MetricInfo] = _Live(lambda info: info)
+
+
+def register_metric(
+    name: str,
+    *,
+    higher_is_better: bool,
+    range: tuple[float, float] = (0.0, 1.0),
+    reproduces: str = "",
+    replace: bool = False,
+) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """Decorator: register ``function(kappa, is_ood) -> float`` (κ and the OOD flags of one
+    row of samples) as metric ``name``. Runs compute it for every detector and OOD set (a
+    spec's ``metrics``; shipped to the workers), ``oodsim.stats`` and reports read its
+    direction (``higher_is_better``) and its ``range`` (intervals stay inside it), and
+    ``reproduces`` says which published number it equals. A taken name raises
+    ``ValueError``; ``replace=True`` re-registers your own, never a built-in."""
+
+    def decorate(function: Callable[..., Any]) -> Callable[..., Any]:
+        low, high = (float(x) for x in range)
+        if not low < high:
+            raise ValueError(f"metric {name!r}: range {range!r} is not (low, high), low < high")
+        info = MetricInfo(
+            name=name,
+            function=function,
+            higher_is_better=bool(higher_is_better),
+            range=(low, high),
+            reproduces=reproduces,
+        )
+        REGISTRY.register(name, info, replace=replace)
+        function.__oodsim_metric__ = info  # lets an entry point name the function
+        return function
+
+    return decorate
+
+
+def metric_info(name: str) -> MetricInfo | None:
+    """The record of metric ``name`` (oodsim's, registered or installed), None if none."""
+    name = str(name)
+    return REGISTRY.get(name) if name in REGISTRY.available() else None
+
+
+def user_kappa_metrics() -> tuple[str, ...]:
+    """The κ metrics registered here or installed (computed row by row by ``evaluate``)."""
+    return tuple(name for name in REGISTRY.available() if name not in _BUILTIN)
+
+
 KAPPA_METRICS: tuple[str, ...] = tuple(KAPPA_REQUESTS)
 
 
@@ -246,7 +329,7 @@ KAPPA_METRICS: tuple[str, ...] = tuple(KAPPA_REQUESTS)
 
 
 VALIDATION_METRICS: tuple[str, ...] = tuple(
-    name for name, info in METRIC_INFO.items() if info.needs_val_kappa
+    name for name, info in _BUILTIN.items() if info.needs_val_kappa
 )
 
 
@@ -260,7 +343,7 @@ DEFAULT_KAPPA_METRICS: tuple[str, ...] = ("auroc", "aupr_in", "aupr_out", "fpr95
 """What :func:`evaluate` computes when no names are given."""
 
 
-METRICS: dict[str, Callable[..., Any]] = {name: info.function for name, info in METRIC_INFO.items()}
+METRICS: Mapping[str, Callable[..., Any]] = _Live(lambda info: info.function)
 
 
 """Metric name → function, taking the arrays ``METRIC_INFO[name].inputs`` names: κ metrics
@@ -272,16 +355,17 @@ METRICS: dict[str, Callable[..., Any]] = {name: info.function for name, info in 
 #: ``aupr`` and ``ap``, are rates or areas under curves in the unit square. Intervals for their
 #: means stay inside it.
 METRIC_RANGES: dict[str, tuple[float, float]] = {
-    **{name: info.range for name, info in METRIC_INFO.items()},
+    **{name: info.range for name, info in _BUILTIN.items()},
     "aupr": (0.0, 1.0),
     "ap": (0.0, 1.0),
 }
 
 
 def metric_range(name: str) -> tuple[float, float] | None:
-    """``(low, high)`` bounds of the values of metric ``name``; None for a metric oodsim does
-    not know (its intervals are then unbounded)."""
-    return METRIC_RANGES.get(str(name))
+    """``(low, high)`` bounds of the values of metric ``name`` (its record's); None for a
+    metric oodsim does not know (its intervals are then unbounded)."""
+    info = metric_info(name) if str(name) not in METRIC_RANGES else None
+    return info.range if info is not None else METRIC_RANGES.get(str(name))
 
 
 #: Metrics for which a lower value is better: those :data:`METRIC_INFO` marks so
@@ -289,7 +373,7 @@ def metric_range(name: str) -> tuple[float, float] | None:
 #: them any name that starts with "fpr" is one too (:func:`higher_is_better`), and every other
 #: metric is "higher is better".
 LOWER_IS_BETTER: frozenset[str] = frozenset(
-    {name for name, info in METRIC_INFO.items() if not info.higher_is_better}
+    {name for name, info in _BUILTIN.items() if not info.higher_is_better}
     | {"fpr", "fpr@95tpr", "fpr_at_95tpr", "fpr95tpr", "eaurc", "detection_error", "error"}
 )
 
@@ -300,7 +384,7 @@ def higher_is_better(metric: str) -> bool:
     and any false positive rate, a name that starts with "fpr" (``fpr_95``, ``FPR@95``:
     case-insensitive)."""
     name = str(metric)
-    info = METRIC_INFO.get(name) or METRIC_INFO.get(name.lower())
+    info = metric_info(name) or metric_info(name.lower())
     if info is not None:
         return info.higher_is_better
     lower = name.lower()
@@ -314,63 +398,15 @@ def is_ood_metric(metric: str) -> bool:
     Names :mod:`oodsim.metrics` does not know (a protocol's own, e.g. ImageNet-O's ``aupr``)
     count as OOD metrics.
     """
-    info = METRIC_INFO.get(str(metric))
+    info = metric_info(str(metric))
     return info is None or info.scores_detector
 
 
 def available_metrics() -> tuple[str, ...]:
-    """Names of all registered metrics, sorted."""
-    return tuple(sorted(METRICS))
+    """Names of every metric (oodsim's, registered here, installed), sorted."""
+    return tuple(REGISTRY.available())
 
 
 def get_metric(name: str) -> Callable[..., Any]:
     """The metric function called ``name``; unknown names fail with the closest match."""
-    try:
-        return METRICS[name]
-    except KeyError:
-        raise UnknownNameError("metric", name, METRICS) from None
-
-
-def evaluate(
-    kappa: Any,
-    is_ood: Any,
-    names: Iterable[str] = DEFAULT_KAPPA_METRICS,
-    *,
-    correct: Any = None,
-    val_kappa: Any = None,
-    context: str = "",
-) -> dict[str, Any]:
-    """Several κ metrics at once, sharing one validation and one sort per block of rows.
-
-    ``names`` are any of :data:`KAPPA_METRICS` and :data:`VALIDATION_METRICS` (default:
-    :data:`DEFAULT_KAPPA_METRICS`). ``oscr`` and ``aurc`` need ``correct``, each sample's
-    prediction correctness (bool, ``(n,)`` or broadcastable to ``kappa``; read at ID samples
-    only); ``aurc`` is taken over the ID samples (``is_ood`` False) of each row. The
-    validation metrics need ``val_kappa``, κ of the ID validation samples (``(..., m)``,
-    leading dimensions broadcasting to ``kappa``'s). Returns ``{name: float64 of shape
-    (...)}``; equal to calling each metric separately (``aurc`` on the ID samples alone).
-    """
-    names = tuple(names)
-    known = (*KAPPA_METRICS, *VALIDATION_METRICS)
-    for name in names:
-        if name not in known:
-            raise UnknownNameError("metric", name, known)
-        info = METRIC_INFO[name]
-        if correct is None and info.needs_correct:
-            require_correct(name, correct, context)
-        if val_kappa is None and info.needs_val_kappa:
-            raise ValueError(
-                f"metric {name!r} needs val_kappa=: κ of the ID validation samples"
-                + (f" [{context}]" if context else "")
-            )
-    on_test = tuple(name for name in names if name in KAPPA_REQUESTS)
-    requests = tuple(KAPPA_REQUESTS[name] for name in on_test)
-    values = (
-        dict(zip(on_test, compute_metrics(kappa, is_ood, requests, context, correct)))
-        if on_test
-        else {}
-    )
-    if any(name in VALIDATION_METRICS for name in names):
-        tpr, fpr = rates_at_validation_threshold(kappa, is_ood, val_kappa, context=context)
-        values |= {"tpr_at_val95": tpr, "fpr_at_val95": fpr}
-    return {name: values[name] for name in names}
+    return REGISTRY.get(name).function

@@ -1,6 +1,7 @@
 """Which registered plug-ins a spec names: read from its fields, for shipping to workers.
 
-A field that holds a registry name (a dataset, an architecture, a detector) says so in its
+A field that holds a registry name, or a list of them (a dataset, an architecture, a detector,
+metrics) says so in its
 attrs metadata (:func:`plugin`). :func:`plugin_names` walks a spec of any protocol, nested
 specs included, and collects those names. The engine ships the driver-registered plug-ins
 among them to the workers (a worker never ran the script that registered them), so a protocol
@@ -15,7 +16,7 @@ from typing import Any
 import attrs
 
 #: the kinds of registry a spec field can name
-PLUGIN_KINDS = ("detector", "dataset", "architecture")
+PLUGIN_KINDS = ("detector", "dataset", "architecture", "metric")
 _METADATA = "oodsim_plugin"
 
 
@@ -40,6 +41,8 @@ def _collect(value: Any, found: dict[str, dict[str, None]]) -> None:
             kind = field.metadata.get(_METADATA)
             if kind is not None and isinstance(item, str) and item:
                 found[kind][item] = None
+            elif kind is not None and isinstance(item, list | tuple):  # a list of names
+                found[kind].update(dict.fromkeys(x for x in item if isinstance(x, str) and x))
             else:
                 _collect(item, found)
     elif isinstance(value, list | tuple):

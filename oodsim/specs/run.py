@@ -21,6 +21,7 @@ from oodsim.specs.cluster import ClusterSpec
 from oodsim.specs.converter import unstructure
 from oodsim.specs.detector import DetectorSpec, detector_specs
 from oodsim.specs.keyed import KeyedSpec
+from oodsim.specs.plugins import plugin
 from oodsim.specs.seeded import Seeded, SeedsSpec, StoppingSpec
 from oodsim.specs.types import one_of, safe_name, spec_class
 
@@ -70,7 +71,9 @@ class RunSpec(Seeded, KeyedSpec):
         metadata=no_key(),
     )
     detectors: tuple[DetectorSpec, ...] = attrs.field(default=("msp",), converter=detector_specs)
-    metrics: tuple[str, ...] = attrs.field(default=attrs.Factory(_default_metrics, takes_self=True))
+    metrics: tuple[str, ...] = attrs.field(
+        default=attrs.Factory(_default_metrics, takes_self=True), metadata=plugin("metric")
+    )
     seeds: SeedsSpec = attrs.field(default=attrs.Factory(_default_seeds, takes_self=True))
     stopping: StoppingSpec = attrs.field(factory=StoppingSpec)
     on_failure: str = attrs.field(default="record", validator=one_of("record", "abort"))
