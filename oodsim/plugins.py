@@ -23,6 +23,8 @@ from collections.abc import Callable, Iterable, Mapping
 from importlib.metadata import EntryPoint, entry_points
 from typing import Any, Generic, Literal, TypeVar
 
+import attrs
+
 from oodsim.errors import UnknownNameError, check_registry_name
 
 T = TypeVar("T")
@@ -48,12 +50,13 @@ def _import(target: str) -> Any:
 
 
 def _taken(kind: str, name: str, registered_here: bool) -> Exception:
-    if registered_here:
-        return ValueError(
-            f"a {kind} named {name!r} is already registered: pass replace=True to register "
-            "yours again"
-        )
-    return ValueError(f"{name!r} is a built-in or installed {kind}: choose another name")
+    article = "an" if kind[0] in "aeiou" else "a"
+    how = (
+        "pass replace=True to register yours again"
+        if registered_here
+        else "a built-in or installed one: choose another name"
+    )
+    return ValueError(f"{article} {kind} named {name!r} is already registered: {how}")
 
 
 class Registry(Generic[T]):
@@ -66,6 +69,8 @@ class Registry(Generic[T]):
     turns what an entry point loads into a record (and checks it); ``taken(name, here)`` is
     the error of a name already in use (``here``: registered in this process);
     ``shadow_installed`` lets a registration shadow an installed plug-in of the same name.
+    ``record_type`` and ``decorator`` say what an entry point names (a record, or a function
+    the kind's decorator marked with ``__oodsim_<kind>__``: :meth:`record_of_entry_point`).
     Shipping to workers: ``source`` names the record's attribute holding the function whose
     source is fingerprinted to notice an edited plug-in (:meth:`sources`); :meth:`adopt`
     replaces a record only where ``identity`` differs (every time without one), and then
@@ -86,6 +91,8 @@ class Registry(Generic[T]):
         source: str | None = None,
         identity: Callable[[T], Any] | None = None,
         on_change: Callable[[], None] | None = None,
+        record_type: type | None = None,
+        decorator: str = "",
     ) -> None:
         self.kind = kind
         self.field = field or kind
@@ -96,7 +103,9 @@ class Registry(Generic[T]):
         self.user: dict[str, T] = {}  # registered in this process
         self.loaded: dict[str, T] = {}  # built on first use: prefixes, entry points
         self.prefixes: dict[str, tuple[Callable[[str], T], Callable[[], Iterable[str]], str]] = {}
-        self._from_entry_point = from_entry_point or (lambda name, loaded: loaded)
+        self._record_type = record_type
+        self._decorator = decorator
+        self._from_entry_point = from_entry_point or self.record_of_entry_point
         self._taken = taken or (lambda name, here: _taken(kind, name, here))
         self._check_name = check_name or (lambda name: check_registry_name(f"a {kind}", name))
         self._shadow_installed = shadow_installed
@@ -174,6 +183,27 @@ class Registry(Generic[T]):
                 changed = True
         if changed and self._on_change is not None:
             self._on_change()
+
+    def record_of_entry_point(self, name: str, ep: EntryPoint) -> Any:
+        """What entry point ``ep`` names, as the record of ``name``: a ``record_type``, or a
+        function the kind's decorator marked (``__oodsim_<kind>__``); ImportError naming the
+        entry point where it fails to load, TypeError where it names something else."""
+        try:
+            loaded = ep.load()
+        except Exception as error:  # a broken plug-in must say which one it is
+            raise ImportError(
+                f"{self.kind} entry point {name!r} ({ep.value}) failed to load: {error}"
+            ) from error
+        if self._record_type is None:
+            return loaded
+        record = getattr(loaded, f"__oodsim_{self.kind}__", loaded)
+        if not isinstance(record, self._record_type):
+            raise TypeError(
+                f"{self.kind} entry point {name!r} ({ep.value}) must name a "
+                f"{self._record_type.__name__} or a function decorated with "
+                f"{self._decorator}, got {type(loaded).__name__}"
+            )
+        return record if record.name == name else attrs.evolve(record, name=name)
 
     # ------------------------------------------------------------------ looking up
 

@@ -439,3 +439,19 @@ def copy(clean: tuple[Path, Any], tmp_path: Path) -> Path:
     target = tmp_path / "cache"
     shutil.copytree(clean[0], target, symlinks=True)
     return target
+
+
+def install_package(
+    site: Path, distribution: str, entry_points: str, modules: dict[str, str] | None = None
+) -> None:
+    """What ``pip install`` leaves of a package in ``site`` (put it on ``sys.path``): its
+    ``modules`` (name → source, dedented) and a dist-info declaring ``entry_points`` (the text
+    of ``entry_points.txt``)."""
+    import textwrap
+
+    info = site / f"{distribution.replace('-', '_')}-1.0.dist-info"
+    info.mkdir(parents=True)
+    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {distribution}\nVersion: 1.0\n")
+    (info / "entry_points.txt").write_text(entry_points)
+    for name, text in (modules or {}).items():
+        (site / f"{name}.py").write_text(textwrap.dedent(text))

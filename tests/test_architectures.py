@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-import textwrap
 from pathlib import Path
 
 import attrs
@@ -21,7 +20,7 @@ from oodsim.keys import digest
 from oodsim.models import ArchitectureError, get_architecture, register_architecture
 from oodsim.models.architectures import Classifier, build_model, check_contract
 from oodsim.specs import ModelSpec
-from tests.conftest import digits_toml, small_digits
+from tests.conftest import digits_toml, install_package, small_digits
 
 MLP_SCRIPT = '''
 import json
@@ -220,20 +219,21 @@ def test_a_module_with_embed_and_head_is_wrapped_into_the_contract() -> None:
 @pytest.fixture
 def arch_plugin(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> str:
     """A third-party package on sys.path that declares an architecture entry point."""
-    (tmp_path / "oodsim_arch_demo.py").write_text(
-        textwrap.dedent('''
-        from torch import nn
-        from oodsim.models.architectures import Classifier
+    install_package(
+        tmp_path,
+        "oodsim-arch-demo",
+        "[oodsim.models]\ndemo_tiny = oodsim_arch_demo:tiny\n",
+        {
+            "oodsim_arch_demo": '''
+                from torch import nn
+                from oodsim.models.architectures import Classifier
 
-        def tiny(*, in_channels, image_size, n_classes, dropout):
-            """A linear classifier of the pixels."""
-            return Classifier(nn.Flatten(), in_channels * image_size**2, n_classes, dropout)
-        ''')
+                def tiny(*, in_channels, image_size, n_classes, dropout):
+                    """A linear classifier of the pixels."""
+                    return Classifier(nn.Flatten(), in_channels * image_size**2, n_classes, dropout)
+            '''
+        },
     )
-    info = tmp_path / "oodsim_arch_demo-1.0.dist-info"
-    info.mkdir()
-    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: oodsim-arch-demo\nVersion: 1.0\n")
-    (info / "entry_points.txt").write_text("[oodsim.models]\ndemo_tiny = oodsim_arch_demo:tiny\n")
     monkeypatch.syspath_prepend(str(tmp_path))
     from oodsim.models import registry
 

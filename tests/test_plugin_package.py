@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import subprocess
 import sys
-import textwrap
 from pathlib import Path
 
 import numpy as np
@@ -18,7 +17,7 @@ import pytest
 import oodsim
 from oodsim import plugins
 from oodsim.report import styles
-from tests.conftest import ROOT, digits_toml
+from tests.conftest import ROOT, digits_toml, install_package
 
 pytestmark = pytest.mark.slow  # trains once in a subprocess
 
@@ -65,21 +64,11 @@ inverted_digits = gap_data:INVERTED
 """
 
 
-def install(site: Path) -> None:
-    """The package's modules and its dist-info in ``site``."""
-    info = site / "gap_plugins-1.0.dist-info"
-    info.mkdir(parents=True)
-    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: gap-plugins\nVersion: 1.0\n")
-    (info / "entry_points.txt").write_text(ENTRY_POINTS)
-    for name, text in MODULES.items():
-        (site / f"{name}.py").write_text(textwrap.dedent(text))
-
-
 def test_an_installed_detector_metric_and_dataset_run_and_report(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     site = tmp_path / "site"
-    install(site)
+    install_package(site, "gap-plugins", ENTRY_POINTS, MODULES)
     spec = digits_toml(
         tmp_path / "gap.toml", 3, detectors='"msp", "gap"', metrics='["auroc", "ranking_error"]'
     )

@@ -5,7 +5,6 @@ first need, registrations, prefix families, entry points listed once and loaded 
 from __future__ import annotations
 
 import sys
-import textwrap
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -14,6 +13,7 @@ import pytest
 from oodsim import plugins
 from oodsim.errors import UnknownNameError
 from oodsim.plugins import Registry
+from tests.conftest import install_package
 
 GROUP = "oodsim.test_things"
 
@@ -21,18 +21,17 @@ GROUP = "oodsim.test_things"
 @pytest.fixture
 def installed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     """An installed package whose entry points add two things of the kind ``thing``."""
-    (tmp_path / "thing_plugin.py").write_text(
-        textwrap.dedent("""
-        BLUE = {"colour": "blue"}
-        def green():
-            return {"colour": "green"}
-        """)
-    )
-    info = tmp_path / "thing_plugin-1.0.dist-info"
-    info.mkdir()
-    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: thing-plugin\nVersion: 1.0\n")
-    (info / "entry_points.txt").write_text(
-        f"[{GROUP}]\nblue = thing_plugin:BLUE\ngreen = thing_plugin:green\nred = nowhere:RED\n"
+    install_package(
+        tmp_path,
+        "thing-plugin",
+        f"[{GROUP}]\nblue = thing_plugin:BLUE\ngreen = thing_plugin:green\nred = nowhere:RED\n",
+        {
+            "thing_plugin": """
+                BLUE = {"colour": "blue"}
+                def green():
+                    return {"colour": "green"}
+            """
+        },
     )
     monkeypatch.syspath_prepend(str(tmp_path))
     yield
@@ -60,7 +59,7 @@ def test_register_refuses_a_taken_name_unless_replaced() -> None:
     with pytest.raises(ValueError, match="already registered: pass replace=True"):
         registry.register("mine", 2)
     assert registry.register("mine", 2, replace=True) == 2 and registry.get("mine") == 2
-    with pytest.raises(ValueError, match="'json' is a built-in or installed thing"):
+    with pytest.raises(ValueError, match="'json' is already registered: a built-in or installed"):
         registry.register("json", 3, replace=True)
     with pytest.raises(ValueError, match="cannot be registered: use a Python identifier"):
         registry.register("not a name", 4)
@@ -100,7 +99,7 @@ def test_a_registration_may_shadow_an_installed_plug_in_only_where_the_kind_allo
 ) -> None:
     assert things().register("blue", 1) == 1
     strict = things(shadow_installed=False)
-    with pytest.raises(ValueError, match="'blue' is a built-in or installed thing"):
+    with pytest.raises(ValueError, match="'blue' is already registered: a built-in or installed"):
         strict.register("blue", 1)
 
 
@@ -123,23 +122,24 @@ def test_an_installed_dataset_is_found_by_its_entry_point(
     """Datasets have an entry-point group too (``oodsim.datasets``), like every other kind."""
     from oodsim.data import registry as datasets
 
-    (tmp_path / "tiny_data.py").write_text(
-        textwrap.dedent("""
-        import numpy as np
-        from oodsim.data import ImageData
-        from oodsim.data.registry import DatasetInfo
+    install_package(
+        tmp_path,
+        "tiny-data",
+        "[oodsim.datasets]\ntiny_installed = tiny_data:TINY\n",
+        {
+            "tiny_data": """
+                import numpy as np
+                from oodsim.data import ImageData
+                from oodsim.data.registry import DatasetInfo
 
-        def load(root=None, download=False, image_size=None):
-            images = np.zeros((4, 8, 8, 1), dtype=np.uint8)
-            return ImageData(images, np.array([0, 1, 0, 1]), ("a", "b"))
+                def load(root=None, download=False, image_size=None):
+                    images = np.zeros((4, 8, 8, 1), dtype=np.uint8)
+                    return ImageData(images, np.array([0, 1, 0, 1]), ("a", "b"))
 
-        TINY = DatasetInfo("tiny", 2, False, load, "four blank images")
-        """)
+                TINY = DatasetInfo("tiny", 2, False, load, "four blank images")
+            """
+        },
     )
-    info = tmp_path / "tiny_data-1.0.dist-info"
-    info.mkdir()
-    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: tiny-data\nVersion: 1.0\n")
-    (info / "entry_points.txt").write_text("[oodsim.datasets]\ntiny_installed = tiny_data:TINY\n")
     monkeypatch.syspath_prepend(str(tmp_path))
     datasets.REGISTRY.cache_clear()
     try:

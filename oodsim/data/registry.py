@@ -9,7 +9,6 @@ from __future__ import annotations
 import functools
 import hashlib
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from importlib.metadata import EntryPoint
 from pathlib import Path
 
 import attrs
@@ -124,29 +123,13 @@ class DatasetInfo:
 ENTRY_POINT_GROUP = "oodsim.datasets"
 
 
-def _from_entry_point(name: str, ep: EntryPoint) -> DatasetInfo:
-    try:
-        obj = ep.load()
-    except Exception as error:  # a broken plugin must say which one it is
-        raise ImportError(
-            f"dataset entry point {ep.name!r} ({ep.value}) failed to load: {error}"
-        ) from error
-    info = getattr(obj, "__oodsim_dataset__", obj)
-    if not isinstance(info, DatasetInfo):
-        raise TypeError(
-            f"dataset entry point {ep.name!r} ({ep.value}) must name a DatasetInfo or a loader "
-            f"decorated with oodsim.data.register_dataset, got {type(obj).__name__}"
-        )
-    return attrs.evolve(info, name=name)
-
-
 #: every dataset by name (:mod:`oodsim.plugins`); built-ins are added by
 #: :mod:`oodsim.data.builtin`
 REGISTRY: Registry[DatasetInfo] = Registry(
     "dataset",
     group=ENTRY_POINT_GROUP,
-    from_entry_point=_from_entry_point,
-    taken=lambda name, here: ValueError(f"a dataset named {name!r} is already registered"),
+    record_type=DatasetInfo,
+    decorator="oodsim.data.register_dataset",
     source="load",
     # a shipped loader is a new object every time: compared by what it is, so that the data
     # is read again only for another loader (a new version, an edited body)

@@ -161,30 +161,12 @@ class Detector:
         return {**params, **self.fit_params(fit, **params)}
 
 
-def _from_entry_point(name: str, ep: EntryPoint) -> Detector:
-    try:
-        obj = ep.load()
-    except Exception as exc:  # a broken plugin must say which one it is
-        raise ImportError(
-            f"detector entry point {ep.name!r} ({ep.value}) failed to load: {exc}"
-        ) from exc
-    detector = getattr(obj, "__oodsim_detector__", obj)
-    if not isinstance(detector, Detector):
-        raise TypeError(
-            f"detector entry point {ep.name!r} ({ep.value}) must name a Detector or a function "
-            f"decorated with oodsim.detectors.register, got {type(obj).__name__}"
-        )
-    if detector.name != name:
-        detector = attrs.evolve(detector, name=name)
-    return detector
-
-
 #: every detector by name (:mod:`oodsim.plugins`); built-ins are added by their modules
 REGISTRY: Registry[Detector] = Registry(
     "detector",
     group=ENTRY_POINT_GROUP,
-    from_entry_point=_from_entry_point,
-    taken=lambda name, here: ValueError(f"a detector named {name!r} is already registered"),
+    record_type=Detector,
+    decorator="oodsim.detectors.register",
     source="func",
 )
 BUILTINS = REGISTRY.builtins

@@ -240,22 +240,11 @@ _BUILTIN: dict[str, MetricInfo] = {
 
 #: every metric by name (:mod:`oodsim.plugins`): oodsim's own, registered here
 #: (:func:`register_metric`) and installed (entry points of group ``oodsim.metrics``)
-def _from_entry_point(name: str, ep: Any) -> MetricInfo:
-    loaded = ep.load()
-    info = getattr(loaded, "__oodsim_metric__", loaded)
-    if not isinstance(info, MetricInfo):
-        raise TypeError(
-            f"metric entry point {name!r} ({ep.value}) must name a MetricInfo or a function "
-            f"decorated with oodsim.metrics.register_metric, got {type(loaded).__name__}"
-        )
-    return attrs.evolve(info, name=name)
-
-
 REGISTRY: Registry[MetricInfo] = Registry(
     "metric",
     group="oodsim.metrics",
-    from_entry_point=_from_entry_point,
-    taken=lambda name, here: ValueError(f"a metric named {name!r} is already registered"),
+    record_type=MetricInfo,
+    decorator="oodsim.metrics.register_metric",
     source="function",
 )
 for _info_record in _BUILTIN.values():

@@ -122,7 +122,6 @@ REGISTRY: Registry[Architecture] = Registry(
     field="arch",
     group=ENTRY_POINT_GROUP,
     from_entry_point=_from_entry_point,
-    taken=lambda name, here: ValueError(f"an architecture named {name!r} is already registered"),
     source="build",
 )
 BUILTINS = REGISTRY.builtins
