@@ -65,6 +65,8 @@ class MetricInfo:
     range: tuple[float, float] = (0.0, 1.0)
     inputs: str = attrs.field(default="kappa+is_ood", validator=_check_inputs)
     reproduces: str = ""
+    #: how a paper's table heads the metric ("AUROC", "E-AURC"); the name where empty
+    label: str = ""
 
     @property
     def needs_correct(self) -> bool:
@@ -82,8 +84,26 @@ class MetricInfo:
         return self.inputs.startswith("kappa")
 
 
+#: how papers head oodsim's metrics in their tables (:attr:`MetricInfo.label`)
+_LABELS = {
+    "auroc": "AUROC",
+    "aupr_in": "AUPR-In",
+    "aupr_out": "AUPR-Out",
+    "ap_in": "AP-In",
+    "ap_out": "AP-Out",
+    "fpr95": "FPR95",
+    "fpr95_ood": "FPR95 (OOD+)",
+    "fpr_at_val95": "FPR@val95",
+    "tpr_at_val95": "TPR@val95",
+    "oscr": "OSCR",
+    "aurc": "AURC",
+    "eaurc": "E-AURC",
+}
+
+
 def _info(name: str, function: Callable[..., Any], reproduces: str, **kwargs: Any) -> MetricInfo:
-    return MetricInfo(name=name, function=function, reproduces=reproduces, **kwargs)
+    label = _LABELS.get(name, "")
+    return MetricInfo(name=name, function=function, reproduces=reproduces, label=label, **kwargs)
 
 
 #: oodsim's own metrics: name → record, in the order results list them by default.
@@ -284,13 +304,15 @@ def register_metric(
     higher_is_better: bool,
     range: tuple[float, float] = (0.0, 1.0),
     reproduces: str = "",
+    label: str = "",
     replace: bool = False,
 ) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
     """Decorator: register ``function(kappa, is_ood) -> float`` (κ and the OOD flags of one
     row of samples) as metric ``name``. Runs compute it for every detector and OOD set (a
     spec's ``metrics``; shipped to the workers), ``oodsim.stats`` and reports read its
     direction (``higher_is_better``) and its ``range`` (intervals stay inside it), and
-    ``reproduces`` says which published number it equals. A taken name raises
+    ``reproduces`` says which published number it equals, ``label`` how a paper's table heads
+    it (default: its name). A taken name raises
     ``ValueError``; ``replace=True`` re-registers your own, never a built-in."""
 
     def decorate(function: Callable[..., Any]) -> Callable[..., Any]:
@@ -303,6 +325,7 @@ def register_metric(
             higher_is_better=bool(higher_is_better),
             range=(low, high),
             reproduces=reproduces,
+            label=label,
         )
         REGISTRY.register(name, info, replace=replace)
         function.__oodsim_metric__ = info  # lets an entry point name the function

@@ -19,28 +19,12 @@ import attrs
 import numpy as np
 import xarray as xr
 
-from oodsim.metrics import higher_is_better
+from oodsim.metrics import higher_is_better, metric_info
 from oodsim.report.comparisons import adjust_name
 from oodsim.report.folder import TABLE_FILES
 from oodsim.report.tables import fmt, interval_name, seed_counts
 from oodsim.results.access import cell_label, iter_cells, method_names, ood_metrics
 from oodsim.stats import as_score, compare, estimate
-
-#: How LaTeX names each metric in a column head (others are escaped as they are).
-METRIC_HEADS: dict[str, str] = {
-    "auroc": "AUROC",
-    "aupr_in": "AUPR-In",
-    "aupr_out": "AUPR-Out",
-    "ap_in": "AP-In",
-    "ap_out": "AP-Out",
-    "fpr95": "FPR95",
-    "fpr95_ood": "FPR95 (OOD+)",
-    "fpr_at_val95": "FPR@val95",
-    "tpr_at_val95": "TPR@val95",
-    "oscr": "OSCR",
-    "aurc": "AURC",
-    "eaurc": "E-AURC",
-}
 
 #: LaTeX's special characters and what stands for each in text.
 _LATEX_SPECIALS = {
@@ -153,8 +137,7 @@ def latex_table(table: PaperTable, *, label: str = "tab:oodsim", digits: int = 3
     metric (↑/↓ its direction), ``mean {\\scriptsize [lower, upper]}``, the significantly best
     bold, and :attr:`PaperTable.caption`."""
     heads = [
-        latex_text(METRIC_HEADS.get(m, m))
-        + (r" $\uparrow$" if higher_is_better(m) else r" $\downarrow$")
+        latex_text(_head(m)) + (r" $\uparrow$" if higher_is_better(m) else r" $\downarrow$")
         for m in table.metrics
     ]
     lines = [
@@ -239,3 +222,10 @@ def render_table(table: PaperTable, fmt_name: str) -> str:
     if fmt_name == "csv":
         return csv_table(table)
     raise ValueError(f"table format must be one of {', '.join(TABLE_FILES)}, got {fmt_name!r}")
+
+
+def _head(metric: str) -> str:
+    """How a table heads ``metric``: its record's label (:attr:`MetricInfo.label`), else its
+    name."""
+    info = metric_info(metric)
+    return info.label if info is not None and info.label else metric
