@@ -297,3 +297,67 @@ def test_artifacts_sit_below_the_protocols() -> None:
         if target.startswith("oodsim.protocols")
     ]
     assert upward == []
+
+
+def test_no_private_name_of_distributed_or_dask_jobqueue_outside_the_compat_module() -> None:
+    """distributed's and dask-jobqueue's internals (names that start with one ``_``: the
+    private methods of the classes oodsim uses, overridden or called, and private imports)
+    are used in :mod:`oodsim.engine.dask_compat` alone, which says the versions it was
+    tested with."""
+    distributed = pytest.importorskip("distributed")
+    jobqueue = pytest.importorskip("dask_jobqueue")
+    from dask_jobqueue.local import LocalJob
+    from distributed.deploy.spec import ProcessInterface
+    from distributed.nanny import WorkerProcess
+
+    classes = (
+        distributed.SpecCluster,
+        distributed.LocalCluster,
+        distributed.Nanny,
+        distributed.Client,
+        distributed.Worker,
+        distributed.Scheduler,
+        distributed.Future,
+        ProcessInterface,
+        WorkerProcess,
+        jobqueue.core.Job,
+        jobqueue.core.JobQueueCluster,
+        LocalJob,
+    )
+    private = {
+        name
+        for cls in classes
+        for name in dir(cls)
+        if name.startswith("_") and not name.startswith("__")
+    }
+    # the classes oodsim subclasses: a method of theirs defined again is an override
+    subclassed = {
+        name
+        for cls in (distributed.Nanny, jobqueue.core.Job, LocalJob)
+        for name in dir(cls)
+        if name.startswith("_") and not name.startswith("__")
+    }
+    found = []
+    for path in sorted((ROOT / "oodsim").rglob("*.py")):
+        if path.name == "dask_compat.py":
+            continue
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        for cls in (node for node in ast.walk(tree) if isinstance(node, ast.ClassDef)):
+            found += [
+                f"{path.relative_to(ROOT)}:{item.lineno} defines {item.name}"
+                for item in cls.body
+                if isinstance(item, ast.FunctionDef | ast.AsyncFunctionDef)
+                and item.name in subclassed
+            ]
+        for node in ast.walk(tree):
+            where = f"{path.relative_to(ROOT)}:{getattr(node, 'lineno', 0)}"
+            if isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] in (
+                "distributed",
+                "dask_jobqueue",
+            ):
+                found += [f"{where} imports {a.name}" for a in node.names if a.name[0] == "_"]
+            elif isinstance(node, ast.Attribute) and node.attr in private:
+                owner = node.value
+                if not (isinstance(owner, ast.Name) and owner.id in ("self", "cls")):
+                    found.append(f"{where} uses .{node.attr}")
+    assert not found, found

@@ -34,6 +34,7 @@ from typing import Any
 
 from oodsim.engine import forkserver, gpu, nanny, signals
 from oodsim.engine.address import LOCAL_SECURITY, connect_client
+from oodsim.engine.dask_compat import warn_untested
 from oodsim.engine.guard import check_main_guard
 from oodsim.engine.job_cluster import NO_HTTP_ROUTES, check_jobs, job_cluster
 from oodsim.engine.quiet_logs import DroppedUnlessDebug, install
@@ -262,6 +263,7 @@ def cluster_client(
     scheduler, whose client logged its own cancelled close with a traceback), it closes
     without a log line (see the module): the run says what happened in one line."""
     disabled = logging.root.manager.disable
+    warn_untested()  # the internals oodsim uses are those of the versions it was tested with
     quiet_own_failures("distributed.scheduler")  # a local or job cluster's, in this process
     try:
         with _client(address, n_workers, jobs, told) as (client, local):

@@ -30,7 +30,13 @@ from pathlib import Path
 from typing import Any
 
 from oodsim.engine import nanny
-from oodsim.engine.batch_commands import Unanswered, call_bounded, start_bounded, stop_in_flight
+from oodsim.engine.batch_commands import start_bounded, stop_in_flight
+from oodsim.engine.dask_compat import (
+    UNCANCELLED,
+    CommandsInOwnSession,
+    WorkerInOwnSession,
+    correct_state,
+)
 from oodsim.periodic import Periodic
 from oodsim.specs.cluster import ClusterSpec
 
@@ -79,65 +85,8 @@ def job_class(kind: str) -> Any:
     or a ``scancel`` as the run closed, and a local job's worker as it started (a traceback
     after the resume line). The run stops its jobs itself. ImportError without dask-jobqueue."""
     base = cluster_class(kind).job_cls
-    own = (_WorkerInOwnSession,) if kind == "local-jobs" else (_CommandsInOwnSession,)
+    own = (WorkerInOwnSession,) if kind == "local-jobs" else (CommandsInOwnSession,)
     return type(base.__name__, (*own, base), {"__module__": __name__})
-
-
-class _CommandsInOwnSession:
-    """A job whose batch commands (``sbatch``, ``scancel``, ``qsub``, ``qdel``) run in a
-    session of their own, each killed with its process group after
-    :data:`~oodsim.engine.batch_commands.SUBMIT_TIMEOUT` seconds."""
-
-    @staticmethod
-    async def _call(cmd: list[str], *, shell: bool = False, **kwargs: Any) -> str:
-        return await call_bounded(cmd, shell=shell, **kwargs)
-
-    def _job_id_from_submit_output(self, out: str) -> str:
-        job_id = super()._job_id_from_submit_output(out)  # type: ignore[misc]
-        UNCANCELLED.add(str(job_id))
-        return job_id
-
-    @classmethod
-    async def _close_job(cls, job_id: str | None, cancel_command: str) -> None:
-        """dask-jobqueue's (0.9), which also keeps :data:`UNCANCELLED` true."""
-        if not job_id:
-            return
-        try:
-            await cls._call([*shlex.split(cancel_command), job_id])
-        except Unanswered:  # not confirmed: the job may still be queued
-            return
-        except RuntimeError:  # the batch system no longer knows the job: it is gone
-            pass
-        UNCANCELLED.discard(str(job_id))
-
-
-#: The batch jobs this process submitted whose cancel the batch system has not confirmed (a run
-#: that ends at once names them, :func:`end_now`).
-UNCANCELLED: set[str] = set()
-
-
-class _WorkerInOwnSession:
-    """A local job whose worker runs in a session of its own: dask-jobqueue's
-    ``LocalJob._submit_job`` (0.9), with ``start_new_session``."""
-
-    process: Any
-
-    async def _submit_job(self, script_filename: str) -> str:
-        # a local job's class exists, so dask-jobqueue (and tornado) are installed
-        from tornado.process import Subprocess
-
-        with open(script_filename) as script:
-            command = script.read().strip().split()
-        stream = Subprocess.STREAM
-        self.process = Subprocess(command, stdout=stream, stderr=stream, start_new_session=True)
-        lines = []
-        while True:  # until the worker has registered, or says that it failed
-            line = await self.process.stderr.read_until(b"\n")
-            lines.append(line.decode())
-            if b"Registered to:" in line:
-                return str(self.process.pid)
-            if b"error" in line.lower():
-                raise RuntimeError("Worker failed\n\n" + "".join(lines))
 
 
 def cancel_now(cluster: Any) -> list[str]:
@@ -303,7 +252,7 @@ async def submit_jobs(cluster: Any, n_jobs: int) -> None:
             # log the same refusal once more)
             while len(cluster.worker_spec) < jobs:
                 cluster.worker_spec.update(cluster.new_worker_spec())
-            await cluster._correct_state()  # distributed's SpecCluster: start what it lacks
+            await correct_state(cluster)  # start what it lacks
     except BaseException:
         for job in cluster.workers.values():  # refused: never started, nothing to cancel
             if job.status == Status.created:
@@ -392,4 +341,4 @@ async def _replace(cluster: Any, lost: list[str]) -> None:
         if job is not None:
             with contextlib.suppress(Exception):  # the job may be gone from the queue already
                 await job.close()
-    await cluster._correct_state()  # distributed's SpecCluster: start what the spec lacks
+    await correct_state(cluster)  # start what the spec lacks

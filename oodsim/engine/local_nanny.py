@@ -41,6 +41,7 @@ from typing import Any, ClassVar
 from distributed import Nanny
 from distributed.core import Status
 
+from oodsim.engine.dask_compat import worker_os_process
 from oodsim.engine.quiet_logs import DroppedUnlessDebug, install
 
 #: distributed's logger of the nannies, which run in the driver's process
@@ -99,7 +100,7 @@ class LocalNanny(Nanny):
 
     async def kill(self, timeout: float = 5, reason: str = "nanny-kill") -> None:
         worker = self.process  # distributed's WorkerProcess: its start and its OS process
-        process = getattr(worker, "process", None)
+        process = worker_os_process(self)
         if worker is not None and process is not None and worker.status == Status.starting:
             await process.kill()  # queued after the start: the process exists by then
             await process.join(timeout)  # its exit marks the worker stopped
