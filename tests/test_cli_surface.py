@@ -228,6 +228,42 @@ def test_ctrl_c_while_the_local_cluster_starts_is_one_resume_line(
     wait_for(lambda: not _running_in_session(driver.pid), 60, "the run's processes to end")
 
 
+#: ``oodsim`` with the clock of a stopped run (``signals.GRACE``) set by the first argument
+SHORT_CLOCK = """
+import sys
+
+from oodsim.engine import signals
+
+signals.GRACE = float(sys.argv[1])
+from oodsim.cli.main import main
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[2:]))
+"""
+
+
+@pytest.mark.parametrize("grace", [0.3, 1.5])
+def test_a_run_ended_by_its_clock_while_the_local_cluster_starts_leaves_no_traceback(
+    tmp_path: Path, grace: float
+) -> None:
+    """A loaded machine where the local cluster takes longer to start than the 4 s a stopped
+    run may take (here a shorter clock stands in for the slow start): the run ends at once
+    mid-start. Its fork server used to go on forking workers, which printed tracebacks
+    (their semaphores unlinked by the ending driver); it is stopped first now
+    (``forkserver.stop_now``), and no process is left."""
+    driver_script = tmp_path / "short_clock.py"
+    driver_script.write_text(SHORT_CLOCK)
+    spec = digits_toml(tmp_path / "spec.toml", 1000)
+    run = [sys.executable, str(driver_script), str(grace), "run", str(spec), "--workers", "2"]
+    run += ["--cache", str(tmp_path / "cache"), "--out", str(tmp_path / "r.zarr")]
+    driver, output = signalled(run, _fork_server)
+    assert driver.returncode == 130, output
+    assert output.count(RESUME) == 1 and "still waiting" in output, output
+    noise = [line for line in output.splitlines() if any(word in line for word in NOISE)]
+    assert not noise, output
+    wait_for(lambda: not _running_in_session(driver.pid), 60, "the run's processes to end")
+
+
 def _complete_seeds(spec: Path, cache: Path) -> int:
     """How many seeds of ``spec`` have every entry of their tasks in the store at ``cache``."""
     job = bind(oodsim.load(spec))

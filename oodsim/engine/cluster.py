@@ -210,6 +210,9 @@ def _local_cluster(n_workers: int | None, told: Listener | None = None) -> Itera
                         start.starting()
                     # CPU workers fork from a server that imported torch once (engine.forkserver)
                     forked = stack.enter_context(forkserver.forking())
+                    # a run that ends at once stops the server first: a worker it forks then
+                    # would print a traceback
+                    stack.enter_context(signals.ended_with(forkserver.stop_now))
                     cluster = LocalCluster(
                         n_workers=n,
                         threads_per_worker=1,

@@ -26,6 +26,7 @@ import multiprocessing
 import multiprocessing.forkserver
 import multiprocessing.resource_tracker
 import os
+import signal
 import sys
 from collections.abc import Collection, Iterator, Mapping
 from typing import Any
@@ -97,6 +98,39 @@ def start() -> None:
             multiprocessing.resource_tracker.ensure_running()
         with signals.shielded():
             multiprocessing.forkserver.ensure_running()
+
+
+def stop_now() -> None:
+    """Stop this process's fork server and every process it forked, at once (a run that ends
+    at once: :func:`oodsim.engine.signals.ended_with`; it neither waits nor takes locks). A
+    worker forked as the run ends would print a traceback once the driver's semaphores are
+    gone. The server is stopped first (SIGSTOP: it forks nothing more), then its children and
+    the server are killed; the next cluster of this process starts a new server."""
+    pid = getattr(multiprocessing.forkserver._forkserver, "_forkserver_pid", None)
+    if not pid:
+        return
+    with contextlib.suppress(OSError):
+        os.kill(pid, signal.SIGSTOP)
+        for child in _children(pid):
+            with contextlib.suppress(OSError):
+                os.kill(child, signal.SIGKILL)
+        os.kill(pid, signal.SIGKILL)
+
+
+def _children(pid: int) -> list[int]:
+    """The processes whose parent is ``pid`` (Linux's ``/proc``; none elsewhere)."""
+    found = []
+    for entry in os.scandir("/proc") if os.path.isdir("/proc") else ():
+        if not entry.name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry.name}/stat", "rb") as stat:
+                fields = stat.read().rsplit(b")", 1)[1].split()
+        except OSError:  # ended meanwhile
+            continue
+        if int(fields[1]) == pid:  # after the name: state, then the parent's id
+            found.append(int(entry.name))
+    return found
 
 
 def worker_environment() -> dict[str, str]:
