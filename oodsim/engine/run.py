@@ -163,8 +163,10 @@ def run(
             stopping.hold()  # another Ctrl-C waits for the resume line
             stored = submitter.stored(results)
             reached = submitter.reached
-            tracker.interrupted(error, interrupted_message(stored, reached, len(seeds), job.unit))
-            stopping.told()  # and then ends the run at once, rather than wait for the close
+            with signals.saying():  # one resume line, this one or the clock's
+                told = interrupted_message(stored, reached, len(seeds), job.unit)
+                tracker.interrupted(error, told)
+                stopping.told()  # and then ends the run at once, rather than wait for the close
             raise
         events = submitter.task_events()
         record_sources(unrecorded)  # the plug-ins' sources, as this run computed with them

@@ -87,6 +87,18 @@ GRACE = 4.0
 _CLOCK: list[threading.Timer] = []
 #: whether the command's run has said how to resume (:meth:`Held.told`)
 _TOLD = threading.Event()
+#: held while the command says how a stopped run ends (:func:`saying`); the clock takes it
+#: for good, so that one line says it
+_SAYING = threading.Lock()
+
+
+@contextlib.contextmanager
+def saying() -> Iterator[None]:
+    """For the block, the command alone says how its stopped run ends (its resume line, an
+    interrupt's notes): the clock's line (:func:`owned`) comes before or after it, never
+    both, and once the clock has spoken the block waits for the process's end."""
+    with _SAYING:
+        yield
 
 
 @contextlib.contextmanager
@@ -152,6 +164,7 @@ def _overdue(signum: int) -> None:
     """The process got ``signum`` :data:`GRACE` seconds ago and is still here: end it, with
     the line that says so (the resume line, unless the run has said it)."""
     name = signal.Signals(signum).name
+    _SAYING.acquire()  # for good: nothing else is said of the run (see saying())
     if _TOLD.is_set():
         line = f"oodsim: ended {GRACE:g} s after {name}, without waiting for its cluster to close"
     else:
