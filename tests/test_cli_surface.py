@@ -243,14 +243,15 @@ if __name__ == "__main__":
 
 
 @pytest.mark.parametrize("grace", [0.3, 1.5])
-def test_a_run_ended_by_its_clock_while_the_local_cluster_starts_leaves_no_traceback(
+def test_a_ctrl_c_while_the_local_cluster_starts_waits_for_it_however_short_the_clock(
     tmp_path: Path, grace: float
 ) -> None:
     """A loaded machine where the local cluster takes longer to start than the 4 s a stopped
-    run may take (here a shorter clock stands in for the slow start): the run ends at once
-    mid-start. Its fork server used to go on forking workers, which printed tracebacks
-    (their semaphores unlinked by the ending driver); it is stopped first now
-    (``forkserver.stop_now``), and no process is left."""
+    run may take (here a shorter clock stands in for the slow start): the run still waits for
+    its cluster to start and closes it, with its own resume line. Ended by the clock mid-start,
+    it left workers that its fork server forked as it exited, each printing a traceback (their
+    semaphores unlinked) or the resource tracker's warning of leaked semaphores: the clock of a
+    signal held while the local cluster starts runs from the start's end."""
     driver_script = tmp_path / "short_clock.py"
     driver_script.write_text(SHORT_CLOCK)
     spec = digits_toml(tmp_path / "spec.toml", 1000)
@@ -258,7 +259,7 @@ def test_a_run_ended_by_its_clock_while_the_local_cluster_starts_leaves_no_trace
     run += ["--cache", str(tmp_path / "cache"), "--out", str(tmp_path / "r.zarr")]
     driver, output = signalled(run, _fork_server)
     assert driver.returncode == 130, output
-    assert output.count(RESUME) == 1 and "still waiting" in output, output
+    assert output.count(RESUME) == 1, output
     noise = [line for line in output.splitlines() if any(word in line for word in NOISE)]
     assert not noise, output
     wait_for(lambda: not _running_in_session(driver.pid), 60, "the run's processes to end")

@@ -201,8 +201,10 @@ def _local_cluster(n_workers: int | None, told: Listener | None = None) -> Itera
     with contextlib.ExitStack() as stack:
         stack.enter_context(dask.config.set(config))
         # a cluster interrupted while it starts cannot close its workers: Ctrl-C waits until
-        # it has started (a second one does not), and then closes it (oodsim.engine.signals)
-        with signals.held():
+        # it has started (a second one does not), and then closes it (oodsim.engine.signals);
+        # the start is bounded on its own (LOCAL_START_TIMEOUT), and the 4 s clock of a stopped
+        # command starts after it: workers forked as the command exits print tracebacks
+        with signals.held(clocked=False):
             try:
                 cluster = gpu.cuda_cluster({**private, **starting}, n_workers, nanny=LocalNanny)
                 if cluster is None:

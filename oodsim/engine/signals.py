@@ -215,8 +215,9 @@ class Held:
     :meth:`told` (the run said how to resume), one caught ends the run at once
     (:func:`end_at_once`)."""
 
-    def __init__(self, patience: int) -> None:
+    def __init__(self, patience: int, clocked: bool = True) -> None:
         self.patience = patience
+        self.clocked = clocked  # a signal caught starts the clock (else: at release)
         self.handlers: dict[int, Handler] = {}  # the handlers in place before hold()
         self.caught: list[tuple[int, FrameType | None]] = []
         self.holding = False
@@ -236,8 +237,9 @@ class Held:
                 signal.signal(signum, self._catch)
 
     def _catch(self, signum: int, frame: FrameType | None) -> None:
-        _start_clock(signum)
-        if not _OWNED.is_set() and self.clock is None:
+        if self.clocked:
+            _start_clock(signum)
+        if self.clocked and not _OWNED.is_set() and self.clock is None:
             # outside the command, a block that holds a signal over GRACE seconds has what
             # it waits for ended (a batch command that does not answer), and then ends too
             self.clock = threading.Timer(GRACE, self._overdue)
@@ -293,15 +295,18 @@ class Held:
 
 
 @contextlib.contextmanager
-def held() -> Iterator[None]:
+def held(clocked: bool = True) -> Iterator[None]:
     """A stopping signal that arrives in the block is handled as the block ends (its handler
     raises ``KeyboardInterrupt``: enter what must then be closed inside the block); one that
     arrives after two held ones acts at once. Dropped if the block raises, unless the clock
     ran out: outside the ``oodsim`` command (which ends :data:`GRACE` seconds after the
     signal, :func:`owned`), a block still running :data:`GRACE` seconds after the signal has
     what it waits for ended (:func:`ended_with`: a hung batch command is killed), and the
-    signal is then handled with the block's error as its cause, carrying what that left."""
-    holder = Held(patience=2)
+    signal is then handled with the block's error as its cause, carrying what that left.
+    ``clocked=False``: a block bounded on its own whose end must not be cut short (a local
+    cluster's start: processes forked as the driver exits print tracebacks) starts the clock
+    of a signal it held only as it ends."""
+    holder = Held(patience=2, clocked=clocked)
     holder.hold()
     try:
         yield
@@ -314,6 +319,8 @@ def held() -> Iterator[None]:
     finally:
         holder.release()
         holder.stop_clock()
+        if not clocked and holder.caught:
+            _start_clock(holder.caught[0][0])
     holder.deliver()
 
 
