@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import importlib
 import warnings
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from importlib.metadata import EntryPoint, entry_points
 from typing import Any, Generic, Literal, TypeVar
 
@@ -118,7 +118,11 @@ class Registry(Generic[T]):
     # ------------------------------------------------------------------ registering
 
     def builtin(self, name: str, record: T) -> T:
-        """Add a built-in record (from the module that defines it)."""
+        """Add a built-in record (from the module that defines it); a name checked as any
+        other, and never added twice."""
+        self._check_name(name)
+        if name in self.builtins:
+            raise self._taken(name, False)
         self.builtins[name] = record
         return record
 
@@ -257,6 +261,29 @@ class Registry(Generic[T]):
 
     def __contains__(self, name: object) -> bool:
         return isinstance(name, str) and name in self.available()
+
+
+class View(Mapping[str, Any]):
+    """Every name of ``registry`` (:meth:`Registry.available`, in its order) mapped to
+    ``value(record)``, read through the registry at each access: a module's public table
+    (``DATASETS``, ``METRIC_INFO``) that stays true as plug-ins are registered or installed."""
+
+    def __init__(self, registry: Registry[Any], value: Callable[[Any], Any] = lambda r: r):
+        self._registry, self._value = registry, value
+
+    def __getitem__(self, name: str) -> Any:
+        if name not in self:
+            raise KeyError(name)
+        return self._value(self._registry.get(name))
+
+    def __contains__(self, name: object) -> bool:
+        return isinstance(name, str) and name in self._registry.available()
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._registry.available())
+
+    def __len__(self) -> int:
+        return len(self._registry.available())
 
 
 def registry(kind: str) -> Registry[Any]:

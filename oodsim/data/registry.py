@@ -8,14 +8,14 @@ from __future__ import annotations
 
 import functools
 import hashlib
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 
 import attrs
 import numpy as np
 
-from oodsim.errors import OodsimError, check_registry_name
-from oodsim.plugins import Registry
+from oodsim.errors import OodsimError
+from oodsim.plugins import Registry, View
 
 
 class DatasetError(OodsimError, ValueError):
@@ -139,26 +139,8 @@ REGISTRY: Registry[DatasetInfo] = Registry(
 _USER = REGISTRY.user
 
 
-class _Datasets(Mapping[str, DatasetInfo]):
-    """Every dataset known here, by name: built-in, registered, installed (loaded on use)."""
-
-    def __getitem__(self, name: str) -> DatasetInfo:
-        if name not in self:
-            raise KeyError(name)
-        return REGISTRY.get(name)
-
-    def __contains__(self, name: object) -> bool:
-        return isinstance(name, str) and name in REGISTRY.available()
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(REGISTRY.available())
-
-    def __len__(self) -> int:
-        return len(REGISTRY.available())
-
-
 #: every dataset by name, read through :data:`REGISTRY`
-DATASETS: Mapping[str, DatasetInfo] = _Datasets()
+DATASETS: Mapping[str, DatasetInfo] = View(REGISTRY)
 
 
 def register_dataset(
@@ -187,9 +169,6 @@ def register_dataset(
     def decorate(load: Callable[..., ImageData]) -> Callable[..., ImageData]:
         info = DatasetInfo(name, n_classes, hflip, load, description, str(version), files)
         if info.builtin:
-            check_registry_name("a dataset", name)
-            if name in REGISTRY.builtins:
-                raise ValueError(f"a dataset named {name!r} is already registered")
             REGISTRY.builtin(name, info)
         else:
             REGISTRY.register(name, info, replace=replace)

@@ -222,8 +222,6 @@ def _decorator(
         if unknown and not detector.takes_any_param:
             raise ValueError(f"limits name parameters that {name!r} does not take: {unknown}")
         if builtin:
-            if name in BUILTINS:
-                raise ValueError(f"a detector named {name!r} is already registered")
             REGISTRY.builtin(name, detector)
         else:
             REGISTRY.register(name, detector, replace=replace)

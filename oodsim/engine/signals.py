@@ -185,11 +185,7 @@ def end_at_once(signum: int, frame: FrameType | None, handler: Handler | None) -
     in the caller's code, which may go on). Nothing is left to say or to save: the resume
     line is out, what it counts is in the store, and a store entry is whole or absent (a
     write in flight leaves a temporary sibling, a lock of a dead process is stale)."""
-    notes = []
-    for end in list(_ENDERS):
-        with contextlib.suppress(Exception):
-            notes.append(end())
-    for note in filter(None, notes):
+    for note in _end_all():
         with contextlib.suppress(Exception):
             print(note, file=sys.stderr)
     if handler is not None and not _OWNED.is_set():
@@ -203,6 +199,16 @@ def end_at_once(signum: int, frame: FrameType | None, handler: Handler | None) -
     with contextlib.suppress(Exception):
         multiprocessing.util._run_finalizers(0)  # type: ignore[attr-defined]
     os._exit(128 + signum)
+
+
+def _end_all() -> list[str]:
+    """Call what :func:`ended_with` registered; the lines they return (what may outlive the
+    run). One that fails is passed over: the others still end what they hold."""
+    notes = []
+    for end in list(_ENDERS):
+        with contextlib.suppress(Exception):
+            notes.append(end())
+    return [note for note in notes if note]
 
 
 def _exit_at_once(signum: int, frame: FrameType | None) -> None:
@@ -269,9 +275,7 @@ class Held:
 
     def _overdue(self) -> None:
         self.overdue = True
-        for end in list(_ENDERS):
-            with contextlib.suppress(Exception):
-                self.notes.append(end())
+        self.notes += _end_all()
 
     def stop_clock(self) -> None:
         if self.clock is not None:
@@ -287,7 +291,7 @@ class Held:
         try:
             self.handlers[signum](signum, frame)
         except BaseException as error:
-            for note in filter(None, self.notes):
+            for note in self.notes:
                 error.add_note(note)
             if cause is not None:
                 error.__cause__ = cause

@@ -4,7 +4,7 @@ published number it reproduces; the registry and :func:`evaluate`, which compute
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import attrs
@@ -29,7 +29,7 @@ from oodsim.metrics.functions import (
 )
 from oodsim.metrics.kernels import KAPPA_REQUESTS
 from oodsim.metrics.thresholds import fpr_at_val95, tpr_at_val95
-from oodsim.plugins import Registry
+from oodsim.plugins import Registry, View
 
 #: What a metric is computed from: κ with the OOD labels; κ, labels and the ID samples'
 #: prediction correctness; κ and correctness of ID samples alone; κ, labels and κ of the ID
@@ -263,6 +263,7 @@ _BUILTIN: dict[str, MetricInfo] = {
 REGISTRY: Registry[MetricInfo] = Registry(
     "metric",
     group="oodsim.metrics",
+    order="builtins_first",  # METRIC_INFO lists oodsim's own first, in their order
     record_type=MetricInfo,
     decorator="oodsim.metrics.register_metric",
     source="function",
@@ -271,31 +272,9 @@ for _info_record in _BUILTIN.values():
     REGISTRY.builtin(_info_record.name, _info_record)
 
 
-class _Live(Mapping[str, Any]):
-    """Every metric known here, by name (oodsim's own first, in their order), read through
-    :data:`REGISTRY`; ``value(record)`` is what the mapping holds for each."""
-
-    def __init__(self, value: Callable[[MetricInfo], Any]) -> None:
-        self._value = value
-
-    def _names(self) -> list[str]:
-        return [*_BUILTIN, *(n for n in REGISTRY.available() if n not in _BUILTIN)]
-
-    def __getitem__(self, name: str) -> Any:
-        if not isinstance(name, str) or name not in self._names():
-            raise KeyError(name)
-        return self._value(REGISTRY.get(name))
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(self._names())
-
-    def __len__(self) -> int:
-        return len(self._names())
-
-
 #: Metric name → its record: oodsim's own in the order results list them by default, then
 #: those registered here and installed.
-METRIC_INFO: Mapping[str, MetricInfo] = _Live(lambda info: info)
+METRIC_INFO: Mapping[str, MetricInfo] = View(REGISTRY)
 
 
 def register_metric(
@@ -367,7 +346,7 @@ DEFAULT_KAPPA_METRICS: tuple[str, ...] = ("auroc", "aupr_in", "aupr_out", "fpr95
 """What :func:`evaluate` computes when no names are given."""
 
 
-METRICS: Mapping[str, Callable[..., Any]] = _Live(lambda info: info.function)
+METRICS: Mapping[str, Callable[..., Any]] = View(REGISTRY, lambda info: info.function)
 
 
 """Metric name → function, taking the arrays ``METRIC_INFO[name].inputs`` names: κ metrics
@@ -428,7 +407,7 @@ def is_ood_metric(metric: str) -> bool:
 
 def available_metrics() -> tuple[str, ...]:
     """Names of every metric (oodsim's, registered here, installed), sorted."""
-    return tuple(REGISTRY.available())
+    return tuple(sorted(REGISTRY.available()))
 
 
 def get_metric(name: str) -> Callable[..., Any]:

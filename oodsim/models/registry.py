@@ -136,10 +136,10 @@ def _registrar(
         if name.startswith(TIMM_PREFIX):
             raise ValueError(f"names starting with {TIMM_PREFIX!r} are timm's architectures")
         record = Architecture(name=name, build=build, version=version)
-        if builtin or name in BUILTIN_NAMES:
-            if not builtin or name in BUILTINS:
-                raise ValueError(f"an architecture named {name!r} is already registered")
+        if builtin:
             REGISTRY.builtin(name, record)
+        elif name in BUILTIN_NAMES:  # before the built-ins are loaded
+            raise ValueError(f"an architecture named {name!r} is already registered")
         else:
             REGISTRY.register(name, record, replace=replace)
         build.__oodsim_architecture__ = record  # lets an entry point name the function
