@@ -358,12 +358,16 @@ def python_handlers() -> Iterator[None]:
 @pytest.fixture(scope="session")
 def cluster_address() -> Iterator[str]:
     """A real LocalCluster with two worker processes, shared by the tests that need one; its
-    workers fork from oodsim's server, as those of the clusters oodsim starts."""
+    workers fork from oodsim's server and watch themselves at the rates of oodsim's clusters
+    (idle most of the session, at Dask's defaults it took an eighth of a core)."""
+    import dask.config
     from distributed import LocalCluster
 
+    from oodsim.engine.dask_settings import light_monitoring
     from oodsim.engine.forkserver import forking
 
     with (
+        dask.config.set(light_monitoring()),
         forking() as forked,
         LocalCluster(
             n_workers=2,

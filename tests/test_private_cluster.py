@@ -27,6 +27,7 @@ from distributed.security import Security
 import oodsim
 from oodsim.engine import ClusterError, cluster_client
 from oodsim.engine.address import LOCAL_SECURITY
+from oodsim.engine.dask_settings import LIGHT_MONITORING
 from oodsim.engine.nanny import TRIM_VARIABLE
 from tests.conftest import small_digits
 
@@ -189,6 +190,46 @@ def test_dasks_value_left_behind_by_an_earlier_nanny_is_dropped(
     monkeypatch.setenv(TRIM_VARIABLE, "65536")  # as it is now: explicit for the reader
     with cluster_client(n_workers=1) as client:
         assert set(client.run(os.getenv, TRIM_VARIABLE).values()) == {None}
+
+
+def _monitoring(client: Client) -> dict[str, Any]:
+    """How often the scheduler and each worker watch themselves: the tick of their event
+    loops (ms), the worker's memory monitor (ms) and its profiler; and the Dask configuration
+    they hold, for each of :data:`LIGHT_MONITORING`'s keys."""
+
+    def server(dask_scheduler: Any = None, dask_worker: Any = None) -> dict[str, Any]:
+        found = {key: dask.config.get(key) for key in LIGHT_MONITORING}
+        callbacks = (dask_scheduler or dask_worker).periodic_callbacks
+        found["tick ms"] = callbacks["tick"].callback_time
+        if dask_worker is not None:
+            found["profiling"] = "profile" in callbacks
+        return found
+
+    return {"scheduler": client.run_on_scheduler(server), **client.run(server)}
+
+
+def test_the_cluster_watches_itself_at_rates_for_no_dashboard(private: Client) -> None:
+    """The profiler off and slower monitors than Dask's defaults, on the scheduler (in this
+    process) and on the workers."""
+    found = _monitoring(private)
+    for name, server in found.items():
+        assert server["tick ms"] == 500, name
+        assert server["distributed.admin.system-monitor.interval"] == "1s", name
+        assert server["distributed.worker.memory.monitor-interval"] == "500ms", name
+        assert server["distributed.worker.profile.enabled"] is False, name
+        assert server.get("profiling", False) is False, name
+
+
+def test_a_monitoring_rate_the_user_set_is_kept() -> None:
+    with (
+        dask.config.set({"distributed.admin.tick.interval": "50ms"}),
+        cluster_client(n_workers=1) as client,
+    ):
+        found = _monitoring(client)
+    assert {server["tick ms"] for server in found.values()} == {50}
+    assert {server["distributed.admin.system-monitor.interval"] for server in found.values()} == {
+        "1s"
+    }
 
 
 def test_a_restarted_worker_is_private_too(private: Client) -> None:

@@ -35,8 +35,9 @@ from typing import Any
 from oodsim.engine import forkserver, gpu, nanny, signals
 from oodsim.engine.address import LOCAL_SECURITY, connect_client
 from oodsim.engine.dask_compat import warn_untested
+from oodsim.engine.dask_settings import NO_HTTP_ROUTES, light_monitoring
 from oodsim.engine.guard import check_main_guard
-from oodsim.engine.job_cluster import NO_HTTP_ROUTES, check_jobs, job_cluster
+from oodsim.engine.job_cluster import check_jobs, job_cluster
 from oodsim.engine.quiet_logs import DroppedUnlessDebug, install
 from oodsim.engine.work import Shipped, quiet_own_failures
 from oodsim.errors import ClusterError, format_warning
@@ -89,11 +90,6 @@ _DASK_DEFAULT_TTL = 300.0
 # user's Dask configuration is kept.
 LOCAL_WORKER_SATURATION = 1.0
 _DASK_DEFAULT_SATURATION = 1.1
-
-
-# Dask's statistical profiler samples every worker thread's stack 100 times a second (for the
-# dashboard, which the local cluster does not serve): ~1 s of CPU per worker and digits run
-NO_PROFILER = {"distributed.worker.profile.enabled": False}
 
 
 #: this module as Dask's ``preload`` option names it: the workers of oodsim's local cluster run
@@ -189,7 +185,7 @@ def _local_cluster(n_workers: int | None, told: Listener | None = None) -> Itera
     # the cluster reads the lost-worker timeout each time it loses one
     config = {
         **NO_HTTP_ROUTES,
-        **NO_PROFILER,
+        **light_monitoring(),
         "distributed.deploy.lost-worker-timeout": LOCAL_LOST_WORKER_TIMEOUT,
     }
     ttl = dask.config.get("distributed.scheduler.worker-ttl", None)

@@ -18,13 +18,10 @@ from pathlib import Path
 from typing import Any
 
 from oodsim.engine import jobqueue, signals
+from oodsim.engine.dask_settings import NO_HTTP_ROUTES, light_monitoring
 from oodsim.engine.job_watch import JobWatch
 from oodsim.errors import ClusterError, SpecError
 from oodsim.specs.cluster import ClusterSpec
-
-# Dask opens an HTTP port on every scheduler and worker even without a dashboard; on oodsim's
-# clusters (local and job clusters) it serves nothing (no dashboard, info, JSON or metrics pages)
-NO_HTTP_ROUTES = {"distributed.scheduler.http.routes": [], "distributed.worker.http.routes": []}
 
 #: the name of a run's folder of TLS credentials in ``shared_directory`` begins with this,
 #: then ``<host>-<pid>-``: a later run on that host removes the folder of a run that died
@@ -169,8 +166,8 @@ def job_cluster(spec: ClusterSpec) -> Iterator[Any]:
             # Ctrl-C waits until the jobs are submitted (a second one does not): a job that
             # sbatch submitted while the cluster was interrupted would not be cancelled
             with signals.held():
-                # the scheduler runs in this process and reads it at start; no HTTP pages
-                with dask.config.set(NO_HTTP_ROUTES):
+                # the scheduler runs in this process and reads them at start
+                with dask.config.set({**NO_HTTP_ROUTES, **light_monitoring()}):
                     options = jobqueue.cluster_options(spec, Security.temporary(), shared)
                     try:
                         cluster = stack.enter_context(cluster_class(**options))
