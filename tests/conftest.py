@@ -98,9 +98,16 @@ def pytest_configure(config: pytest.Config) -> None:
     a background job (``pytest ... &`` in a script, ``nohup``) with SIGINT ignored, which every
     child inherits, so the tests that interrupt ``oodsim run`` saw it finish with exit 0. A
     handler (unlike "ignored") is reset to the default in each child that execs, and Python
-    then installs its own, as in a terminal."""
+    then installs its own, as in a terminal.
+
+    One BLAS and OpenMP thread in each test process (two run side by side, pytest-xdist) and
+    in every process they start, as oodsim's workers have: OpenBLAS's second thread, on a
+    machine whose cores are all busy, mostly waits. Set before xdist starts its processes,
+    which load numpy with it."""
     if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
         signal.signal(signal.SIGINT, signal.default_int_handler)
+    for name in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
+        os.environ.setdefault(name, "1")
 
 
 def _module(item: pytest.Item) -> str:
@@ -389,11 +396,6 @@ def cluster_address() -> Iterator[str]:
 @pytest.fixture
 def cache(tmp_path: Path) -> Path:
     return tmp_path / "cache"
-
-
-@pytest.fixture(autouse=True, scope="session")
-def _quiet_env() -> None:
-    os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 
 def _user_folders() -> dict[str, list[tuple[str, int]]]:
