@@ -361,3 +361,17 @@ def test_no_private_name_of_distributed_or_dask_jobqueue_outside_the_compat_modu
                 if not (isinstance(owner, ast.Name) and owner.id in ("self", "cls")):
                     found.append(f"{where} uses .{node.attr}")
     assert not found, found
+
+
+def test_no_private_name_is_imported_from_another_module_of_the_package() -> None:
+    """A name with a leading underscore stays in its module: what another module needs is
+    public there (``from oodsim.x import _name`` couples a module to another's insides)."""
+    found = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("oodsim"):
+                private = [a.name for a in node.names if a.name.startswith("_")]
+                private = [name for name in private if not name.startswith("__")]
+                if private:
+                    found.append(f"{path.relative_to(ROOT)}:{node.lineno} {private}")
+    assert not found, found

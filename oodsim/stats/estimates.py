@@ -92,7 +92,7 @@ def estimate(
     x = np.asarray(ordered.values, dtype=float)
     low, high = _range_arrays(ordered, dim, value_range)
     check_in_range(x, low, high)
-    out = _estimate_array(x, confidence, method, n_boot, np.random.default_rng(rng), low, high)
+    out = estimate_array(x, confidence, method, n_boot, np.random.default_rng(rng), low, high)
     template = ordered.isel({dim: 0}, drop=True)
     data_vars = {name: template.copy(data=value) for name, value in out.items()}
     for name in ("n", "n_excluded"):
@@ -145,7 +145,7 @@ def _range_arrays(
     return lo, hi
 
 
-def _estimate_array(
+def estimate_array(
     x: np.ndarray,
     confidence: float,
     method: IntervalMethod,

@@ -20,7 +20,7 @@ from oodsim.metrics import higher_is_better
 from oodsim.results.access import metrics_of, select_metric
 from oodsim.results.select import score_view
 from oodsim.stats.checks import check_alpha, check_dim
-from oodsim.stats.significance import _p_from_t
+from oodsim.stats.significance import p_from_t
 
 Adjust = Literal["holm", "bh", "fdr_bh"] | None
 #: Accepted ``adjust`` names and the method each means; None (no adjustment) is also accepted.
@@ -66,7 +66,7 @@ def adjust_p(p: np.ndarray, method: str | None = "holm") -> np.ndarray:
     return out
 
 
-def _pair_input(
+def pair_input(
     results: xr.Dataset | xr.DataArray,
     metric: str | Sequence[str] | None,
     methods: Sequence[str] | None,
@@ -113,7 +113,7 @@ def _pair_input(
     return score, names, hib
 
 
-def _pair_diffs(score: xr.DataArray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+def pair_differences(score: xr.DataArray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """Per-seed differences ``score[i] - score[j]`` of each unordered pair i < j, with NaN
     where either is not finite: ``(diffs (S, P, *rest), finite mask, i, j)``."""
     x = np.asarray(score.values, dtype=float)
@@ -123,11 +123,11 @@ def _pair_diffs(score: xr.DataArray) -> tuple[np.ndarray, np.ndarray, np.ndarray
     return np.where(ok, a - b, np.nan), ok, i, j
 
 
-def _moments(d: np.ndarray, ok: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def pair_moments(d: np.ndarray, ok: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """``(n, mean, var)`` over axis 0 of the finite entries (var ddof=1, NaN for n < 2).
 
     Values are shifted by the first finite one, so a constant sequence has a variance of
-    exactly zero (the degenerate case :func:`_p_from_t` treats as a limit).
+    exactly zero (the degenerate case :func:`p_from_t` treats as a limit).
     """
     n = ok.sum(axis=0)
     first = np.take_along_axis(d, np.argmax(ok, axis=0)[None], axis=0)[0]
@@ -140,7 +140,7 @@ def _moments(d: np.ndarray, ok: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.
     return n, np.where(n >= 1, mean0 + first, np.nan), var
 
 
-def _square(
+def square_matrix(
     upper: np.ndarray, i: np.ndarray, j: np.ndarray, m: int, lower: np.ndarray
 ) -> np.ndarray:
     """(m, m, *rest) array with ``upper`` at (i, j), ``lower`` at (j, i), NaN on the diagonal."""
@@ -150,7 +150,7 @@ def _square(
     return out
 
 
-def _as_dataset(variables: dict[str, np.ndarray], score: xr.DataArray, dim: str) -> xr.Dataset:
+def pair_dataset(variables: dict[str, np.ndarray], score: xr.DataArray, dim: str) -> xr.Dataset:
     """Variables over (method, other, *rest) with the score's coords of those dims."""
     rest = [d for d in score.dims if d not in (dim, "method")]
     methods = [str(m) for m in score["method"].values]
@@ -214,11 +214,11 @@ def compare(
     """
     alpha = check_alpha(alpha)
     how = _check_adjust(adjust)
-    score, names, hib = _pair_input(results, metric, methods, dim)
-    d, ok, i, j = _pair_diffs(score)
-    n, mean, var = _moments(d, ok)
+    score, names, hib = pair_input(results, metric, methods, dim)
+    d, ok, i, j = pair_differences(score)
+    n, mean, var = pair_moments(d, ok)
     se2 = var / np.where(n > 0, n, np.nan)
-    p = np.where(n >= 2, _p_from_t(mean, se2, n - 1.0), np.nan)
+    p = np.where(n >= 2, p_from_t(mean, se2, n - 1.0), np.nan)
     confidence = 1.0 - alpha
     with np.errstate(invalid="ignore", divide="ignore"):
         df = np.where(n >= 2, n - 1.0, np.nan)
@@ -237,15 +237,15 @@ def compare(
     n_full = np.zeros((m, m, *n.shape[1:]), dtype=np.int64)
     n_full[i, j] = n
     n_full[j, i] = n
-    p_adj_full = _square(p_adj, i, j, m, p_adj)
-    out = _as_dataset(
+    p_adj_full = square_matrix(p_adj, i, j, m, p_adj)
+    out = pair_dataset(
         {
-            "diff": _square(mean, i, j, m, -mean),
-            "diff_low": _square(low, i, j, m, -high),
-            "diff_high": _square(high, i, j, m, -low),
-            "prob_superiority": _square(prob, i, j, m, 1.0 - prob),
-            "p": _square(p, i, j, m, p),
-            "effect_size": _square(effect, i, j, m, -effect),
+            "diff": square_matrix(mean, i, j, m, -mean),
+            "diff_low": square_matrix(low, i, j, m, -high),
+            "diff_high": square_matrix(high, i, j, m, -low),
+            "prob_superiority": square_matrix(prob, i, j, m, 1.0 - prob),
+            "p": square_matrix(p, i, j, m, p),
+            "effect_size": square_matrix(effect, i, j, m, -effect),
             "n": n_full,
             "p_adjusted": p_adj_full,
             "significant": np.nan_to_num(p_adj_full, nan=1.0) < alpha,

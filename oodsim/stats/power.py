@@ -18,7 +18,13 @@ import numpy as np
 import xarray as xr
 
 from oodsim.stats.checks import check_alpha
-from oodsim.stats.paired import _as_dataset, _moments, _pair_diffs, _pair_input, _square
+from oodsim.stats.paired import (
+    pair_dataset,
+    pair_differences,
+    pair_input,
+    pair_moments,
+    square_matrix,
+)
 
 #: The differences :func:`power` asks about by default, in the metric's units (AUROC, FPR95,
 #: ...: half a point, one point, two points).
@@ -237,15 +243,15 @@ def power(
     wanted = _check_deltas(delta)
     if not isinstance(paired, bool | np.bool_):
         raise ValueError(f"paired must be True or False, got {paired!r}")
-    score, names, _ = _pair_input(results, metric, methods, dim)
-    d, ok, i, j = _pair_diffs(score)
-    n, mean, var = _moments(d, ok)
+    score, names, _ = pair_input(results, metric, methods, dim)
+    d, ok, i, j = pair_differences(score)
+    n, mean, var = pair_moments(d, ok)
     if paired:
         sd = np.sqrt(var)
     else:
         x = np.asarray(score.values, dtype=float)
-        _, _, var_a = _moments(np.where(ok, x[:, i], np.nan), ok)
-        _, _, var_b = _moments(np.where(ok, x[:, j], np.nan), ok)
+        _, _, var_a = pair_moments(np.where(ok, x[:, i], np.nan), ok)
+        _, _, var_b = pair_moments(np.where(ok, x[:, j], np.nan), ok)
         sd = np.sqrt((var_a + var_b) / 2.0)
     m = score.sizes["method"]
     n_full = np.zeros((m, m, *n.shape[1:]), dtype=np.int64)
@@ -261,13 +267,13 @@ def power(
         need = np.asarray(solve(effect, target, alpha), dtype=float)
         achieved = np.asarray(achieved_of(effect, n, alpha), dtype=float)
         parts.append(
-            _as_dataset(
+            pair_dataset(
                 {
-                    "n_required": _square(need, i, j, m, need),
-                    "effect_size": _square(effect, i, j, m, effect),
-                    "sd": _square(sd, i, j, m, sd),
+                    "n_required": square_matrix(need, i, j, m, need),
+                    "effect_size": square_matrix(effect, i, j, m, effect),
+                    "sd": square_matrix(sd, i, j, m, sd),
                     "n_observed": n_full,
-                    "achieved_power": _square(achieved, i, j, m, achieved),
+                    "achieved_power": square_matrix(achieved, i, j, m, achieved),
                 },
                 score,
                 dim,

@@ -55,7 +55,7 @@ def _running_moments(x: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]
     return n, mean0 + x[0], var
 
 
-def _p_from_t(diff: np.ndarray, se2: np.ndarray, df: np.ndarray) -> np.ndarray:
+def p_from_t(diff: np.ndarray, se2: np.ndarray, df: np.ndarray) -> np.ndarray:
     """Two-sided p-value of ``diff / sqrt(se2)`` with ``df`` degrees of freedom.
 
     A zero standard error is the limit of the t statistic: p = 0 when the means differ (a
@@ -93,9 +93,9 @@ def sequential_p_values(a: np.ndarray, b: np.ndarray, test: TestName = "welch") 
         se2 = qa + qb
         with np.errstate(invalid="ignore", divide="ignore"):
             df = se2**2 / ((qa**2 + qb**2) / (n - 1))
-        return _p_from_t(ma - mb, se2, df)
+        return p_from_t(ma - mb, se2, df)
     n, md, vd = _running_moments(a - b)
-    return _p_from_t(md, vd / n, n - 1)
+    return p_from_t(md, vd / n, n - 1)
 
 
 def _wilcoxon_p(d: np.ndarray) -> float:

@@ -18,7 +18,7 @@ import numpy as np
 
 from oodsim.errors import UnknownNameError
 from oodsim.stats.checks import check_alpha, check_count, complete_rows
-from oodsim.stats.estimates import _estimate_array, interval_label
+from oodsim.stats.estimates import estimate_array, interval_label
 
 Boundary = Literal["bernstein", "normal_mixture"]
 BOUNDARIES: tuple[str, ...] = ("bernstein", "normal_mixture")
@@ -171,7 +171,7 @@ def decide_ci_width(
     if usable >= 2:
         low, high = value_range if value_range is not None else (np.nan, np.nan)
         x = v.T  # methods x seeds
-        out = _estimate_array(x, confidence, method, 0, np.random.default_rng(0), low, high)
+        out = estimate_array(x, confidence, method, 0, np.random.default_rng(0), low, high)
         length = out["upper"] - out["lower"]
         degenerate = int((~(length > 0)).sum())  # zero width or NaN: nothing is known
         statistic = float(np.nanmax(length) / 2) if np.isfinite(length).any() else float("nan")
