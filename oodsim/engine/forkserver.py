@@ -32,6 +32,7 @@ from collections.abc import Collection, Iterator, Mapping
 from typing import Any
 
 from oodsim.engine import nanny, signals
+from oodsim.store.locks import proc_stat
 
 #: Dask's setting for the way a nanny starts its worker process.
 METHOD_KEY = "distributed.worker.multiprocessing-method"
@@ -121,15 +122,10 @@ def _children(pid: int) -> list[int]:
     """The processes whose parent is ``pid`` (Linux's ``/proc``; none elsewhere)."""
     found = []
     for entry in os.scandir("/proc") if os.path.isdir("/proc") else ():
-        if not entry.name.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry.name}/stat", "rb") as stat:
-                fields = stat.read().rsplit(b")", 1)[1].split()
-        except OSError:  # ended meanwhile
-            continue
-        if int(fields[1]) == pid:  # after the name: state, then the parent's id
-            found.append(int(entry.name))
+        if entry.name.isdigit():
+            fields = proc_stat(int(entry.name))  # [] for one that ended meanwhile
+            if len(fields) > 1 and int(fields[1]) == pid:  # state, then the parent's id
+                found.append(int(entry.name))
     return found
 
 

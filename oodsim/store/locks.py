@@ -45,17 +45,18 @@ STALE_MARK = ".stale-"
 _MAX_PID = 1 << 22  # Linux's largest pid_max
 
 
-def _proc_stat(pid: int) -> list[str]:
-    """The fields of ``/proc/<pid>/stat`` after the command name (state first); [] if none."""
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+def proc_stat(pid: int) -> list[str]:
+    """The fields of ``/proc/<pid>/stat`` after the command name (state first: then the
+    parent's pid, ..., the start time at index 19); [] if none (Linux only)."""
+    try:  # the name, in bytes, may be any (not UTF-8): the fields after it are ASCII
+        return Path(f"/proc/{pid}/stat").read_bytes().rsplit(b")", 1)[1].decode().split()
     except (OSError, IndexError):
         return []
 
 
 def _start_time(pid: int) -> str | None:
     """A process's start time (Linux /proc), to tell a live holder from a reused pid."""
-    fields = _proc_stat(pid)
+    fields = proc_stat(pid)
     return fields[19] if len(fields) > 19 else None
 
 
@@ -117,7 +118,7 @@ def _state(path: Path) -> tuple[str, bool]:
         return f"its holder (pid {pid}) is gone", False
     except PermissionError:
         pass  # alive, another user's
-    fields = _proc_stat(pid)
+    fields = proc_stat(pid)
     if fields and fields[0] in ("Z", "X"):
         return f"its holder (pid {pid}) has exited", False  # a zombie holds nothing
     if record.get("start") != _start_time(pid):
