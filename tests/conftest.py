@@ -372,11 +372,11 @@ def cluster_address() -> Iterator[str]:
     import dask.config
     from distributed import LocalCluster
 
-    from oodsim.engine.dask_settings import light_monitoring
+    from oodsim.engine.dask_settings import LIGHT_MONITORING, unless_configured
     from oodsim.engine.forkserver import forking
 
     with (
-        dask.config.set(light_monitoring()),
+        dask.config.set(unless_configured(LIGHT_MONITORING)),
         forking() as forked,
         LocalCluster(
             n_workers=2,

@@ -35,7 +35,7 @@ from typing import Any
 from oodsim.engine import forkserver, gpu, nanny, signals
 from oodsim.engine.address import LOCAL_SECURITY, connect_client
 from oodsim.engine.dask_compat import warn_untested
-from oodsim.engine.dask_settings import NO_HTTP_ROUTES, light_monitoring
+from oodsim.engine.dask_settings import LIGHT_MONITORING, NO_HTTP_ROUTES, unless_configured
 from oodsim.engine.guard import check_main_guard
 from oodsim.engine.job_cluster import check_jobs, job_cluster
 from oodsim.engine.quiet_logs import DroppedUnlessDebug, install
@@ -80,7 +80,6 @@ LOCAL_LOST_WORKER_TIMEOUT = "300 s"
 # means it is stuck, so oodsim's local cluster restarts it after 60 to 120 s. A ttl set in
 # the user's Dask configuration (anything but the default) is kept.
 LOCAL_WORKER_TTL = "60 s"
-_DASK_DEFAULT_TTL = 300.0
 
 
 # distributed counts a worker's death against every task in its queue, not only the one that
@@ -89,7 +88,13 @@ _DASK_DEFAULT_TTL = 300.0
 # failed where 4 crashed). One task a thread blames the one that ran; a value set in the
 # user's Dask configuration is kept.
 LOCAL_WORKER_SATURATION = 1.0
-_DASK_DEFAULT_SATURATION = 1.1
+
+#: how oodsim's local cluster schedules, each setting with Dask's default (a value set in the
+#: user's Dask configuration is kept: :func:`~oodsim.engine.dask_settings.unless_configured`)
+LOCAL_SCHEDULING = {
+    "distributed.scheduler.worker-ttl": (LOCAL_WORKER_TTL, "5 minutes"),
+    "distributed.scheduler.worker-saturation": (LOCAL_WORKER_SATURATION, 1.1),
+}
 
 
 #: this module as Dask's ``preload`` option names it: the workers of oodsim's local cluster run
@@ -168,7 +173,6 @@ def _local_cluster(n_workers: int | None, told: Listener | None = None) -> Itera
     heartbeat listener: the status line) hears how its start goes."""
     # distributed loads only when a cluster is needed (cached runs start none)
     import dask.config
-    from dask.utils import parse_timedelta
     from distributed import LocalCluster
 
     # it subclasses distributed's Nanny (loaded only when a cluster is needed)
@@ -185,15 +189,10 @@ def _local_cluster(n_workers: int | None, told: Listener | None = None) -> Itera
     # the cluster reads the lost-worker timeout each time it loses one
     config = {
         **NO_HTTP_ROUTES,
-        **light_monitoring(),
+        **unless_configured(LIGHT_MONITORING),
+        **unless_configured(LOCAL_SCHEDULING),
         "distributed.deploy.lost-worker-timeout": LOCAL_LOST_WORKER_TIMEOUT,
     }
-    ttl = dask.config.get("distributed.scheduler.worker-ttl", None)
-    if ttl is not None and parse_timedelta(ttl) == _DASK_DEFAULT_TTL:
-        config["distributed.scheduler.worker-ttl"] = LOCAL_WORKER_TTL
-    saturation = dask.config.get("distributed.scheduler.worker-saturation", None)
-    if saturation == _DASK_DEFAULT_SATURATION:
-        config["distributed.scheduler.worker-saturation"] = LOCAL_WORKER_SATURATION
     with contextlib.ExitStack() as stack:
         stack.enter_context(dask.config.set(config))
         # a cluster interrupted while it starts cannot close its workers: Ctrl-C waits until

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from oodsim.engine import jobqueue, signals
-from oodsim.engine.dask_settings import NO_HTTP_ROUTES, light_monitoring
+from oodsim.engine.dask_settings import LIGHT_MONITORING, NO_HTTP_ROUTES, unless_configured
 from oodsim.engine.job_watch import JobWatch
 from oodsim.errors import ClusterError, SpecError
 from oodsim.specs.cluster import ClusterSpec
@@ -167,7 +167,7 @@ def job_cluster(spec: ClusterSpec) -> Iterator[Any]:
             # sbatch submitted while the cluster was interrupted would not be cancelled
             with signals.held():
                 # the scheduler runs in this process and reads them at start
-                with dask.config.set({**NO_HTTP_ROUTES, **light_monitoring()}):
+                with dask.config.set({**NO_HTTP_ROUTES, **unless_configured(LIGHT_MONITORING)}):
                     options = jobqueue.cluster_options(spec, Security.temporary(), shared)
                     try:
                         cluster = stack.enter_context(cluster_class(**options))
