@@ -245,12 +245,12 @@ class Held:
     def _catch(self, signum: int, frame: FrameType | None) -> None:
         if self.clocked:
             _start_clock(signum)
-        if self.clocked and not _OWNED.is_set() and self.clock is None:
-            # outside the command, a block that holds a signal over GRACE seconds has what
-            # it waits for ended (a batch command that does not answer), and then ends too
-            self.clock = threading.Timer(GRACE, self._overdue)
-            self.clock.daemon = True
-            self.clock.start()
+            if not _OWNED.is_set() and self.clock is None:
+                # outside the command, a block that holds a signal over GRACE seconds has what
+                # it waits for ended (a batch command that does not answer), and then ends too
+                self.clock = threading.Timer(GRACE, self._overdue)
+                self.clock.daemon = True
+                self.clock.start()
         self.caught.append((signum, frame))
         if self.ending:
             self.release()
