@@ -2,10 +2,10 @@
 command's options are read.
 
 A typo or a unit slip (``n_levels = 1e9``, a model ``depth = 600004``, a grid of 200,000
-temperatures, ``oodsim imagenet-o --bootstrap 1000000000``) used to run silently for minutes,
-hang, or allocate tens of GB before failing.
-Every size below is checked before any compute, and a value over its limit is one
-:class:`~oodsim.errors.SpecError` that names the field, the limit and how to lift it.
+temperatures, ``oodsim imagenet-o --bootstrap 1000000000``) would otherwise run silently for
+minutes, hang, or allocate tens of GB before failing. Every size below is checked before any
+compute, and a value over its limit is one :class:`~oodsim.errors.SpecError` that names the
+field, the limit and how to lift it.
 
 Lift a limit for one run with the environment variable ``OODSIM_LIMITS`` (``"name=value,..."``,
 e.g. ``OODSIM_LIMITS=grid_points=50000 oodsim run spec.toml``), or in a script with

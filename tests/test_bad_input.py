@@ -263,8 +263,8 @@ def test_a_one_class_split_written_twice_is_refused_twice(
         f"  {spec}:{first}: split.known_classes: (3,) is not allowed; expected lists of at least "
         "2 distinct class ids",
         f"  {spec}:{second}: split.n_known: 1 is not allowed; expected at least 2 known classes. "
-        "A classifier of one class is sure of every input: no detector can separate anything "
-        "(it used to train, then fail)",
+        "A classifier of one class is sure of every input: no detector can separate anything, "
+        "and the training would be wasted",
     ]
 
 

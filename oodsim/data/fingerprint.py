@@ -20,8 +20,8 @@ the folders right under it keep their modification times (a file added, removed 
 there changes them): a key is computed several times a seed, and statting every file each time
 would cost seconds a seed on a large folder. Every run starts afresh (:func:`forget`, called by
 :func:`oodsim.run` and on each worker as a run's cluster takes it up), so a file rewritten in
-place between two runs of one Python session is seen by the second: it used to be seen only by
-the next process, and the second run reported the old images' cached scores.
+place between two runs of one Python session is seen by the second, which never reports the
+old images' cached scores.
 """
 
 from __future__ import annotations

@@ -127,8 +127,7 @@ def write_class_table(result: FilterResult, path: str | os.PathLike[str]) -> Pat
     """Write one row per candidate: ``wnid, lemma, kept, reason`` (reason empty when kept).
     Written into a new temporary sibling and renamed onto ``path``
     (:func:`~oodsim.store.fs.write_replacing`): an interrupted write leaves no half table, and
-    a link at ``path`` or at a fixed ``<path>.tmp`` is never written through (the fixed name
-    used to be)."""
+    a link at ``path`` or at ``<path>.tmp`` is never written through."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
 

@@ -328,8 +328,8 @@ def _unregister(client: Any, name: str) -> None:
 
 def _quiet(client: Any, local: bool) -> None:
     """Silence distributed's logs here and, on oodsim's own cluster, in its workers, before the
-    cluster closes: a worker losing its scheduler at the close used to print a
-    ``CommClosedError`` traceback (seen in one of three concurrent runs that ended well)."""
+    cluster closes, so that a worker losing its scheduler at the close prints no
+    ``CommClosedError`` traceback after a run that ended well."""
     logging.disable(logging.CRITICAL)
     if local:  # oodsim's workers end with the cluster: they go quiet too
         # (callback_timeout bounds the call: a busy worker does not hold up the stop)

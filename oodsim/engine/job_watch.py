@@ -4,8 +4,8 @@ never give one stops with ``ClusterError`` instead of waiting forever.
 Batch clusters have no ``worker_timeout`` by default (a job may queue for hours), so a run whose
 jobs had all failed (a prologue or ``python`` that fails, a job script that exits at once), or
 that SLURM holds for a reason that never clears (``PartitionConfig``: more cores than a node
-has), used to wait forever, its status line saying ``no worker yet``. Now, while the cluster
-has no worker, :class:`JobWatch` asks the batch system about the run's jobs (by their ids) every
+has), would wait forever, its status line saying ``no worker yet``. While the cluster has no
+worker, :class:`JobWatch` asks the batch system about the run's jobs (by their ids) every
 :data:`LOOK_EVERY` seconds, the first time after :data:`FIRST_LOOK` seconds (each command
 bounded by :data:`COMMAND_TIMEOUT`; a missing or failing command is no answer, and the run
 waits). It gives its verdict when no job can give a worker any more: each has ended without a

@@ -51,8 +51,8 @@ def as_landed(
     raises :class:`ClusterError` instead of waiting forever (finished work stays cached), and
     so does a job cluster whose jobs will never give a worker (:mod:`oodsim.engine.job_watch`).
     While it has none, ``no_worker(seconds, hint)`` is told how long that has been and what
-    its jobs' batch system says (a job cluster whose jobs are queued, or fail before their
-    worker starts, used to wait in silence), and ``no_worker(0.0, "")`` once it has workers
+    its jobs' batch system says (so a job cluster whose jobs are queued, or fail before their
+    worker starts, never waits in silence), and ``no_worker(0.0, "")`` once it has workers
     again.
 
     Each wait of ``poll`` seconds in which nothing lands, the scheduler is asked for its

@@ -3,14 +3,14 @@ is killed when the nanny stops it, instead of being waited for.
 
 oodsim's local cluster bounds each start of a worker process (Dask's ``death_timeout``,
 ``LOCAL_START_TIMEOUT`` of :mod:`oodsim.engine.cluster`): a process that hangs as it starts
-(stopped with SIGSTOP, stuck on a file system, swapped out) used to hold ``LocalCluster(...)``,
-or a nanny restarting its worker, forever. When that bound runs out, or the cluster closes
-while a worker process starts, distributed's nanny cannot stop the process: it waits for the
-start to end (forever, when it closes meanwhile), or, once the start has been given up, fails
-with ``AssertionError: Status.starting`` and forgets the process, which then outlives the run
-(a stopped one held the driver's exit forever: multiprocessing joins its children at exit).
-A process that has not started has nothing to save, so :class:`LocalNanny` kills it
-(SIGKILL, which acts on a stopped process too) and then stops as Dask's nanny does.
+(stopped with SIGSTOP, stuck on a file system, swapped out) would otherwise hold
+``LocalCluster(...)``, or a nanny restarting its worker, forever. When that bound runs out, or
+the cluster closes while a worker process starts, distributed's nanny cannot stop the process:
+it waits for the start to end (forever, when it closes meanwhile), or, once the start has been
+given up, fails with ``AssertionError: Status.starting`` and forgets the process, which then
+outlives the run (a stopped one held the driver's exit forever: multiprocessing joins its
+children at exit). A process that has not started has nothing to save, so :class:`LocalNanny`
+kills it (SIGKILL, which acts on a stopped process too) and then stops as Dask's nanny does.
 
 A nanny whose restarted worker does not start within that bound closes for good; distributed
 logs it as ``Timed out connecting Nanny … to scheduler`` and ``Failed to restart worker after

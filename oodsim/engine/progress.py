@@ -40,8 +40,8 @@ class Progress:
     """Status of a run, printed to ``stream`` (None: silent).
 
     A silent run still tells a stall on ``notices``, once each (no worker for a while, a
-    scheduler that does not answer): ``oodsim run --quiet`` on a queue that never gave a
-    worker used to wait for hours without a word.
+    scheduler that does not answer): ``oodsim run --quiet`` on a queue that never gives a
+    worker says so instead of waiting for hours without a word.
 
     On a terminal one line is rewritten in place; in logs a line is printed at most every
     ``interval`` seconds and at the end. ``slots`` says how many seeds run at once (the

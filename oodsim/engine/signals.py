@@ -60,10 +60,9 @@ def shielded() -> Iterator[None]:
     across ``exec`` (and the processes it forks), so one sent to it waits, undelivered, until
     the process ignores it (Python's fork server does for Ctrl-C once its imports are done) or
     forever. Here one that arrives meanwhile is handled as usual (by another thread's signal
-    delivery, or at the block's end). Ctrl-C used to be ignored here for the block: a Ctrl-C
-    in those milliseconds was lost, and a run under load went on computing (a flaky test
-    showed it). A closed terminal's SIGHUP killed the fork server and the resource tracker,
-    which printed tracebacks and could no longer clean up."""
+    delivery, or at the block's end): a Ctrl-C in those milliseconds is never lost. A closed
+    terminal's SIGHUP never reaches the fork server or the resource tracker, which would
+    print tracebacks and could not clean up."""
     if not _main_thread() or not hasattr(signal, "pthread_sigmask"):
         yield
         return

@@ -90,8 +90,8 @@ class Architecture:
 
 
 #: oodsim's own architectures (:mod:`oodsim.models.architectures` registers them): a script's
-#: registration is checked against these names even before they are loaded (registering
-#: "small_cnn" first used to break oodsim's own import)
+#: registration is checked against these names even before they are loaded (so that a
+#: script registering "small_cnn" cannot break oodsim's own import)
 BUILTIN_NAMES = ("small_cnn", "resnet18", "wrn40_2")
 
 

@@ -101,8 +101,8 @@ class ExperimentSpec(RunSpec):
     def _check_detectors_fit_the_classes(self) -> None:
         """Detector parameters bounded by the number of known classes, in the driver: OpenMax
         recalibrates its ``alpha`` top classes, so ``alpha`` above the classes the model has
-        is refused (pytorch-ood's ``OpenMax`` used to run with it, silently identical to
-        ``alpha`` = the number of classes, and labelled with the larger value)."""
+        is refused: pytorch-ood's ``OpenMax`` runs with it, silently identical to ``alpha`` =
+        the number of classes, and the results would carry the larger value."""
         split = self.split
         known = len(split.known_classes[0]) if split.known_classes else split.n_known
         if known is None:

@@ -109,7 +109,7 @@ class SplitSpec(KeyedSpec):
                 value,
                 "at least 2 known classes",
                 "A classifier of one class is sure of every input: no detector can separate "
-                "anything (it used to train, then fail)",
+                "anything, and the training would be wasted",
             )
 
     @fractions.validator

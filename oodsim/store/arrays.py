@@ -224,8 +224,8 @@ def members_problem(path: Path, shapes: Mapping[str, Any]) -> str:
     its entry's meta record holds ("" when nothing), from the ZIP's directory and the small
     metadata members only: an array missing, renamed or added, another shape, a member that
     belongs to no array, and, for arrays :func:`write_zip` wrote itself, a missing or resized
-    chunk. A ZIP resealed after such an edit (its checksum in meta updated) used to read the
-    lost array as zeros."""
+    chunk. A ZIP resealed after such an edit (its checksum in meta updated) has a problem
+    here too, so a lost array is never read as zeros."""
     with zipfile.ZipFile(path) as archive:
         infos = {info.filename: info for info in archive.infolist()}
         found = {k.split("/")[0] for k in infos if k.count("/") == 1 and k.endswith("/zarr.json")}

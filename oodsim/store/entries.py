@@ -344,8 +344,8 @@ class Store(Maintenance, Migration):
 
     def _waiting(self, kind: str, key: str, path: Path) -> None:
         """Say, every :data:`LOCK_NOTICE_SECONDS`, whose lock this process waits for (a
-        heartbeat: the run's status line shows it): a run waiting on another used to print
-        nothing, for ever if the holder was stopped."""
+        heartbeat: the run's status line shows it), so a run waiting on another, even on a
+        stopped holder, is never silent."""
         notice = (
             f"waiting for {kind} {key[:12]}: another process computes it ({holder(path)}; "
             f"its lock {path} is taken over once untouched for {STALE_LOCK_SECONDS:.0f} s)"

@@ -72,8 +72,8 @@ def is_cache(root: Path) -> bool:
 def mark_cache(root: Path) -> None:
     """Create ``root`` if missing, and mark a new (or empty) one as a cache with oodsim's
     ``.gitignore``: the cache stays out of git, and ``oodsim cache`` knows it for one. A
-    folder that already holds other things is never marked (a ``--cache ~`` used to get a
-    ``~/.gitignore`` that hid every file from git)."""
+    folder that already holds other things is never marked (a ``--cache ~`` gets no
+    ``~/.gitignore`` hiding every file from git)."""
     root.mkdir(parents=True, exist_ok=True)
     ignore = root / ".gitignore"
     if not ignore.is_symlink() and not ignore.exists() and not any(root.iterdir()):

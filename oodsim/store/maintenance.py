@@ -187,9 +187,9 @@ class Maintenance:
         target), quarantine leftovers, and temporary leftovers of interrupted writes that are
         at least ``older_than`` seconds old. A temporary folder younger than
         :data:`STALE_LOCK_SECONDS`, or of a key whose lock a live process holds, is a write in
-        progress and is kept whatever ``older_than`` says (removing it used to abort the run
-        writing it). Returns what was removed and what could not be (a read-only cache: it
-        used to be skipped without a word, and ``oodsim cache gc`` said it removed nothing)."""
+        progress and is kept whatever ``older_than`` says (removing it would abort the run
+        writing it). Returns what was removed and what could not be (in a read-only cache,
+        for example: ``oodsim cache gc`` names it rather than reporting nothing removed)."""
         collected = Collected()
         if not self.root.is_dir():
             return collected

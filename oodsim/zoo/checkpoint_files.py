@@ -55,8 +55,8 @@ def read_state_dict(path: Path, mmap: bool = False) -> dict[str, Any]:
 @contextlib.contextmanager
 def reading_weights(path: Path, arch: str) -> Iterator[None]:
     """Turn any failure to read ``path`` as ``arch``'s weights into one :class:`SpecError`: a
-    file that is no checkpoint (``/etc/passwd``) used to end in ``IndexError: list index out
-    of range`` deep inside torch or timm."""
+    file that is no checkpoint (``/etc/passwd``) names the file and the architecture, not an
+    ``IndexError`` from deep inside torch or timm."""
     try:
         yield
     except (SpecError, DataNotFoundError):
