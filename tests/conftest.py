@@ -24,6 +24,7 @@ from oodsim.cli import main as cli_main
 from oodsim.engine import signals
 from oodsim.specs import ExperimentSpec, load_spec
 from oodsim.store import PROJECT_DEFAULTS_ENV
+from tests import command_server
 
 ROOT = Path(__file__).resolve().parents[1]
 T = TypeVar("T")
@@ -37,6 +38,7 @@ SLOW_MODULES = frozenset(
         "test_cache_healing",
         "test_cli_surface",
         "test_clusters",
+        "test_command_server",
         "test_data_fingerprint",
         "test_datasets",
         "test_degenerate",
@@ -108,6 +110,11 @@ def pytest_configure(config: pytest.Config) -> None:
         signal.signal(signal.SIGINT, signal.default_int_handler)
     for name in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
         os.environ.setdefault(name, "1")
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    """Stop this process's command server (:mod:`tests.command_server`), if it started one."""
+    command_server.close_server()
 
 
 def _module(item: pytest.Item) -> str:
@@ -193,7 +200,7 @@ def signalled(
     if hangup is signal.SIG_IGN:  # an ignored signal stays ignored across exec: not a terminal's
         signal.signal(signal.SIGHUP, signal.SIG_DFL)
     try:
-        process = subprocess.Popen(
+        process = command_server.popen(
             command,
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,

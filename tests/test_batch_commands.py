@@ -19,6 +19,7 @@ import pytest
 
 from oodsim.engine import batch_commands, job_watch
 from oodsim.engine.jobqueue import job_class
+from tests import command_server
 from tests.conftest import ROOT, wait_for
 
 pytest.importorskip("dask_jobqueue")
@@ -133,7 +134,7 @@ def _run_with_hanging_sbatch(folder: Path, signum: int, group: bool, api: bool) 
         command = [sys.executable, "-m", "oodsim.cli", "run", str(spec), *places]
     path = f"{fake}{os.pathsep}{os.environ['PATH']}"
     env = {**os.environ, "PATH": path, "PYTHONPATH": str(ROOT)}
-    process = subprocess.Popen(
+    process = command_server.popen(
         command,
         cwd=folder,
         env=env,
@@ -193,7 +194,7 @@ def test_sigterm_ends_a_run_whose_scancel_hangs_within_5_s_naming_the_jobs(
     spec = cluster_spec_file(tmp_path, 40)
     places = ["--cache", str(tmp_path / "c"), "--out", str(tmp_path / "r.zarr")]
     path = f"{tmp_path / 'bin'}{os.pathsep}{os.environ['PATH']}"
-    process = subprocess.Popen(
+    process = command_server.popen(
         [sys.executable, "-m", "oodsim.cli", "run", str(spec), *places],
         cwd=tmp_path,
         env={**os.environ, "PATH": path, "PYTHONPATH": str(ROOT)},

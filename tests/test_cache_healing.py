@@ -41,6 +41,7 @@ from oodsim.store import META_DIGEST, QUARANTINE_PREFIX, CorruptEntryWarning, St
 from oodsim.store.arrays import ARRAYS_ZIP
 from oodsim.store.digests import file_checksums, file_sizes, meta_digest
 from oodsim.store.locks import _start_time
+from tests import command_server
 from tests.conftest import (
     CLEAN_SEEDS,
     ROOT,
@@ -510,7 +511,7 @@ def test_the_command_says_a_corrupt_entry_was_recomputed_in_one_line(
     spec_path = digits_toml(tmp_path / "s.toml", N_SEEDS)
     command = [sys.executable, "-m", "oodsim.cli", "run", str(spec_path), "--quiet"]
     command += ["--workers", workers, "--cache", str(copy)]
-    run = subprocess.run(command, capture_output=True, text=True, timeout=300, cwd=ROOT)
+    run = command_server.run(command, capture_output=True, text=True, timeout=300, cwd=ROOT)
     assert run.returncode == 0, run.stderr
     lines = run.stderr.strip().splitlines()
     assert len(lines) == 1, run.stderr

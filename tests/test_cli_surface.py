@@ -23,6 +23,7 @@ from oodsim.cli.main import parser
 from oodsim.errors import SpecError
 from oodsim.protocols import bind
 from oodsim.store import Store
+from tests import command_server
 from tests.conftest import ROOT, children, digits_toml, signalled, wait_for
 
 #: what a stopped run prints once, with the number of seeds found complete in the store
@@ -40,7 +41,7 @@ OODSIM = [sys.executable, "-m", "oodsim.cli"]
 def _oodsim(*args: str, **options) -> subprocess.Popen:
     """``oodsim ARGS`` as its own process (``python -m oodsim.cli``), output merged."""
     command = [*OODSIM, *args]
-    return subprocess.Popen(
+    return command_server.popen(
         command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=ROOT, **options
     )
 
@@ -178,7 +179,7 @@ def test_a_driver_stopped_for_a_while_leaves_no_worker_tracebacks(tmp_path: Path
     run = [*OODSIM, "run", str(spec), "--workers", "2", "--cache", str(cache), "--quiet"]
     run += ["--out", str(tmp_path / "r.zarr")]  # not the session's results/ folder
     environment = {**os.environ, "DASK_DISTRIBUTED__COMM__TIMEOUTS__CONNECT": "8s"}
-    driver = subprocess.Popen(
+    driver = command_server.popen(
         run, stderr=subprocess.PIPE, text=True, env=environment, start_new_session=True
     )
     try:
@@ -283,7 +284,7 @@ def test_ctrl_c_ends_a_run_whose_resume_line_stays_true(tmp_path: Path, again: b
     spec = digits_toml(tmp_path / "spec.toml", 8)
     cache = tmp_path / "cache"
     run = [*OODSIM, "run", str(spec), "--workers", "2", "--cache", str(cache)]
-    driver = subprocess.Popen(
+    driver = command_server.popen(
         [*run, "--out", str(tmp_path / "r.zarr")],
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,

@@ -38,6 +38,7 @@ from oodsim.engine.job_cluster import TLS_PREFIX, check_jobs, credentials_folder
 from oodsim.errors import SpecError
 from oodsim.protocols import get_protocol
 from oodsim.specs.cluster import ClusterSpec, resolve_cluster
+from tests import command_server
 from tests.conftest import ROOT, children, digits_toml, signalled, wait_for
 
 # not imported here: importing dask_jobqueue changes the process's Ctrl-C handler (see
@@ -81,7 +82,7 @@ def cli_run(
     """``oodsim run SPEC OPTIONS`` in a new process, cache and results under ``folder/name``."""
     out = ["--cache", str(folder / name / "cache"), "--out", str(folder / name / "r.zarr")]
     command = [sys.executable, "-m", "oodsim.cli", "run", str(spec), "--quiet", *out, *options]
-    return subprocess.Popen(
+    return command_server.popen(
         command, cwd=folder, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
     )
 
@@ -291,7 +292,7 @@ def test_a_second_ctrl_c_after_the_resume_line_still_cancels_the_jobs(tmp_path: 
     spec = cluster_spec_file(tmp_path, n_seeds=1000)
     out = ["--cache", str(tmp_path / "cache"), "--out", str(tmp_path / "r.zarr")]
     run = [sys.executable, "-m", "oodsim.cli", "run", str(spec), "--cluster", "local-jobs"]
-    driver = subprocess.Popen(
+    driver = command_server.popen(
         [*run, *out],
         cwd=tmp_path,
         stdout=subprocess.PIPE,
@@ -507,7 +508,7 @@ def test_job_workers_that_never_connect_are_told_then_stop_the_run(tmp_path: Pat
         silent.chmod(0o755)
         spec = cluster_spec_file(folder, python=f'"{silent}"')
         out = ["--cache", str(folder / "cache"), "--out", str(folder / "r.zarr")]
-        runs[name] = subprocess.Popen(
+        runs[name] = command_server.popen(
             [sys.executable, "-m", "oodsim.cli", "run", str(spec), *out, *quiet]
             + ["--cluster", "local-jobs", "--worker-timeout", "14"],
             cwd=folder,

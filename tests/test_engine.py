@@ -23,6 +23,7 @@ from oodsim.results import store_counts
 from oodsim.results.history import kept_path, versions
 from oodsim.specs import DatasetSpec, ExperimentSpec
 from oodsim.store import Store
+from tests import command_server
 from tests.conftest import ROOT, small_digits, wait_for
 
 
@@ -106,7 +107,7 @@ def _interrupted(
     path = tmp_path / "spec.toml"
     path.write_text(_toml(spec))
     cache = tmp_path / "cache"
-    driver = subprocess.Popen(
+    driver = command_server.popen(
         [sys.executable, "-m", "oodsim.cli", "run", str(path), "--workers", str(workers)]
         + ["--cache", str(cache), "--out", str(tmp_path / "r.zarr")],
         stderr=subprocess.PIPE,

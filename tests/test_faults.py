@@ -40,6 +40,7 @@ from oodsim.specs import ExperimentSpec, load_spec
 from oodsim.store import CorruptEntryWarning, Store
 from oodsim.store.arrays import ARRAYS_ZIP
 from oodsim.store.locks import _start_time
+from tests import command_server
 from tests.conftest import (
     children,
     cli_run_on,
@@ -65,7 +66,7 @@ def complete(cache: Path, kind: str) -> list[str]:
 def oodsim_cli(*args: str, **kwargs: Any) -> subprocess.Popen:
     """``oodsim ARGS`` as a real process in its own session (so all of its processes can be
     found and reaped by session id)."""
-    return subprocess.Popen(
+    return command_server.popen(
         [sys.executable, "-m", "oodsim.cli", *args],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
@@ -92,7 +93,7 @@ def run_quietly(
         "--quiet",
         *args,
     ]
-    return subprocess.run(command, capture_output=True, text=True, **{"timeout": 300, **kwargs})
+    return command_server.run(command, capture_output=True, text=True, **{"timeout": 300, **kwargs})
 
 
 def session_pids(sid: int) -> list[int]:
@@ -321,7 +322,7 @@ def test_two_overlapping_runs_at_once_share_work_and_agree(tmp_path: Path) -> No
     # every key computed exactly once across both runs: the second waited for the first's lock
     assert sum(c.get(CHECKPOINT, 0) for c in computed) == 4
     assert sum(c.get(OUTPUTS, 0) for c in computed) == 4
-    verify = subprocess.run(
+    verify = command_server.run(
         [sys.executable, "-m", "oodsim.cli", "cache", "verify", "--cache", str(cache)],
         capture_output=True,
         text=True,
@@ -660,7 +661,7 @@ def test_a_lost_scheduler_stops_the_run_with_one_line(tmp_path: Path) -> None:
         spec = digits_toml(tmp_path / "spec.toml", 1000)
         cache = tmp_path / "cache"
         out = ["--cache", str(cache), "--out", str(tmp_path / "r.zarr")]
-        run = subprocess.Popen(
+        run = command_server.popen(
             [sys.executable, "-m", "oodsim.cli", "run", str(spec), "--cluster", address, *out],
             stdout=subprocess.DEVNULL,
             stderr=subprocess.PIPE,

@@ -26,6 +26,7 @@ from oodsim.engine.placement import place
 from oodsim.errors import ClusterError, SpecError
 from oodsim.protocols.open_set import CHECKPOINT
 from oodsim.store import Store
+from tests import command_server
 from tests.conftest import ROOT, children, dask_cli_cluster, digits_toml, signalled, wait_for
 
 #: the safety net of every wait here: a run that hangs fails the test instead of holding it
@@ -93,7 +94,7 @@ def test_a_frozen_scheduler_stops_the_run_with_one_line(tmp_path: Path) -> None:
     env = dict(os.environ, **{SCHEDULER_TIMEOUT_ENV: "8"})
     cache = tmp_path / "cache"
     with _cluster(tmp_path) as (address, scheduler):
-        run = subprocess.Popen(
+        run = command_server.popen(
             _run_command(tmp_path, address),
             stdout=subprocess.DEVNULL,
             stderr=subprocess.PIPE,

@@ -43,6 +43,7 @@ from oodsim.results import (
 from oodsim.specs import load_spec
 from oodsim.store import META_DIGEST, Store
 from oodsim.store.digests import meta_digest
+from tests import command_server
 from tests.conftest import (
     ROOT,
     digits_toml,
@@ -636,7 +637,7 @@ def test_results_of_another_spec_written_while_a_run_computes_are_not_replaced(
     oodsim.run(other, cache=cache, n_workers=1, progress=False)  # its rerun is quick
     spec_path = digits_toml(tmp_path / "spec.toml", 8)
     run = [sys.executable, "-m", "oodsim.cli", "run", str(spec_path), "--workers", "1"]
-    driver = subprocess.Popen(
+    driver = command_server.popen(
         [*run, "--cache", str(cache), "--out", str(out), "--quiet"],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,

@@ -7,7 +7,6 @@ tests/test_protocol_plugin.py.)"""
 
 from __future__ import annotations
 
-import subprocess
 import sys
 from pathlib import Path
 
@@ -17,6 +16,7 @@ import pytest
 import oodsim
 from oodsim import plugins
 from oodsim.report import styles
+from tests import command_server
 from tests.conftest import ROOT, digits_toml, install_package
 
 pytestmark = pytest.mark.slow  # trains once in a subprocess
@@ -77,7 +77,7 @@ def test_an_installed_detector_metric_and_dataset_run_and_report(
     command = [sys.executable, "-m", "oodsim.cli", "run", str(spec), "--workers", "2"]
     command += ["--cache", str(tmp_path / "c"), "--out", str(out), "--report", str(report)]
     env = {"PYTHONPATH": f"{site}:{ROOT}", "PATH": "/usr/bin:/bin", "HOME": str(tmp_path)}
-    done = subprocess.run(command, capture_output=True, text=True, env=env, timeout=600)
+    done = command_server.run(command, capture_output=True, text=True, env=env, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
     results = oodsim.open_results(out)
     assert list(results.method.values) == ["msp", "gap"]

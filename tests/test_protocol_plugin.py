@@ -3,7 +3,6 @@ or installed through the ``oodsim.protocols`` entry point group and run from the
 
 from __future__ import annotations
 
-import subprocess
 import sys
 from functools import partial
 from pathlib import Path
@@ -29,6 +28,7 @@ from oodsim.results import NO_SEVERITY, Layout, SeedResult, store_counts
 from oodsim.specs import RunSpec, SeedsSpec
 from oodsim.specs.types import positive, spec_class
 from oodsim.store import Store
+from tests import command_server
 from tests.conftest import ROOT
 
 NAME = "nearest_mean"
@@ -205,7 +205,7 @@ def test_an_installed_protocol_is_found_by_its_entry_point_and_runs_from_the_cli
     command = [sys.executable, "-m", "oodsim.cli", "run", str(spec), "--workers", "1"]
     command += ["--cache", str(tmp_path / "cache"), "--out", str(tmp_path / "out.zarr")]
     env = {"PYTHONPATH": f"{site}:{ROOT}", "PATH": "/usr/bin:/bin", "HOME": str(tmp_path)}
-    done = subprocess.run(command, capture_output=True, text=True, env=env, timeout=300)
+    done = command_server.run(command, capture_output=True, text=True, env=env, timeout=300)
     assert done.returncode == 0, done.stderr
     assert "3 seeds" in done.stdout and "nearest-mean means" in done.stdout
     results = oodsim.open_results(tmp_path / "out.zarr")
