@@ -97,8 +97,8 @@ def test_a_task_sets_deterministic_torch_without_loading_the_compiler_stack() ->
 KEYS_SCRIPT = """
 import json, oodsim, sys
 from oodsim.protocols.open_set import entries
-sys.path.insert(0, {tests!r})
-from conftest import small_digits
+sys.path.insert(0, {root!r})
+from tests.conftest import small_digits
 import attrs
 spec = attrs.evolve(small_digits(1), detectors=("msp", "odin"), ood=("held_out", "uniform_noise"))
 print(json.dumps({{"file": oodsim.__file__, "plan": [entries(spec, s) for s in (0, 7)]}}))
@@ -106,7 +106,7 @@ print(json.dumps({{"file": oodsim.__file__, "plan": [entries(spec, s) for s in (
 
 
 def _plan_in_subprocess(env: dict[str, str]) -> tuple[str, list]:
-    code = KEYS_SCRIPT.format(tests=str(ROOT / "tests"))
+    code = KEYS_SCRIPT.format(root=str(ROOT))
     out = subprocess.run(
         [sys.executable, "-c", code],
         env={**os.environ, **env},
