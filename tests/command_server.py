@@ -45,6 +45,8 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
+from tests.script_server import stop_server
+
 #: what ``oodsim``'s commands import, heaviest first (none of it reads the environment at
 #: import in a way a command could change, except Dask's configuration)
 PRELOAD = (
@@ -88,12 +90,7 @@ class _Server:
         return connection
 
     def close(self) -> None:
-        self.process.stdin.close()
-        try:
-            self.process.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            self.process.kill()
-            self.process.wait()
+        stop_server(self.process)
 
 
 _server: _Server | None = None

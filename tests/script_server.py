@@ -102,12 +102,17 @@ class ScriptServer:
 
     def close(self) -> None:
         """Stop the server (it exits when its stdin closes)."""
-        self._process.stdin.close()
-        try:
-            self._process.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            self._process.kill()
-            self._process.wait()
+        stop_server(self._process)
+
+
+def stop_server(process: subprocess.Popen) -> None:
+    """Stop a server that exits when its stdin closes (killed after 30 s)."""
+    process.stdin.close()
+    try:
+        process.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait()
 
 
 def _run_child(request: dict) -> int:
