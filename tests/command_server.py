@@ -34,6 +34,7 @@ import json
 import os
 import runpy
 import selectors
+import shutil
 import signal
 import socket
 import subprocess
@@ -91,6 +92,7 @@ class _Server:
 
     def close(self) -> None:
         stop_server(self.process)
+        shutil.rmtree(self.folder, ignore_errors=True)
 
 
 _server: _Server | None = None
@@ -137,7 +139,7 @@ def _stream(spec: Any, default: int, opened: list[int]) -> tuple[int, int | None
         opened.append(fd)
         return fd, None
     if spec == subprocess.STDOUT:
-        return -1, None  # the child's stdout, resolved in the child
+        return -1, None  # the fd passed as stdout (see ForkedProcess)
     if spec == subprocess.PIPE:
         read, write = os.pipe()
         if default == 0:  # stdin: the child reads, we write
@@ -184,7 +186,6 @@ class ForkedProcess:
             "env": dict(os.environ if env is None else env),
             "cwd": os.path.abspath(cwd if cwd is not None else os.getcwd()),
             "session": bool(start_new_session),
-            "stderr_to_stdout": fds[2] == -1,
             "ignored": [int(s) for s in _SIGNALS if signal.getsignal(s) is signal.SIG_IGN],
         }
         passed = [fd if fd != -1 else fds[1] for fd in fds]
@@ -346,22 +347,24 @@ def run(
 # ----------------------------------------------------------------------------- the server
 
 
+def _pythonpath() -> list[str]:
+    """The folders ``$PYTHONPATH`` puts on ``sys.path`` (after the script's, before the rest)."""
+    return [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
+
+
 def _child(request: dict, fds: list[int], base_path: list[str]) -> None:
     """In the forked child: become ``python -m oodsim.cli ARGV`` and run it; never returns."""
     if request["session"]:
         os.setsid()
     for target, fd in enumerate(fds):
         os.dup2(fd, target)
-    if request["stderr_to_stdout"]:
-        os.dup2(1, 2)
     for fd in set(fds):
         if fd > 2:
             os.close(fd)
     os.chdir(request["cwd"])
     os.environ.clear()
     os.environ.update(request["env"])
-    extra = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
-    sys.path[:] = [request["cwd"], *extra, *base_path]
+    sys.path[:] = [request["cwd"], *_pythonpath(), *base_path]
     unbuffered = bool(os.environ.get("PYTHONUNBUFFERED"))
     raw = [open(fd, mode, closefd=False) for fd, mode in ((0, "rb"), (1, "wb"), (2, "wb"))]  # noqa: SIM115
     sys.stdin = io.TextIOWrapper(raw[0], encoding="utf-8")
@@ -390,8 +393,7 @@ def serve(path: str) -> int:
     closes."""
     for name in PRELOAD:
         importlib.import_module(name)
-    pythonpath = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
-    base_path = [p for p in sys.path[1:] if p not in pythonpath]
+    base_path = [p for p in sys.path[1:] if p not in _pythonpath()]
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     listener.bind(path)
     listener.listen(64)
