@@ -9,8 +9,9 @@ once, then forks a child per command. The child is the command's interpreter, as
 would be: its own argv (``sys.argv[0]`` the module's file, as ``-m`` sets it), environment
 (Dask's configuration read again from it), working folder and ``sys.path`` (the working
 folder, then ``$PYTHONPATH``, then the interpreter's own), the standard streams the caller
-passed, its own session with ``start_new_session``, Python's own signal handlers, and the
-normal interpreter shutdown at the end (atexit handlers run). Everything the command starts
+passed, its own session with ``start_new_session``, Python's own signal handlers, and an
+interpreter's end (:func:`tests.forked_child.run_as_main`: threads joined, atexit handlers run,
+the same exit status). Everything the command starts
 (a fork server, workers) is started by the child, exactly as by a fresh process. Modules
 imported by the server read no configuration at import that a command could change, except
 Dask's, which the child reads again.
@@ -46,6 +47,7 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
+from tests.forked_child import freeze_imports, run_as_main
 from tests.script_server import stop_server
 
 #: what ``oodsim``'s commands import, heaviest first (none of it reads the environment at
@@ -353,7 +355,7 @@ def _pythonpath() -> list[str]:
 
 
 def _child(request: dict, fds: list[int], base_path: list[str]) -> None:
-    """In the forked child: become ``python -m oodsim.cli ARGV`` and run it; never returns."""
+    """In the forked child: become ``python -m oodsim.cli ARGV`` and run it."""
     if request["session"]:
         os.setsid()
     for target, fd in enumerate(fds):
@@ -385,7 +387,6 @@ def _child(request: dict, fds: list[int], base_path: list[str]) -> None:
             signal.signal(number, signal.SIG_DFL)
     sys.argv = ["-m", *request["argv"]]
     runpy.run_module(MODULE, run_name="__main__", alter_sys=True)
-    sys.exit(0)
 
 
 def serve(path: str) -> int:
@@ -393,6 +394,7 @@ def serve(path: str) -> int:
     closes."""
     for name in PRELOAD:
         importlib.import_module(name)
+    freeze_imports()
     base_path = [p for p in sys.path[1:] if p not in _pythonpath()]
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     listener.bind(path)
@@ -419,7 +421,7 @@ def serve(path: str) -> int:
                     for other in waiting.values():
                         other.close()
                     connection.close()
-                    _child(request, fds, base_path)
+                    run_as_main(_child, request, fds, base_path)  # never returns
                 for fd in fds:
                     os.close(fd)
                 connection.sendall(json.dumps({"pid": pid}).encode() + b"\n")

@@ -9,7 +9,8 @@ kills it and every process it started), stdin from ``/dev/null``, stdout and std
 ``sys.argv`` and ``sys.path[0]`` as ``python script.py`` sets them, the script run as
 ``__main__`` (so Dask's worker processes re-import it by its path, exactly as they re-import a
 user's script, and an example without the ``__main__`` guard fails as it would for a user), and
-the normal interpreter shutdown at the end (atexit handlers run).
+an interpreter's end (:func:`tests.forked_child.run_as_main`: threads joined, atexit handlers
+run, the exit status of ``python script.py``).
 
 The server: ``python -m tests.script_server MODULE...`` reads one JSON request per line on
 stdin (``script``, ``stdout``, ``stderr``: paths) and answers two JSON lines per request, the
@@ -29,6 +30,8 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+
+from tests.forked_child import freeze_imports, run_as_main
 
 #: what the doc examples import, in the order a script would import it
 PRELOAD = (
@@ -115,7 +118,7 @@ def stop_server(process: subprocess.Popen) -> None:
         process.wait()
 
 
-def _run_child(request: dict) -> int:
+def _run_child(request: dict) -> None:
     """In the forked child: become ``python script`` and run it as ``__main__``."""
     os.setsid()
     stdin = os.open(os.devnull, os.O_RDONLY)
@@ -129,19 +132,19 @@ def _run_child(request: dict) -> int:
     sys.argv = [script]
     sys.path[0] = str(Path(script).parent)
     runpy.run_path(script, run_name="__main__")
-    return 0
 
 
 def serve(preload: list[str]) -> int:
     """Import ``preload``, then fork a child per request on stdin until stdin closes."""
     for name in preload:
         importlib.import_module(name)
+    freeze_imports()
     answers = sys.stdout.buffer
     for line in sys.stdin.buffer:
         request = json.loads(line)
         pid = os.fork()
         if pid == 0:
-            return _run_child(request)  # the child leaves the loop and exits as the script
+            run_as_main(_run_child, request)  # ends the child as the script's end
         answers.write(json.dumps({"pid": pid}).encode() + b"\n")
         answers.flush()
         _, status = os.waitpid(pid, 0)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import subprocess
+import sys
 import textwrap
 from collections.abc import Iterator
 from pathlib import Path
@@ -114,3 +115,46 @@ def test_a_timeout_kills_the_script_and_what_it_started(server: ScriptServer) ->
     wait_for(gone, 30, f"the killed script's child {sleeper} to end")
     # and the server runs the next script
     assert server.run(write(server, "next.py", "print(1)\n"), 60).stdout == "1\n"
+
+
+ENDINGS = {
+    "a-thread-joined": """
+        import threading, time
+        threading.Thread(target=lambda: (time.sleep(0.3), print("thread done"))).start()
+        print("main done")
+        """,
+    "atexit-and-a-file-left-open": """
+        import atexit, sys
+        atexit.register(lambda: print("atexit ran"))
+        log = open("left-open.txt", "w")
+        log.write("written, never closed")
+        print("buffered, never flushed", end="")
+        """,
+    "exit-with-text": "import sys\nsys.exit('stopped: a reason')\n",
+    "exit-256": "import sys\nsys.exit(256)\n",
+    "keyboard-interrupt": "raise KeyboardInterrupt\n",
+}
+
+
+@pytest.mark.parametrize("code", ENDINGS.values(), ids=ENDINGS.keys())
+def test_a_script_ends_as_python_script_ends(server: ScriptServer, code: str) -> None:
+    """Threads joined, atexit handlers run, files and streams flushed, the exit status, though
+    the child skips tearing down what the server imported (tests.forked_child)."""
+    script = write(server, "ending.py", code)
+    spawned = subprocess.run(
+        [sys.executable, script.name], cwd=server.cwd, capture_output=True, text=True, timeout=60
+    )
+    spawned_file = _take(server.cwd / "left-open.txt")
+    forked = server.run(script, timeout=60)
+    assert (forked.returncode, forked.stdout) == (spawned.returncode, spawned.stdout)
+    assert forked.stderr.splitlines()[-1:] == spawned.stderr.splitlines()[-1:]
+    assert _take(server.cwd / "left-open.txt") == spawned_file
+
+
+def _take(path: Path) -> str | None:
+    """The file's text, the file removed; None when there is none."""
+    if not path.exists():
+        return None
+    text = path.read_text()
+    path.unlink()
+    return text
