@@ -3,7 +3,8 @@ third-party modules and oodsim's command line once, with :mod:`subprocess`'s int
 (:func:`popen`, :func:`run`).
 
 A fresh interpreter spends about 1.2 CPU-s importing numpy, pandas, xarray, zarr, scipy,
-distributed and oodsim before a command does anything; the suite runs the command some fifty
+distributed and oodsim before a command does anything (and 2.5 more on torch for a run that
+computes in its own process); the suite runs the command some fifty
 times, on a machine whose two cores are both busy for the whole run. The server imports them
 once, then forks a child per command. The child is the command's interpreter, as a fresh one
 would be: its own argv (``sys.argv[0]`` the module's file, as ``-m`` sets it), environment
@@ -60,6 +61,7 @@ PRELOAD = (
     "xarray",
     "zarr",
     "distributed",
+    "torch",  # imported by the commands that compute in their own process (one seed)
     "oodsim.cli.main",
     "oodsim.cli.run",
     "oodsim.engine.run",
