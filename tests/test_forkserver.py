@@ -3,8 +3,10 @@
 
 from __future__ import annotations
 
+import gc
 import multiprocessing
 import os
+import subprocess
 import sys
 
 import pytest
@@ -25,6 +27,7 @@ def _worker_state() -> dict:
         "method": multiprocessing.get_start_method(allow_none=True),
         "omp": os.getenv("OMP_NUM_THREADS"),
         "probe": os.getenv("OODSIM_FORK_PROBE"),
+        "frozen": gc.get_freeze_count(),
     }
 
 
@@ -36,6 +39,20 @@ def test_workers_fork_from_one_server_that_imported_their_modules() -> None:
     assert len(parents) == 1 and parents != {os.getpid()}  # one server, not the driver
     assert all(state["loaded"] for state in states)  # torch, zarr, oodsim: imported once
     assert {state["omp"] for state in states} == {"1"}  # as Dask sets a spawned worker's
+    assert all(state["frozen"] > 10_000 for state in states)  # the server's imports
+
+
+def test_the_servers_end_is_set_up_only_in_the_fork_server() -> None:
+    """Imported elsewhere, oodsim.engine.server_end freezes nothing and ends nothing early: the
+    interpreter's own exit handlers still run after it."""
+    code = (
+        "import atexit, gc\n"
+        "atexit.register(print, 'exit handlers ran')\n"
+        "import oodsim.engine.server_end\n"
+        "print(gc.get_freeze_count())\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert (done.returncode, done.stdout) == (0, "0\nexit handlers ran\n"), done.stderr
 
 
 def test_the_driver_environment_of_each_run_reaches_its_workers(

@@ -47,6 +47,7 @@ WORKER_MODULES = (
     "oodsim.engine.work",
     "oodsim.simulation.training",
     "oodsim.protocols.open_set",
+    "oodsim.engine.server_end",  # last: freezes the imports above, ends the server at once
 )
 
 
