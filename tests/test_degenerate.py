@@ -57,14 +57,15 @@ def test_balanced_accuracy_is_sklearns() -> None:
 @pytest.mark.parametrize("share", [0.0, 0.3])
 def test_independence_p_value_agrees_with_scipy_permutation_test(share: float) -> None:
     """The p-value is a one-sided permutation test of the balanced accuracy; scipy's own
-    permutation test (another random stream) agrees within Monte Carlo error."""
+    permutation test (another random stream; the statistic is scikit-learn's balanced accuracy,
+    :func:`test_balanced_accuracy_is_sklearns`) agrees within Monte Carlo error."""
     rng = np.random.default_rng(1)
     labels = rng.integers(0, 5, 120)
     predictions = np.where(rng.random(120) < share, labels, rng.integers(0, 5, 120))
     ours = independence_p_value(predictions, labels)
     oracle = sps.permutation_test(
         (predictions,),
-        lambda p: balanced_accuracy_score(labels, p),
+        lambda p: balanced_accuracy(p, labels),
         permutation_type="pairings",
         n_resamples=2999,
         alternative="greater",

@@ -3,6 +3,7 @@ arrays, names are checked where a spec is built, and a run uses them from cached
 
 from __future__ import annotations
 
+import importlib
 import inspect
 import re
 import sys
@@ -25,7 +26,16 @@ from oodsim.results import store_counts
 from oodsim.specs import DetectorSpec
 from tests.conftest import ROOT, small_digits
 
-pod = pytest.importorskip("pytorch_ood.detector")
+
+class _Detectors:
+    """``pytorch_ood.detector``, imported on first use (with torchvision, about 2 CPU-s that
+    every test process would pay while collecting)."""
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(importlib.import_module("pytorch_ood.detector"), name)
+
+
+pod = _Detectors()
 
 N_CLASSES, N_FEATURES = 6, 16
 RNG = np.random.default_rng(0)
@@ -191,10 +201,11 @@ ON_MODEL: dict[str, tuple[Outputs | None, dict, Callable[[], torch.Tensor]]] = {
 
 def test_every_class_of_the_module_is_classified_once() -> None:
     import pytorch_ood.api
+    import pytorch_ood.detector
 
     classes = {
         name
-        for name, obj in vars(pod).items()
+        for name, obj in vars(pytorch_ood.detector).items()
         if inspect.isclass(obj) and issubclass(obj, pytorch_ood.api.Detector)
     }
     assert set(adapter.SUPPORTED) | set(adapter.UNSUPPORTED) == classes
