@@ -103,7 +103,7 @@ def pytest_configure(config: pytest.Config) -> None:
     handler (unlike "ignored") is reset to the default in each child that execs, and Python
     then installs its own, as in a terminal.
 
-    One BLAS and OpenMP thread in each test process (two run side by side, pytest-xdist) and
+    One BLAS and OpenMP thread in each test process (three run side by side, pytest-xdist) and
     in every process they start, as oodsim's workers have: OpenBLAS's second thread, on a
     machine whose cores are all busy, mostly waits. Set before xdist starts its processes,
     which load numpy with it."""
