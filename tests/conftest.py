@@ -115,12 +115,13 @@ def pytest_configure(config: pytest.Config) -> None:
         byte_compile()
 
 
-def byte_compile() -> None:
-    """Byte-compile the package and the tests' helpers into their ``__pycache__`` folders,
-    as a first import writes them where ``$PYTHONDONTWRITEBYTECODE`` is unset: where it is set
-    (CI's environment), every interpreter the suite starts (a few hundred: fork servers,
-    command runs, workers) compiled each oodsim module it imported, about 0.4 CPU-s each."""
-    for folder in (ROOT / "oodsim", ROOT / "tests"):
+def byte_compile(root: Path = ROOT) -> None:
+    """Byte-compile the package and the tests' helpers of the checkout at ``root`` into their
+    ``__pycache__`` folders, as a first import writes them where ``$PYTHONDONTWRITEBYTECODE``
+    is unset: where it is set (CI's environment), every interpreter the suite starts (a few
+    hundred: fork servers, command runs, workers) compiled each oodsim module it imported,
+    about 0.4 CPU-s each."""
+    for folder in (root / "oodsim", root / "tests"):
         compileall.compile_dir(folder, quiet=1)
 
 

@@ -27,7 +27,7 @@ from pathlib import Path
 import attrs
 import pytest
 
-from tests.conftest import ROOT
+from tests.conftest import ROOT, byte_compile
 from tests.readme_sample import (
     MARKER,
     copy_checkout,
@@ -109,6 +109,7 @@ class Project:
 @pytest.fixture(scope="session")
 def project(tmp_path_factory: pytest.TempPathFactory) -> Project:
     folder = copy_checkout(tmp_path_factory.mktemp("newcomer") / "oodsim")
+    byte_compile(folder)  # as the newcomer's first run would (not with PYTHONDONTWRITEBYTECODE)
     return Project(folder, newcomer_env(folder), run_main_job(folder))
 
 

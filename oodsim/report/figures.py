@@ -16,7 +16,9 @@ from typing import Any
 import numpy as np
 import xarray as xr
 from matplotlib.axes import Axes
+from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
+from matplotlib.image import imsave
 from matplotlib.lines import Line2D
 
 from oodsim.metrics import higher_is_better, is_ood_metric
@@ -143,10 +145,25 @@ def ink(rgba: Sequence[float]) -> str:
     return "k" if 0.299 * r + 0.587 * g + 0.114 * b > 0.5 else "w"
 
 
+#: the resolution of every figure file (pixels per inch)
+DPI = 100
+
+
 def save(fig: Figure, path: str | Path) -> Path:
-    """Write ``fig`` as a PNG at ``path`` (its folder created, a link there replaced, never
-    written through: :func:`oodsim.report.folder.write_file`); return the path."""
-    return write_file(Path(path), lambda tmp: fig.savefig(tmp, format="png", dpi=100))
+    """Write ``fig`` as a PNG at ``path`` at :data:`DPI` (its folder created, a link there
+    replaced, never written through: :func:`oodsim.report.folder.write_file`); return the
+    path."""
+    return write_file(Path(path), lambda tmp: _write_png(fig, tmp))
+
+
+def _write_png(fig: Figure, path: Path) -> None:
+    """Lay ``fig`` out and render it in one pass, then encode the pixels as a PNG: the pixels
+    ``fig.savefig(path, dpi=DPI)`` writes, without the extra draw it makes to lay a figure out
+    first (a third of its time)."""
+    fig.set_dpi(DPI)
+    canvas = FigureCanvasAgg(fig)
+    canvas.draw()
+    imsave(path, np.asarray(canvas.buffer_rgba()), format="png", dpi=DPI)
 
 
 def limits(values: Iterable[np.ndarray], bounds: tuple[float, float] | None) -> tuple:
