@@ -115,6 +115,15 @@ def pytest_configure(config: pytest.Config) -> None:
         byte_compile()
 
 
+def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
+    """How many test processes ``-n auto`` (the suite's default) starts: three for the whole
+    suite, whose end-to-end tests spend much of their time waiting (worker timeouts, stopped
+    drivers, batch jobs) while a third process computes; two for ``-m "not slow"``, whose
+    tests compute without waiting, so that a third would add only its own collection (about
+    15 CPU-s: every process imports every test module)."""
+    return 2 if "not slow" in (config.getoption("markexpr") or "") else 3
+
+
 def byte_compile(root: Path = ROOT) -> None:
     """Byte-compile the package and the tests' helpers of the checkout at ``root`` into their
     ``__pycache__`` folders, as a first import writes them where ``$PYTHONDONTWRITEBYTECODE``
