@@ -30,7 +30,6 @@ killed by that signal, as :mod:`subprocess` reports it). It exits when its stdin
 from __future__ import annotations
 
 import contextlib
-import importlib
 import io
 import json
 import os
@@ -48,7 +47,7 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
-from tests.forked_child import freeze_imports, run_as_main
+from tests.forked_child import preload, run_as_main
 from tests.script_server import stop_server
 
 #: what ``oodsim``'s commands import, heaviest first (none of it reads the environment at
@@ -394,9 +393,7 @@ def _child(request: dict, fds: list[int], base_path: list[str]) -> None:
 def serve(path: str) -> int:
     """Import :data:`PRELOAD`, listen at ``path``, fork a child per command until stdin
     closes."""
-    for name in PRELOAD:
-        importlib.import_module(name)
-    freeze_imports()
+    preload(PRELOAD)
     base_path = [p for p in sys.path[1:] if p not in _pythonpath()]
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     listener.bind(path)

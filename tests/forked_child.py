@@ -9,25 +9,28 @@ script's last line; 0.5 s in one that imported oodsim's command line. :func:`run
 the child as the interpreter ends everything the child itself made (non-daemon threads joined,
 atexit handlers run, its own objects collected so their finalizers run and files they hold are
 closed, the standard streams flushed, the same exit status) and leaves the server's imports to
-the kernel. :func:`freeze_imports` keeps the cyclic garbage collector off those imports (it
-would write to them too): call it in the server, after its imports, before the first fork.
+the kernel. :func:`preload` imports a server's modules and keeps the cyclic garbage collector off
+them (it would write to them too): call it in the server before the first fork.
 """
 
 from __future__ import annotations
 
 import atexit
 import gc
+import importlib
 import os
 import signal
 import sys
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import NoReturn
 
 
-def freeze_imports() -> None:
-    """Leave everything this process holds out of every later garbage collection (the
-    forked children's included)."""
+def preload(names: Iterable[str]) -> None:
+    """Import the modules ``names``, then leave everything this process holds out of every
+    later garbage collection (the forked children's included)."""
+    for name in names:
+        importlib.import_module(name)
     gc.collect()
     gc.freeze()
 

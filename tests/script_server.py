@@ -20,7 +20,6 @@ signal, as :mod:`subprocess` reports it). :class:`ScriptServer` is the client.
 
 from __future__ import annotations
 
-import importlib
 import json
 import os
 import runpy
@@ -31,7 +30,7 @@ import sys
 import time
 from pathlib import Path
 
-from tests.forked_child import freeze_imports, run_as_main
+from tests.forked_child import preload, run_as_main
 
 #: what the doc examples import, in the order a script would import it
 PRELOAD = (
@@ -134,11 +133,9 @@ def _run_child(request: dict) -> None:
     runpy.run_path(script, run_name="__main__")
 
 
-def serve(preload: list[str]) -> int:
-    """Import ``preload``, then fork a child per request on stdin until stdin closes."""
-    for name in preload:
-        importlib.import_module(name)
-    freeze_imports()
+def serve(modules: list[str]) -> int:
+    """Import ``modules``, then fork a child per request on stdin until stdin closes."""
+    preload(modules)
     answers = sys.stdout.buffer
     for line in sys.stdin.buffer:
         request = json.loads(line)
