@@ -381,8 +381,10 @@ def test_accuracy_shapes() -> None:
 def test_registry() -> None:
     assert metrics.available_metrics() == (
         "accuracy",
+        "ap",  # ImageNet-O's names of ap_out and aupr_out
         "ap_in",
         "ap_out",
+        "aupr",
         "aupr_in",
         "aupr_out",
         "aurc",
@@ -402,7 +404,8 @@ def test_registry() -> None:
     )
     classifier = {"accuracy", "ece", "brier", "nll"}  # the same for every detector
     validation = set(metrics.VALIDATION_METRICS)  # κ of the validation samples too
-    assert set(metrics.KAPPA_METRICS) == set(metrics.METRICS) - classifier - validation
+    imagenet_o = {"aupr", "ap"}  # its names of aupr_out and ap_out: specs ask for those
+    assert set(metrics.KAPPA_METRICS) == set(metrics.METRICS) - classifier - validation - imagenet_o
     assert metrics.get_metric("fpr95") is metrics.METRICS["fpr95"]
     kappa, is_ood = np.array([0.3, 0.1, 0.2, 0.4]), np.array([False, True, False, True])
     assert metrics.METRICS["fpr95"](kappa, is_ood) == metrics.fpr_at_tpr(kappa, is_ood, tpr=0.95)
@@ -805,13 +808,16 @@ def test_metric_info_records() -> None:
     assert {info["oscr"].inputs, info["aurc"].inputs} == {"kappa+is_ood+correct", "kappa+correct"}
     assert info["oscr"].needs_correct and info["aurc"].needs_correct
     assert not info["auroc"].needs_correct and info["accuracy"].inputs == "predictions+labels"
-    for alias in ("fpr", "FPR@95TPR", "fpr_at_95tpr", "FPR95TPR", "fpr_95", "fpr@95", "FPR90"):
-        assert not higher_is_better(alias)
-    for lower_is_better in ("eaurc", "detection_error", "Error"):  # the field's, by name
-        assert not higher_is_better(lower_is_better)
-    assert higher_is_better("aupr") and higher_is_better("some_protocol_metric")
-    assert metrics.metric_range("aupr") == metrics.metric_range("ap") == (0.0, 1.0)
-    assert metrics.metric_range("unknown") is None
+    # the records decide, never the name: a name without one is higher-is-better, unbounded
+    assert higher_is_better("fpr_95") and higher_is_better("some_protocol_metric")
+    assert metrics.metric_range("unknown") is None and "fpr_95" not in LOWER_IS_BETTER
+    assert dict(metrics.METRIC_RANGES) == {name: r.range for name, r in info.items()}
+    # ImageNet-O's names are records of the metrics they are, which specs offer instead
+    for name, same_as in (("aupr", "aupr_out"), ("ap", "ap_out")):
+        assert info[name].same_as == same_as and info[name].kernel == info[same_as].kernel
+        assert info[name].label and name not in metrics.KAPPA_METRICS
+    kernels = {name: r.kernel for name, r in info.items() if r.kernel is not None}
+    assert set(metrics.KAPPA_METRICS) == set(kernels) - {"aupr", "ap"}
     with pytest.raises(OodsimError):
         metrics.MetricInfo(name="x", function=len, higher_is_better=True, inputs="kappa")
     assert set(metrics.__all__) >= {"fpr95_ood", "ap_in", "ap_out", "oscr", "aurc", "METRIC_INFO"}

@@ -39,6 +39,7 @@ from oodsim.metrics.facts import (
     metric_info,
     metric_range,
     register_metric,
+    spec_metrics,
 )
 from oodsim.metrics.functions import (
     COVERAGES,
@@ -105,6 +106,7 @@ __all__ = [
     "metric_info",
     "register_metric",
     "metric_range",
+    "spec_metrics",
     "nll",
     "oscr",
     "oscr_pytorch_ood",

@@ -11,13 +11,11 @@ import numpy as np
 from oodsim.errors import UnknownNameError
 from oodsim.metrics.facts import (
     DEFAULT_KAPPA_METRICS,
-    KAPPA_METRICS,
     METRIC_INFO,
     VALIDATION_METRICS,
-    user_kappa_metrics,
 )
 from oodsim.metrics.inputs import as_is_ood, as_kappa, check_finite, require_correct
-from oodsim.metrics.kernels import KAPPA_REQUESTS, compute_metrics
+from oodsim.metrics.kernels import compute_metrics
 from oodsim.metrics.thresholds import rates_at_validation_threshold
 
 
@@ -32,7 +30,8 @@ def evaluate(
 ) -> dict[str, Any]:
     """Several κ metrics at once, sharing one validation and one sort per block of rows.
 
-    ``names`` are any of :data:`KAPPA_METRICS` and :data:`VALIDATION_METRICS` (default:
+    ``names`` are any metrics of κ in :data:`METRIC_INFO` (oodsim's :data:`KAPPA_METRICS` and
+    :data:`VALIDATION_METRICS`, ImageNet-O's names, registered ones; default:
     :data:`DEFAULT_KAPPA_METRICS`). ``oscr`` and ``aurc`` need ``correct``, each sample's
     prediction correctness (bool, ``(n,)`` or broadcastable to ``kappa``; read at ID samples
     only); ``aurc`` is taken over the ID samples (``is_ood`` False) of each row. The
@@ -41,7 +40,7 @@ def evaluate(
     (...)}``; equal to calling each metric separately (``aurc`` on the ID samples alone).
     """
     names = tuple(names)
-    known = (*KAPPA_METRICS, *VALIDATION_METRICS, *user_kappa_metrics())
+    known = tuple(name for name, info in METRIC_INFO.items() if info.scores_detector)
     for name in names:
         if name not in known:
             raise UnknownNameError("metric", name, known)
@@ -53,10 +52,10 @@ def evaluate(
                 f"metric {name!r} needs val_kappa=: κ of the ID validation samples"
                 + (f" [{context}]" if context else "")
             )
-    on_test = tuple(name for name in names if name in KAPPA_REQUESTS)
-    requests = tuple(KAPPA_REQUESTS[name] for name in on_test)
+    on_test = tuple(name for name in names if METRIC_INFO[name].kernel is not None)
+    kernels = tuple(METRIC_INFO[name].kernel for name in on_test)
     values = (
-        dict(zip(on_test, compute_metrics(kappa, is_ood, requests, context, correct)))
+        dict(zip(on_test, compute_metrics(kappa, is_ood, kernels, context, correct)))
         if on_test
         else {}
     )

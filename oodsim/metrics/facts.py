@@ -10,6 +10,7 @@ from typing import Any
 import attrs
 
 from oodsim.errors import UnknownNameError
+from oodsim.metrics import kernels
 from oodsim.metrics.calibration import brier, ece, nll
 from oodsim.metrics.functions import (
     accuracy,
@@ -27,7 +28,7 @@ from oodsim.metrics.functions import (
     oscr_pytorch_ood,
     selective_risk95,
 )
-from oodsim.metrics.kernels import KAPPA_REQUESTS
+from oodsim.metrics.kernels import Kernel
 from oodsim.metrics.thresholds import fpr_at_val95, tpr_at_val95
 from oodsim.plugins import Registry, View
 
@@ -55,8 +56,9 @@ class MetricInfo:
     """One named metric: its function, direction, range, inputs and the number it reproduces.
 
     ``function`` takes the arrays ``inputs`` names, in that order (``correct`` third for
-    "kappa+is_ood+correct", second for "kappa+correct"); ``reproduces`` names the published
-    recipe (library call or paper) whose number it equals. docs/metrics.md tabulates them.
+    "kappa+is_ood+correct", second for "kappa+correct"); ``kernel``, where given, computes the
+    same number for many rows at once; ``reproduces`` names the published recipe (library
+    call or paper) whose number it equals. docs/metrics.md tabulates them.
     """
 
     name: str
@@ -67,6 +69,12 @@ class MetricInfo:
     reproduces: str = ""
     #: how a paper's table heads the metric ("AUROC", "E-AURC"); the name where empty
     label: str = ""
+    #: the vectorised computation behind it (:func:`oodsim.metrics.evaluate` computes every
+    #: metric with one from one sort per block of rows); None: ``function`` row by row
+    kernel: Kernel | None = None
+    #: the metric this one is under another name (a protocol's name for it: ImageNet-O's
+    #: ``aupr`` is ``aupr_out``); specs offer the other name, results of that protocol this one
+    same_as: str = ""
 
     @property
     def needs_correct(self) -> bool:
@@ -98,6 +106,8 @@ _LABELS = {
     "oscr": "OSCR",
     "aurc": "AURC",
     "eaurc": "E-AURC",
+    "aupr": "AUPR",
+    "ap": "AP",
 }
 
 
@@ -116,6 +126,7 @@ _BUILTIN: dict[str, MetricInfo] = {
             "sklearn roc_auc_score(~is_ood, kappa); OpenOOD's and pytorch-ood's AUROC (AUROC does "
             "not depend on which class is positive)",
             higher_is_better=True,
+            kernel=kernels.AUROC,
         ),
         _info(
             "aupr_in",
@@ -123,6 +134,7 @@ _BUILTIN: dict[str, MetricInfo] = {
             "sklearn auc(recall, precision) of precision_recall_curve(~is_ood, kappa); OpenOOD's "
             "aupr_in, pytorch-ood OODMetrics 'AUPR-IN'",
             higher_is_better=True,
+            kernel=kernels.aupr_in_kernel("trapezoid"),
         ),
         _info(
             "aupr_out",
@@ -130,12 +142,14 @@ _BUILTIN: dict[str, MetricInfo] = {
             "sklearn auc(recall, precision) of precision_recall_curve(is_ood, -kappa); the "
             "ImageNet-O card's 'aupr', OpenOOD's aupr_out, pytorch-ood OODMetrics 'AUPR-OUT'",
             higher_is_better=True,
+            kernel=kernels.aupr_out_kernel("trapezoid"),
         ),
         _info(
             "ap_in",
             ap_in,
             "sklearn average_precision_score(~is_ood, kappa)",
             higher_is_better=True,
+            kernel=kernels.aupr_in_kernel("step"),
         ),
         _info(
             "ap_out",
@@ -143,6 +157,25 @@ _BUILTIN: dict[str, MetricInfo] = {
             "sklearn average_precision_score(is_ood, -kappa); the ImageNet-O authors' code "
             "(natural-adv-examples)",
             higher_is_better=True,
+            kernel=kernels.aupr_out_kernel("step"),
+        ),
+        _info(
+            "aupr",
+            aupr_out,
+            "the ImageNet-O card's AUPR (Hendrycks et al., CVPR 2021): aupr_out, OOD positive, "
+            "ranked by -kappa, trapezoid auc(recall, precision)",
+            higher_is_better=True,
+            kernel=kernels.aupr_out_kernel("trapezoid"),
+            same_as="aupr_out",
+        ),
+        _info(
+            "ap",
+            ap_out,
+            "the ImageNet-O authors' code (natural-adv-examples calibration_tools.get_measures): "
+            "ap_out, sklearn average_precision_score(is_ood, -kappa)",
+            higher_is_better=True,
+            kernel=kernels.aupr_out_kernel("step"),
+            same_as="ap_out",
         ),
         _info(
             "fpr95",
@@ -150,6 +183,7 @@ _BUILTIN: dict[str, MetricInfo] = {
             "fpr[argmax(tpr >= 0.95)] of roc_curve(~is_ood, kappa, drop_intermediate=False): "
             "ID positive",
             higher_is_better=False,
+            kernel=kernels.fpr_kernel(0.95),
         ),
         _info(
             "fpr95_ood",
@@ -157,6 +191,7 @@ _BUILTIN: dict[str, MetricInfo] = {
             "pytorch-ood OODMetrics 'FPR95TPR' of outlier scores -kappa; fpr[argmax(tpr >= 0.95)] "
             "of roc_curve(is_ood, -kappa, drop_intermediate=False): OOD positive",
             higher_is_better=False,
+            kernel=kernels.fpr_ood_kernel(0.95),
         ),
         _info(
             "oscr",
@@ -166,6 +201,7 @@ _BUILTIN: dict[str, MetricInfo] = {
             "kappa >= t, over the distinct thresholds t",
             higher_is_better=True,
             inputs="kappa+is_ood+correct",
+            kernel=kernels.OSCR,
         ),
         _info(
             "oscr_pytorch_ood",
@@ -174,6 +210,7 @@ _BUILTIN: dict[str, MetricInfo] = {
             "ROC-like segment (at least oscr; equal to auroc with every ID sample correct)",
             higher_is_better=True,
             inputs="kappa+is_ood+correct",
+            kernel=kernels.OSCR_DIAGONAL,
         ),
         _info(
             "aurc",
@@ -182,6 +219,7 @@ _BUILTIN: dict[str, MetricInfo] = {
             "risk over coverages i/n, ties in expectation over their orders",
             higher_is_better=False,
             inputs="kappa+correct",
+            kernel=kernels.AURC,
         ),
         _info(
             "aurc_thresholds",
@@ -190,6 +228,7 @@ _BUILTIN: dict[str, MetricInfo] = {
             "kappa >= its own (a tied run takes the risk of all of it); aurc without ties",
             higher_is_better=False,
             inputs="kappa+correct",
+            kernel=kernels.AURC_THRESHOLDS,
         ),
         _info(
             "eaurc",
@@ -198,6 +237,7 @@ _BUILTIN: dict[str, MetricInfo] = {
             "the same predictions, computed exactly",
             higher_is_better=False,
             inputs="kappa+correct",
+            kernel=kernels.EAURC,
         ),
         _info(
             "selective_risk95",
@@ -206,6 +246,7 @@ _BUILTIN: dict[str, MetricInfo] = {
             "that accepts at least 95% of them",
             higher_is_better=False,
             inputs="kappa+correct",
+            kernel=kernels.selective_risk_kernel(0.95),
         ),
         _info(
             "tpr_at_val95",
@@ -313,22 +354,25 @@ def register_metric(
     return decorate
 
 
+def spec_metrics() -> list[str]:
+    """Every metric a spec may name, sorted: each record's, less a protocol's names of another
+    metric (``same_as``: a spec names the other)."""
+    return sorted(name for name, info in METRIC_INFO.items() if not info.same_as)
+
+
 def metric_info(name: str) -> MetricInfo | None:
     """The record of metric ``name`` (oodsim's, registered or installed), None if none."""
     name = str(name)
     return REGISTRY.get(name) if name in REGISTRY.available() else None
 
 
-def user_kappa_metrics() -> tuple[str, ...]:
-    """The κ metrics registered here or installed (computed row by row by ``evaluate``)."""
-    return tuple(name for name in REGISTRY.available() if name not in _BUILTIN)
+KAPPA_METRICS: tuple[str, ...] = tuple(
+    name for name, info in _BUILTIN.items() if info.kernel is not None and not info.same_as
+)
 
 
-KAPPA_METRICS: tuple[str, ...] = tuple(KAPPA_REQUESTS)
-
-
-"""Names of the metrics computed from the test sets' κ alone, from one sort; ``oscr`` and
-``aurc`` also need ``correct`` (see ``METRIC_INFO[name].inputs``)."""
+"""Names of the metrics a spec may ask for that are computed from the test sets' κ, from one
+sort; ``oscr`` and ``aurc`` also need ``correct`` (see ``METRIC_INFO[name].inputs``)."""
 
 
 VALIDATION_METRICS: tuple[str, ...] = tuple(
@@ -354,44 +398,32 @@ METRICS: Mapping[str, Callable[..., Any]] = View(REGISTRY, lambda info: info.fun
 "accuracy" ``(predictions, labels)``."""
 
 
-#: The range every value of a metric lies in: all of oodsim's metrics, and ImageNet-O's
-#: ``aupr`` and ``ap``, are rates or areas under curves in the unit square. Intervals for their
-#: means stay inside it.
-METRIC_RANGES: dict[str, tuple[float, float]] = {
-    **{name: info.range for name, info in _BUILTIN.items()},
-    "aupr": (0.0, 1.0),
-    "ap": (0.0, 1.0),
-}
+#: The range every value of a metric lies in, by name (its record's :attr:`MetricInfo.range`):
+#: intervals for a metric's mean stay inside it.
+METRIC_RANGES: Mapping[str, tuple[float, float]] = View(REGISTRY, lambda info: info.range)
 
 
 def metric_range(name: str) -> tuple[float, float] | None:
     """``(low, high)`` bounds of the values of metric ``name`` (its record's); None for a
-    metric oodsim does not know (its intervals are then unbounded)."""
-    info = metric_info(name) if str(name) not in METRIC_RANGES else None
-    return info.range if info is not None else METRIC_RANGES.get(str(name))
+    name without a record (its intervals are then unbounded)."""
+    info = metric_info(name)
+    return None if info is None else info.range
 
 
-#: Metrics for which a lower value is better: those :data:`METRIC_INFO` marks so
-#: (fpr95, fpr95_ood, aurc) and common names of the field's lower-is-better metrics; beyond
-#: them any name that starts with "fpr" is one too (:func:`higher_is_better`), and every other
-#: metric is "higher is better".
+#: oodsim's own metrics for which a lower value is better (their records say so).
 LOWER_IS_BETTER: frozenset[str] = frozenset(
-    {name for name, info in _BUILTIN.items() if not info.higher_is_better}
-    | {"fpr", "fpr@95tpr", "fpr_at_95tpr", "fpr95tpr", "eaurc", "detection_error", "error"}
+    name for name, info in _BUILTIN.items() if not info.higher_is_better
 )
 
 
 def higher_is_better(metric: str) -> bool:
-    """Whether a larger value of ``metric`` means a better detector: the metric's record in
-    :data:`METRIC_INFO` decides, else False only for the names in :data:`LOWER_IS_BETTER`
-    and any false positive rate, a name that starts with "fpr" (``fpr_95``, ``FPR@95``:
-    case-insensitive)."""
+    """Whether a larger value of ``metric`` means a better detector, as its record in
+    :data:`METRIC_INFO` says (the name as given, else lower-cased: ``AUROC``). A name without
+    a record is taken as higher-is-better: register a metric whose lower values are better
+    (:func:`register_metric`, ``higher_is_better=False``) before its results are compared."""
     name = str(metric)
     info = metric_info(name) or metric_info(name.lower())
-    if info is not None:
-        return info.higher_is_better
-    lower = name.lower()
-    return lower not in LOWER_IS_BETTER and not lower.startswith("fpr")
+    return True if info is None else info.higher_is_better
 
 
 def is_ood_metric(metric: str) -> bool:

@@ -8,7 +8,21 @@ from typing import Any
 import numpy as np
 
 from oodsim.metrics.inputs import as_kappa, check_aupr_method, check_rate, require_correct
-from oodsim.metrics.kernels import compute_metrics
+from oodsim.metrics.kernels import (
+    AURC,
+    AURC_THRESHOLDS,
+    AUROC,
+    EAURC,
+    OSCR,
+    OSCR_DIAGONAL,
+    Kernel,
+    aupr_in_kernel,
+    aupr_out_kernel,
+    compute_metrics,
+    fpr_kernel,
+    fpr_ood_kernel,
+    selective_risk_kernel,
+)
 
 
 def auroc(kappa: Any, is_ood: Any, *, context: str = "") -> Any:
@@ -16,7 +30,7 @@ def auroc(kappa: Any, is_ood: Any, *, context: str = "") -> Any:
 
     Equals sklearn ``roc_auc_score(~is_ood, kappa)`` for each row.
     """
-    return compute_metrics(kappa, is_ood, (("auroc", None),), context)[0]
+    return compute_metrics(kappa, is_ood, (AUROC,), context)[0]
 
 
 def aupr_in(kappa: Any, is_ood: Any, *, method: str = "trapezoid", context: str = "") -> Any:
@@ -27,7 +41,7 @@ def aupr_in(kappa: Any, is_ood: Any, *, method: str = "trapezoid", context: str 
     ``average_precision_score``, also available by name as :func:`ap_in`.
     """
     check_aupr_method(method)
-    return compute_metrics(kappa, is_ood, (("aupr_in", method),), context)[0]
+    return compute_metrics(kappa, is_ood, (aupr_in_kernel(method),), context)[0]
 
 
 def aupr_out(kappa: Any, is_ood: Any, *, method: str = "trapezoid", context: str = "") -> Any:
@@ -36,7 +50,7 @@ def aupr_out(kappa: Any, is_ood: Any, *, method: str = "trapezoid", context: str
     ``method`` as in :func:`aupr_in`; ``method="step"`` is also available as :func:`ap_out`.
     """
     check_aupr_method(method)
-    return compute_metrics(kappa, is_ood, (("aupr_out", method),), context)[0]
+    return compute_metrics(kappa, is_ood, (aupr_out_kernel(method),), context)[0]
 
 
 def fpr_at_tpr(kappa: Any, is_ood: Any, *, tpr: float = 0.95, context: str = "") -> Any:
@@ -46,7 +60,7 @@ def fpr_at_tpr(kappa: Any, is_ood: Any, *, tpr: float = 0.95, context: str = "")
     drop_intermediate=False)``; no interpolation between thresholds.
     """
     check_rate(tpr, "tpr")
-    return compute_metrics(kappa, is_ood, (("fpr", tpr),), context)[0]
+    return compute_metrics(kappa, is_ood, (fpr_kernel(tpr),), context)[0]
 
 
 def fpr95(kappa: Any, is_ood: Any, *, context: str = "") -> Any:
@@ -60,7 +74,7 @@ def ap_in(kappa: Any, is_ood: Any, *, context: str = "") -> Any:
     Equals sklearn ``average_precision_score(~is_ood, kappa)``; :func:`aupr_in` with
     ``method="step"``.
     """
-    return compute_metrics(kappa, is_ood, (("aupr_in", "step"),), context)[0]
+    return compute_metrics(kappa, is_ood, (aupr_in_kernel("step"),), context)[0]
 
 
 def ap_out(kappa: Any, is_ood: Any, *, context: str = "") -> Any:
@@ -69,7 +83,7 @@ def ap_out(kappa: Any, is_ood: Any, *, context: str = "") -> Any:
     Equals sklearn ``average_precision_score(is_ood, -kappa)``; :func:`aupr_out` with
     ``method="step"``.
     """
-    return compute_metrics(kappa, is_ood, (("aupr_out", "step"),), context)[0]
+    return compute_metrics(kappa, is_ood, (aupr_out_kernel("step"),), context)[0]
 
 
 def fpr_at_tpr_ood(kappa: Any, is_ood: Any, *, tpr: float = 0.95, context: str = "") -> Any:
@@ -81,7 +95,7 @@ def fpr_at_tpr_ood(kappa: Any, is_ood: Any, *, tpr: float = 0.95, context: str =
     no interpolation between thresholds.
     """
     check_rate(tpr, "tpr")
-    return compute_metrics(kappa, is_ood, (("fpr_ood", tpr),), context)[0]
+    return compute_metrics(kappa, is_ood, (fpr_ood_kernel(tpr),), context)[0]
 
 
 def fpr95_ood(kappa: Any, is_ood: Any, *, context: str = "") -> Any:
@@ -106,7 +120,7 @@ def oscr(kappa: Any, is_ood: Any, correct: Any, *, context: str = "") -> Any:
     :func:`oscr_pytorch_ood`: the strict count joins each threshold to the next by a diagonal.
     """
     require_correct("oscr", correct, context)
-    return compute_metrics(kappa, is_ood, (("oscr", None),), context, correct)[0]
+    return compute_metrics(kappa, is_ood, (OSCR,), context, correct)[0]
 
 
 def oscr_pytorch_ood(kappa: Any, is_ood: Any, correct: Any, *, context: str = "") -> Any:
@@ -116,15 +130,15 @@ def oscr_pytorch_ood(kappa: Any, is_ood: Any, correct: Any, *, context: str = ""
     :func:`auroc`. ``correct`` as in :func:`oscr`.
     """
     require_correct("oscr_pytorch_ood", correct, context)
-    return compute_metrics(kappa, is_ood, (("oscr_diagonal", None),), context, correct)[0]
+    return compute_metrics(kappa, is_ood, (OSCR_DIAGONAL,), context, correct)[0]
 
 
-def _id_only(name: str, kappa: Any, correct: Any, context: str, param: Any = None) -> Any:
-    """A metric of the ID samples alone (``kappa`` and ``correct`` are all ID)."""
+def _id_only(name: str, kernel: Kernel, kappa: Any, correct: Any, context: str) -> Any:
+    """Metric ``name`` of the ID samples alone (``kappa`` and ``correct`` are all ID)."""
     require_correct(name, correct, context)
     scores = as_kappa(kappa, context)
     all_id = np.zeros(scores.shape[-1], dtype=bool)
-    return compute_metrics(scores, all_id, ((name, param),), context, correct)[0]
+    return compute_metrics(scores, all_id, (kernel,), context, correct)[0]
 
 
 def aurc(kappa: Any, correct: Any, *, context: str = "") -> Any:
@@ -137,7 +151,7 @@ def aurc(kappa: Any, correct: Any, *, context: str = "") -> Any:
     evenly over it), so the value does not depend on how ties are ordered; without ties this
     is the plain sorted loop. ``correct``: bool, ``(n,)`` or broadcastable to ``kappa``.
     """
-    return _id_only("aurc", kappa, correct, context)
+    return _id_only("aurc", AURC, kappa, correct, context)
 
 
 def aurc_thresholds(kappa: Any, correct: Any, *, context: str = "") -> Any:
@@ -145,7 +159,7 @@ def aurc_thresholds(kappa: Any, correct: Any, *, context: str = "") -> Any:
     it: each sample takes the selective risk of accepting every sample with κ >= its own, so
     the samples of a tied run all take the risk of the whole run. Without ties it equals
     :func:`aurc`; with ties the two differ, either way (``docs/metrics.md``). Lower is better."""
-    return _id_only("aurc_thresholds", kappa, correct, context)
+    return _id_only("aurc_thresholds", AURC_THRESHOLDS, kappa, correct, context)
 
 
 def eaurc(kappa: Any, correct: Any, *, context: str = "") -> Any:
@@ -153,7 +167,7 @@ def eaurc(kappa: Any, correct: Any, *, context: str = "") -> Any:
     ranking of the same predictions (every correct one first), computed exactly,
     ((n - C) - C (H_n - H_C)) / n for C correct of n, not with the ``r + (1 - r) ln(1 - r)``
     approximation. 0 for a κ that ranks every correct prediction first; lower is better."""
-    return _id_only("eaurc", kappa, correct, context)
+    return _id_only("eaurc", EAURC, kappa, correct, context)
 
 
 def selective_risk(kappa: Any, correct: Any, *, coverage: float, context: str = "") -> Any:
@@ -161,7 +175,8 @@ def selective_risk(kappa: Any, correct: Any, *, coverage: float, context: str = 
     that accepts at least ``coverage`` of them (coverage k / n in float64; ties are accepted
     together, so the coverage reached may be higher). Lower is better."""
     check_rate(coverage, "coverage")
-    return _id_only("selective_risk", kappa, correct, context, float(coverage))
+    kernel = selective_risk_kernel(float(coverage))
+    return _id_only("selective_risk", kernel, kappa, correct, context)
 
 
 #: The coverages of :func:`risk_coverage_curve` by default: 0.05, 0.10, ..., 1.00.

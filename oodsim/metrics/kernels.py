@@ -5,9 +5,10 @@ them, every requested metric of a block of rows from one set of cumulative count
 from __future__ import annotations
 
 import functools
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any, NamedTuple
 
+import attrs
 import numpy as np
 
 from oodsim.metrics.inputs import as_is_ood, as_kappa, as_mask, check_finite, class_counts
@@ -126,7 +127,7 @@ def _auroc_runs(runs: _Runs, n_id: np.ndarray, n_ood: np.ndarray) -> np.ndarray:
     return _row_sum(np.multiply(d_fp, tp_pair, dtype=np.float64), runs) / (2.0 * n_id * n_ood)
 
 
-def _aupr_in_runs(runs: _Runs, n_id: np.ndarray, method: str) -> np.ndarray:
+def _aupr_in_runs(runs: _Runs, n_id: np.ndarray, n_ood: np.ndarray, *, method: str) -> np.ndarray:
     """PR area with ID positive, κ descending: each run adds ΔTP = a - a_prev."""
     d_tp = runs.a - runs.a_prev
     precision = _ratio(runs.n_id - runs.a_prev, runs.n - runs.b_prev)  # after adding the run
@@ -136,7 +137,7 @@ def _aupr_in_runs(runs: _Runs, n_id: np.ndarray, method: str) -> np.ndarray:
     return _row_sum(d_tp * precision, runs) / (2.0 * n_id)
 
 
-def _aupr_out_runs(runs: _Runs, n_ood: np.ndarray, method: str) -> np.ndarray:
+def _aupr_out_runs(runs: _Runs, n_id: np.ndarray, n_ood: np.ndarray, *, method: str) -> np.ndarray:
     """PR area with OOD positive, κ ascending: each run adds ΔTP = OOD samples in the run."""
     d_tp = (runs.b - runs.b_prev) - (runs.a - runs.a_prev)
     precision = _ratio(runs.b - runs.a, runs.b)  # after adding the run
@@ -146,7 +147,7 @@ def _aupr_out_runs(runs: _Runs, n_ood: np.ndarray, method: str) -> np.ndarray:
     return _row_sum(d_tp * precision, runs) / (2.0 * n_ood)
 
 
-def _fpr_runs(runs: _Runs, n_ood: np.ndarray, tpr: float) -> np.ndarray:
+def _fpr_runs(runs: _Runs, n_id: np.ndarray, n_ood: np.ndarray, *, tpr: float) -> np.ndarray:
     """FP rate at the highest threshold whose TP rate (computed as sklearn does) is >= tpr.
 
     Descending κ, the threshold of run m reaches TP = P - a_{m-1}; the TP rate falls with m, so
@@ -158,7 +159,7 @@ def _fpr_runs(runs: _Runs, n_ood: np.ndarray, tpr: float) -> np.ndarray:
     return ((runs.n - runs.b_prev[last]) - tp[last]) / n_ood
 
 
-def _fpr_ood_runs(runs: _Runs, n_id: np.ndarray, tpr: float) -> np.ndarray:
+def _fpr_ood_runs(runs: _Runs, n_id: np.ndarray, n_ood: np.ndarray, *, tpr: float) -> np.ndarray:
     """ID share flagged as OOD at the first threshold on -κ whose OOD TP rate is >= tpr.
 
     Ascending κ (descending -κ), run m reaches TP = b_m - a_m OOD and FP = a_m ID samples; the
@@ -198,7 +199,7 @@ def _oscr_diagonal_runs(runs: _Runs, n_id: np.ndarray, n_ood: np.ndarray) -> np.
     return _row_sum(np.multiply(d_fp, ccr_pair, dtype=np.float64), runs) / (2.0 * n_id * n_ood)
 
 
-def _aurc_runs(runs: _Runs, n_id: np.ndarray) -> np.ndarray:
+def _aurc_runs(runs: _Runs, n_id: np.ndarray, n_ood: np.ndarray) -> np.ndarray:
     """Mean selective risk over coverages 1..P of the ID samples, ties in expectation.
 
     κ descending, run m holds r = a_m - a_{m-1} ID samples, w of them wrong, behind the k =
@@ -232,7 +233,7 @@ def _accepted_risk(runs: _Runs) -> tuple[np.ndarray, np.ndarray]:
     return accepted, risk
 
 
-def _aurc_thresholds_runs(runs: _Runs, n_id: np.ndarray) -> np.ndarray:
+def _aurc_thresholds_runs(runs: _Runs, n_id: np.ndarray, n_ood: np.ndarray) -> np.ndarray:
     """AURC at the thresholds only: each ID sample takes the selective risk of the threshold
     at which it is first accepted (its own κ), so a tied run takes the risk of all of it.
     Without ties this is the plain sorted loop, as :func:`_aurc_runs`."""
@@ -249,7 +250,9 @@ def _oracle_aurc(n_id: np.ndarray, n_correct: np.ndarray) -> np.ndarray:
     return ((p - c) - c * (harmonic[n_id] - harmonic[n_correct])) / p
 
 
-def _selective_risk_runs(runs: _Runs, n_id: np.ndarray, coverage: float) -> np.ndarray:
+def _selective_risk_runs(
+    runs: _Runs, n_id: np.ndarray, n_ood: np.ndarray, *, coverage: float
+) -> np.ndarray:
     """Selective risk at the highest threshold that accepts at least ``coverage`` of the ID
     samples (coverage computed as k / P in float64)."""
     accepted, risk = _accepted_risk(runs)
@@ -257,64 +260,88 @@ def _selective_risk_runs(runs: _Runs, n_id: np.ndarray, coverage: float) -> np.n
     return risk[runs.starts + reached - 1]
 
 
-def _metrics_block(
-    runs: _Runs, n_id: np.ndarray, n_ood: np.ndarray, requests: tuple[tuple[str, Any], ...]
-) -> list[np.ndarray]:
-    """All requested metrics for one block of rows from its runs."""
-    out = []
-    aurc = functools.cache(lambda: _aurc_runs(runs, n_id))  # aurc and eaurc share it
-    for kind, param in requests:
-        if kind == "auroc":
-            out.append(_auroc_runs(runs, n_id, n_ood))
-        elif kind == "aupr_in":
-            out.append(_aupr_in_runs(runs, n_id, param))
-        elif kind == "aupr_out":
-            out.append(_aupr_out_runs(runs, n_ood, param))
-        elif kind == "fpr":
-            out.append(_fpr_runs(runs, n_ood, param))
-        elif kind == "fpr_ood":
-            out.append(_fpr_ood_runs(runs, n_id, param))
-        elif kind == "oscr":
-            out.append(_oscr_runs(runs, n_id, n_ood))
-        elif kind == "oscr_diagonal":
-            out.append(_oscr_diagonal_runs(runs, n_id, n_ood))
-        elif kind == "aurc":
-            out.append(aurc())
-        elif kind == "aurc_thresholds":
-            out.append(_aurc_thresholds_runs(runs, n_id))
-        elif kind == "eaurc":
-            # never below 0 (no ranking beats the best one): a ranking that is the best one
-            # differs from it by rounding alone, which must not read as a negative E-AURC
-            out.append(np.maximum(aurc() - _oracle_aurc(n_id, runs.n_correct[runs.starts]), 0.0))
-        elif kind == "selective_risk":
-            out.append(_selective_risk_runs(runs, n_id, param))
-        else:  # pragma: no cover - requests come from KAPPA_REQUESTS and the functions
-            raise AssertionError(f"unknown metric request {kind!r}")
-    return out
+def _eaurc_runs(runs: _Runs, n_id: np.ndarray, n_ood: np.ndarray) -> np.ndarray:
+    """AURC less the AURC of the best ranking of the same predictions, never below 0 (no
+    ranking beats the best one: a ranking that is the best one differs from it by rounding
+    alone, which must not read as a negative E-AURC)."""
+    oracle = _oracle_aurc(n_id, runs.n_correct[runs.starts])
+    return np.maximum(_aurc_runs(runs, n_id, n_ood) - oracle, 0.0)
+
+
+@attrs.frozen
+class Kernel:
+    """A metric computed from the runs of tied κ of a block of rows (:func:`compute_metrics`):
+    ``compute(runs, n_id, n_ood)`` gives each row's value from its runs and its ID and OOD
+    counts. ``counts_correct``: the runs must also count the correctly classified ID samples
+    (the caller passes ``correct``); ``id_only``: a metric of the ID samples alone, so a row
+    needs no OOD sample. ``name`` tells kernels apart, their parameters included."""
+
+    name: str
+    compute: Callable[[_Runs, np.ndarray, np.ndarray], np.ndarray] = attrs.field(
+        eq=False, repr=False
+    )
+    counts_correct: bool = False
+    id_only: bool = False
+
+
+def aupr_in_kernel(method: str) -> Kernel:
+    """PR area with ID positive, ranked by κ: ``method`` "trapezoid" or "step" (AP)."""
+    return Kernel(f"aupr_in[{method}]", functools.partial(_aupr_in_runs, method=method))
+
+
+def aupr_out_kernel(method: str) -> Kernel:
+    """PR area with OOD positive, ranked by -κ: ``method`` "trapezoid" or "step" (AP)."""
+    return Kernel(f"aupr_out[{method}]", functools.partial(_aupr_out_runs, method=method))
+
+
+def fpr_kernel(tpr: float) -> Kernel:
+    """FP rate, ID positive, at the highest threshold that keeps ``tpr`` of the ID samples."""
+    return Kernel(f"fpr[{tpr}]", functools.partial(_fpr_runs, tpr=tpr))
+
+
+def fpr_ood_kernel(tpr: float) -> Kernel:
+    """FP rate, OOD positive, at the first threshold on -κ that catches ``tpr`` of the OOD."""
+    return Kernel(f"fpr_ood[{tpr}]", functools.partial(_fpr_ood_runs, tpr=tpr))
+
+
+def selective_risk_kernel(coverage: float) -> Kernel:
+    """Selective risk at the highest threshold that accepts ``coverage`` of the ID samples."""
+    compute = functools.partial(_selective_risk_runs, coverage=coverage)
+    return Kernel(f"selective_risk[{coverage}]", compute, counts_correct=True, id_only=True)
+
+
+AUROC = Kernel("auroc", _auroc_runs)
+OSCR = Kernel("oscr", _oscr_runs, counts_correct=True)
+OSCR_DIAGONAL = Kernel("oscr_diagonal", _oscr_diagonal_runs, counts_correct=True)
+AURC = Kernel("aurc", _aurc_runs, counts_correct=True, id_only=True)
+AURC_THRESHOLDS = Kernel(
+    "aurc_thresholds", _aurc_thresholds_runs, counts_correct=True, id_only=True
+)
+EAURC = Kernel("eaurc", _eaurc_runs, counts_correct=True, id_only=True)
 
 
 def compute_metrics(
     kappa: Any,
     is_ood: Any,
-    requests: tuple[tuple[str, Any], ...],
+    kernels: Sequence[Kernel],
     context: str,
     correct: Any = None,
 ) -> list[Any]:
-    """Validate once, then evaluate every request block by block; results shaped like κ[..., 0].
+    """Validate once, then evaluate every kernel block by block; results shaped like κ[..., 0].
 
-    ``correct`` (the ID samples' prediction correctness) is needed by the OSCR and AURC
-    requests only; the caller checks it is given.
+    ``correct`` (the ID samples' prediction correctness) is needed by the kernels that count
+    it (``counts_correct``) only; the caller checks it is given.
     """
     scores = as_kappa(kappa, context)
     labels = as_is_ood(is_ood, scores.shape, context)
     flags = None if correct is None else as_mask(correct, "correct", scores.shape, context)
     check_finite(scores, context)
     batch_shape, n = scores.shape[:-1], scores.shape[-1]
-    kinds = {kind for kind, _ in requests}
-    n_id, n_ood = class_counts(labels, batch_shape, context, need_ood=bool(kinds - _ID_ONLY_KINDS))
-    use_correct = flags is not None and bool(kinds & _CORRECT_KINDS)
+    need_ood = not all(kernel.id_only for kernel in kernels)
+    n_id, n_ood = class_counts(labels, batch_shape, context, need_ood=need_ood)
+    use_correct = flags is not None and any(kernel.counts_correct for kernel in kernels)
     rows = scores.reshape(-1, n)
-    results = [np.empty(rows.shape[0], dtype=np.float64) for _ in requests]
+    results = [np.empty(rows.shape[0], dtype=np.float64) for _ in kernels]
     count_dtype = np.int32 if n < 2**30 else np.int64  # counts never overflow, even 2n
     columns = np.empty(0, dtype=count_dtype)
     for block in _row_blocks(rows.shape[0], n):
@@ -327,33 +354,6 @@ def compute_metrics(
         runs = _runs(
             rows[block], block_labels, n_id[block].astype(count_dtype), columns, id_correct
         )
-        values = _metrics_block(runs, n_id[block], n_ood[block], requests)
-        for result, value in zip(results, values):
-            result[block] = value
+        for result, kernel in zip(results, kernels):
+            result[block] = kernel.compute(runs, n_id[block], n_ood[block])
     return [result.reshape(batch_shape)[()] for result in results]
-
-
-# name → (kernel, parameter) of the run-based computation behind each κ metric
-KAPPA_REQUESTS: dict[str, tuple[str, Any]] = {
-    "auroc": ("auroc", None),
-    "aupr_in": ("aupr_in", "trapezoid"),
-    "aupr_out": ("aupr_out", "trapezoid"),
-    "ap_in": ("aupr_in", "step"),
-    "ap_out": ("aupr_out", "step"),
-    "fpr95": ("fpr", 0.95),
-    "fpr95_ood": ("fpr_ood", 0.95),
-    "oscr": ("oscr", None),
-    "oscr_pytorch_ood": ("oscr_diagonal", None),
-    "aurc": ("aurc", None),
-    "aurc_thresholds": ("aurc_thresholds", None),
-    "eaurc": ("eaurc", None),
-    "selective_risk95": ("selective_risk", 0.95),
-}
-
-
-#: kernels that count correct ID samples
-_CORRECT_KINDS = frozenset(
-    {"oscr", "oscr_diagonal", "aurc", "aurc_thresholds", "eaurc", "selective_risk"}
-)
-#: kernels of the ID samples alone: a row needs no OOD sample
-_ID_ONLY_KINDS = frozenset({"aurc", "aurc_thresholds", "eaurc", "selective_risk"})

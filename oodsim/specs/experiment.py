@@ -46,9 +46,9 @@ class ExperimentSpec(RunSpec):
     def metric_names(cls) -> list[str]:
         """Every metric: an open set seed also scores its classifier (``accuracy``)."""
         # specs sit below the registries they validate against
-        from oodsim.metrics import METRICS
+        from oodsim.metrics import spec_metrics
 
-        return sorted(METRICS)
+        return spec_metrics()
 
     def _check_design(self) -> None:
         """Only streams an open set simulation draws from can be designed."""

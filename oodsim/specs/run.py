@@ -84,11 +84,13 @@ class RunSpec(Seeded, KeyedSpec):
 
     @classmethod
     def metric_names(cls) -> Sequence[str]:
-        """The metrics this protocol's seeds can score (default: every κ metric)."""
+        """The metrics this protocol's seeds can score (default: every metric of κ that
+        needs no validation samples or classifier outputs, registered ones included)."""
         # specs sit below the registries they validate against
-        from oodsim.metrics import KAPPA_METRICS
+        from oodsim.metrics import KAPPA_METRICS, METRIC_INFO, spec_metrics
 
-        return KAPPA_METRICS
+        names = spec_metrics()
+        return [n for n in names if n in KAPPA_METRICS or METRIC_INFO[n].inputs == "kappa+is_ood"]
 
     def __attrs_post_init__(self) -> None:
         check_labels("detectors", [d.label for d in self.detectors])

@@ -158,11 +158,7 @@ def ood_metrics(
     """
     kappa = np.concatenate([id_kappa, ood_kappa], axis=-1)
     is_ood = np.r_[np.zeros(id_kappa.shape[-1], bool), np.ones(ood_kappa.shape[-1], bool)]
-    requests = tuple(dict.fromkeys("aupr_out" if n == AUPR else n for n in names if n != AP))
-    values = _metrics.evaluate(kappa, is_ood, requests, context=context) if requests else {}
-    if AP in names:
-        values[AP] = _metrics.aupr_out(kappa, is_ood, method="step", context=context)
-    return {n: values["aupr_out" if n == AUPR else n] for n in names}
+    return _metrics.evaluate(kappa, is_ood, tuple(dict.fromkeys(names)), context=context)
 
 
 #: the metrics :func:`evaluate_logits` returns
