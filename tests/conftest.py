@@ -168,9 +168,13 @@ def wait_for(probe: Callable[[], T | None], timeout: float, what: str) -> T:
 
 def children(pid: int, command: str) -> list[psutil.Process]:
     """The child processes of ``pid`` whose command line contains ``command`` (those that
-    end meanwhile left out)."""
+    end meanwhile left out; none once ``pid`` itself has ended)."""
+    try:
+        listed = psutil.Process(pid).children()
+    except psutil.NoSuchProcess:  # it ended between the caller's check and this one
+        return []
     found = []
-    for child in psutil.Process(pid).children():
+    for child in listed:
         with contextlib.suppress(psutil.Error):
             if command in " ".join(child.cmdline()):
                 found.append(child)
