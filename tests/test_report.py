@@ -493,7 +493,7 @@ def test_severity_report_lists_its_files_and_thins_the_levels_of_its_figures(
     marker = json.loads((tmp_path / REPORT_MARKER).read_text())
     assert "severity/severity_summary.md" in marker["files"]
     for name in marker["files"]:
-        assert (tmp_path / name).is_file() and is_report_file(name), name
+        assert (tmp_path / name).is_file() and is_report_file(name, "severity"), name
         if name.endswith(".png"):
             assert_png(tmp_path / name)
 

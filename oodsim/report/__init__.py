@@ -31,6 +31,7 @@ _HOMES = {
     "check_report_folder": "folder",
     "is_complete": "folder",
     "report_folder": "folder",
+    "write_file": "folder",
     "ReportHooks": "hooks",
     "register_report": "hooks",
     "report_hooks": "hooks",

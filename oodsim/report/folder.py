@@ -25,6 +25,7 @@ import numpy as np
 import xarray as xr
 
 from oodsim.errors import OodsimError
+from oodsim.protocols import protocol_of
 from oodsim.results import MANIFEST, check_writable
 from oodsim.stats import as_score
 from oodsim.store.fs import owned, read_json, what_is, write_replacing
@@ -50,10 +51,9 @@ FIGURE_FILES = {
 #: The file of each table format a report writes when asked (:mod:`oodsim.report.paper`).
 TABLE_FILES: dict[str, str] = {"latex": "table.tex", "csv": "table.csv"}
 #: The files a report writes at the top of its folder (``summary.md`` and the figures of
-#: :mod:`oodsim.report.summary`); severity results add ``.md`` and ``.png`` files under
-#: :data:`_SEVERITY`.
+#: :mod:`oodsim.report.summary`); a protocol's own report files (its report hooks' ``files``)
+#: go in the sub-folder named after the protocol (:func:`section`).
 REPORT_FILES = (SUMMARY, *FIGURE_FILES.values(), *TABLE_FILES.values())
-_SEVERITY = "severity"
 
 
 class ReportFolderError(OodsimError, FileExistsError):
@@ -157,20 +157,28 @@ def _refuse_unlisted(folder: Path, path: Path) -> None:
         )
 
 
-def is_report_file(name: str) -> bool:
-    """Whether a report may write ``name`` (a path relative to its folder)."""
-    under_severity = name.startswith(f"{_SEVERITY}/") and name.endswith((".md", ".png"))
-    return name in REPORT_FILES or under_severity
+def section(protocol: str | None) -> str:
+    """The sub-folder of a report folder that holds the report files of protocol
+    ``protocol``'s own (its report hooks' ``files``): the protocol's name ("" for none)."""
+    return str(protocol or "")
 
 
-def _unlisted(folder: Path, listed: Iterable[str]) -> list[str]:
-    """The paths in ``folder`` that a report would write (:func:`is_report_file`) and that
-    ``listed``, the files of the report there, does not name."""
+def is_report_file(name: str, protocol: str | None = None) -> bool:
+    """Whether a report of results of ``protocol`` may write ``name`` (a path relative to its
+    folder): a file of every report, or one in the protocol's :func:`section`."""
+    own = section(protocol)
+    return name in REPORT_FILES or bool(own) and name.startswith(f"{own}/")
+
+
+def _unlisted(folder: Path, listed: Iterable[str], protocol: str | None) -> list[str]:
+    """The paths in ``folder`` that a report of ``protocol``'s results would write
+    (:func:`is_report_file`) and that ``listed``, the files of the report there, does not
+    name."""
     found = [name for name in REPORT_FILES if os.path.lexists(folder / name)]
-    severity = folder / _SEVERITY
-    if severity.is_dir() and not severity.is_symlink():
-        names = (p.relative_to(folder).as_posix() for p in severity.rglob("*"))
-        found += [name for name in names if is_report_file(name)]
+    own = folder / section(protocol) if section(protocol) else None
+    if own is not None and own.is_dir() and not own.is_symlink():
+        names = (p.relative_to(folder).as_posix() for p in own.rglob("*") if not p.is_dir())
+        found += [name for name in names if is_report_file(name, protocol)]
     return sorted(set(found) - set(listed))
 
 
@@ -183,12 +191,13 @@ def _listed(marker: dict[str, Any] | None) -> list[str] | None:
     return [f for f in files if isinstance(f, str)] if isinstance(files, list) else None
 
 
-def _refuse_foreign_files(folder: Path, old: dict[str, Any] | None) -> None:
-    """Refuse ``folder`` if it holds files a report would write that its marker (``old``;
-    None: no marker) does not list, whatever ``overwrite`` says. A marker that lists nothing
-    readable is oodsim's by its name: the report's files there are taken as its own."""
+def _refuse_foreign_files(folder: Path, old: dict[str, Any] | None, protocol: str | None) -> None:
+    """Refuse ``folder`` if it holds files a report of ``protocol``'s results would write that
+    its marker (``old``; None: no marker) does not list, whatever ``overwrite`` says. A marker
+    that lists nothing readable is oodsim's by its name: the report's files there are taken as
+    its own."""
     listed = _listed(old)
-    clash = _unlisted(folder, listed) if listed is not None else []
+    clash = _unlisted(folder, listed, protocol) if listed is not None else []
     if not clash:
         return
     shown = ", ".join(clash[:3]) + (f" and {len(clash) - 3} more" if len(clash) > 3 else "")
@@ -251,7 +260,7 @@ def _check(
 def _check_contents(folder: Path, marker: dict[str, Any], overwrite: bool) -> dict[str, Any] | None:
     """The part of :func:`_check` that reads an existing ``folder``."""
     old = _read_marker(folder)
-    _refuse_foreign_files(folder, old)
+    _refuse_foreign_files(folder, old, marker.get("protocol"))
     how = "use --overwrite (overwrite=True) to write into it anyway, or choose another folder"
     if old is None and any(folder.iterdir()) and not overwrite:
         raise ReportFolderError(
@@ -274,7 +283,7 @@ def check_report_folder(
     ``folder`` is in ``results``, where the run will write its results;
     :class:`~oodsim.results.OutputError` if ``folder`` cannot be written (a file on the way,
     a read-only folder)."""
-    marker = {"results_key": spec.key, "experiment": spec.name}
+    marker = {"results_key": spec.key, "experiment": spec.name, "protocol": protocol_of(spec).name}
     _check(Path(folder), marker, overwrite, Path(results) if results is not None else None)
 
 
@@ -286,7 +295,7 @@ def claim(folder: Path, marker: dict[str, Any], overwrite: bool) -> list[str]:
     previous = _listed(old)
     adopted = []  # a marker listing nothing readable: its folder's report files, never removed
     if previous is None:
-        previous, adopted = [], _unlisted(folder, [])
+        previous, adopted = [], _unlisted(folder, [], marker.get("protocol"))
     if old and old.get("results_key") != marker["results_key"]:  # overwrite: another report
         _write_marker(folder, {**old, "complete": False})
         _remove(folder, previous)

@@ -23,7 +23,8 @@ from oodsim.report.tables import bootstrap_table, format_summary_table
 
 #: ``table(results, metric) -> str``: what ``oodsim run`` prints after a run
 Table = Callable[[xr.Dataset, str], str]
-#: ``files(results, folder, metric, figures) -> (paths written, summary.md lines)``
+#: ``files(results, folder, metric, figures) -> (paths written, summary.md lines)``: ``folder``
+#: is the report folder's sub-folder named after the protocol, the only place they write
 Files = Callable[[xr.Dataset, Path, str, bool], tuple[list[Path], list[str]]]
 
 
@@ -66,8 +67,9 @@ def register_report(
 ) -> ReportHooks:
     """Give the results of protocol ``protocol`` their own table (``table(results, metric)``,
     printed by ``oodsim run`` instead of the summary table), say whether their seeds compare
-    methods, and add report files (``files(results, folder, metric, figures)`` returns the
-    paths it wrote and the lines ``summary.md`` links them with). A built-in protocol's, or a
+    methods, and add report files (``files(results, folder, metric, figures)`` writes them in
+    ``folder``, the report folder's sub-folder named after the protocol, and returns the paths
+    it wrote and the lines ``summary.md`` links them with). A built-in protocol's, or a
     name already given, needs ``replace=True``."""
     if not replace and (protocol in REGISTRY.user or _declared(protocol) is not None):
         raise ValueError(f"the results of {protocol!r} already have report hooks")

@@ -305,16 +305,16 @@ def _level_table(results: xr.Dataset, metric: str) -> str:
 def _severity_files(
     results: xr.Dataset, folder: Path, metric: str, figures: bool
 ) -> tuple[list[Path], list[str]]:
-    written = write_severity_files(results, folder / "severity", metric=metric, figures=figures)
+    written = write_severity_files(results, folder, metric=metric, figures=figures)
     lines = [
         "",
         "## Severity levels",
         "",
-        f"See [{written[-1].name}](severity/{written[-1].name}).",
+        f"See [{written[-1].name}]({folder.name}/{written[-1].name}).",
     ]
     return written, lines
 
 
 #: the report of severity results (``SeverityProtocol.report``): the per-level table, and the
-#: per-level views in the report folder's ``severity/``
+#: per-level views in the report folder's ``severity/`` (the protocol's section)
 REPORT = ReportHooks(_level_table, files=_severity_files)

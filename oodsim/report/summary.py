@@ -31,6 +31,7 @@ from oodsim.report.folder import (
     claim,
     finish,
     marker_for,
+    section,
     write_file,
 )
 from oodsim.report.hooks import report_hooks
@@ -271,9 +272,10 @@ def write_report(
         lines += [f"- [{TABLE_FILES[name]}]({TABLE_FILES[name]})" for name in tables]
         lines += ["", table.caption]
     files = report_hooks(results).files  # the protocol's own files (severity's levels)
-    if isinstance(results, xr.Dataset) and files is not None:
-        tell(f"writing the files of the {results.attrs.get('protocol', '?')} protocol")
-        extra, extra_lines = files(results, out, metric or "auroc", drawn)
+    protocol = results.attrs.get("protocol")
+    if isinstance(results, xr.Dataset) and files is not None and section(protocol):
+        tell(f"writing the files of the {protocol} protocol")
+        extra, extra_lines = files(results, out / section(protocol), metric or "auroc", drawn)
         written += extra
         lines += extra_lines
     text = "\n".join(lines) + "\n"
