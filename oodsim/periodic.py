@@ -1,4 +1,4 @@
-"""Work repeated in the background while a ``with`` block runs: a held lock's heartbeat, the
+"""Work repeated in the background while a ``with`` block runs: a held lock's touch, the
 keeper of a cluster's batch jobs."""
 
 from __future__ import annotations

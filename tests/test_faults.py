@@ -736,7 +736,7 @@ def test_stopped_workers_are_told_on_the_status_line(
 ) -> None:
     """The probe: one worker stopped (SIGSTOP) held the run's other work back, and the status
     line stood still for 8.5 minutes. After ``QUIET_NOTICE`` seconds (here 3)
-    without a heartbeat or a seed, the line says so; the run ends once they go on."""
+    without a progress note or a seed, the line says so; the run ends once they go on."""
     monkeypatch.setattr(progress_module, "QUIET_NOTICE", 3.0)
     stream = io.StringIO()
     cache = tmp_path / "cache"

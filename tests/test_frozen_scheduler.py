@@ -21,8 +21,8 @@ from pathlib import Path
 import psutil
 import pytest
 
-from oodsim.engine.landing import SCHEDULER_TIMEOUT_ENV
 from oodsim.engine.placement import place
+from oodsim.engine.waiting import SCHEDULER_TIMEOUT_ENV
 from oodsim.errors import ClusterError, SpecError
 from oodsim.protocols.open_set import CHECKPOINT
 from oodsim.store import Store
@@ -144,7 +144,7 @@ def test_a_finished_result_is_fetched_within_the_scheduler_timeout(tmp_path: Pat
     ``TimeoutError`` is still the task's."""
     from distributed import Client, wait
 
-    from oodsim.engine.landing import gathered  # (here: the old code has none)
+    from oodsim.engine.waiting import gathered  # (here: the old code has none)
 
     def times_out() -> None:  # local: pickled by value, the workers need not import tests
         raise TimeoutError("the task's own")

@@ -300,7 +300,7 @@ def test_a_verdict_stops_the_wait_for_the_work(monkeypatch: pytest.MonkeyPatch) 
     from distributed import Client, LocalCluster
 
     from oodsim.engine import ClusterError
-    from oodsim.engine.landing import as_landed
+    from oodsim.engine.waiting import as_landed
 
     watch = _Verdict(hint="squeue says of the slurm jobs: 57 PENDING (Priority)")
     told: list[str] = []

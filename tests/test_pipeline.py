@@ -123,7 +123,7 @@ def test_progress_reports_to_a_stream(cluster_address: str, cache: Path) -> None
     stream = io.StringIO()
     oodsim.run(small_digits(2), address=cluster_address, cache=cache, progress=stream)
     assert "oodsim: 2/2 simulations (0 cached)" in stream.getvalue()
-    # before any seed landed, a worker's heartbeat (a Dask event) said what it was doing
+    # before any seed landed, a worker's progress note (a Dask event) said what it was doing
     opening, first = stream.getvalue().splitlines()[:2]
     assert opening.startswith("oodsim: digits (open_set; 2 simulations: 0 in the cache, 2 to")
     assert re.fullmatch(r"oodsim: 0/2 .* simulation [01]: training, epoch 1/6", first), first

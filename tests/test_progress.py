@@ -1,4 +1,4 @@
-"""The status line: heartbeats of the work before seeds land, a time left only once it means
+"""The status line: progress notes of the work before seeds land, a time left only once it means
 something (two seeds per worker) and with a range, the plan in ``oodsim run``'s first line."""
 
 from __future__ import annotations
@@ -13,11 +13,11 @@ import pytest
 
 import oodsim
 from oodsim.engine import progress as progress_module
+from oodsim.engine.cache_count import count_cached
 from oodsim.engine.inprocess import InProcess
-from oodsim.engine.plan import count_cached
 from oodsim.engine.progress import RECORD_ENV, Progress
 from oodsim.engine.time_left import ROUNDS_BEFORE_ESTIMATE
-from oodsim.heartbeat import TOPIC, beat, describe, working_on
+from oodsim.progress_notes import TOPIC, describe, note_progress, working_on
 from oodsim.protocols import bind
 from oodsim.store import Store
 from tests.conftest import small_digits, wait_for
@@ -44,7 +44,7 @@ def test_no_time_left_before_every_worker_finished_two_seeds() -> None:
     assert re.fullmatch(rf"oodsim: {total}/{total} simulations \(1 cached\) in \d+:\d\d", final)
 
 
-def test_heartbeats_fill_the_line_until_the_run_ends() -> None:
+def test_progress_notes_fill_the_line_until_the_run_ends() -> None:
     stream = io.StringIO()
     progress = Progress(2, stream, interval=0.0)
     progress.heard({"task": "simulation 0", "stage": "training, epoch", "step": 4, "total": 30})
@@ -58,23 +58,23 @@ def test_heartbeats_fill_the_line_until_the_run_ends() -> None:
 
 
 def test_a_beat_reaches_an_in_process_subscriber_with_its_task() -> None:
-    """The in-process executor takes a heartbeat subscription as a Dask client does: events
+    """The in-process executor takes a progress note subscription as a Dask client does: events
     of ``(time, message)``, delivered until it unsubscribes (or its run ends)."""
     heard: list[tuple[float, dict]] = []
     with InProcess() as client:
         client.subscribe_topic(TOPIC, heard.append)
         with working_on("simulation 7"):
-            beat("training, epoch", 1, 30)
-            beat("training, epoch", 2, 30)  # within the throttle interval: dropped
+            note_progress("training, epoch", 1, 30)
+            note_progress("training, epoch", 2, 30)  # within the throttle interval: dropped
         client.unsubscribe_topic(TOPIC)
         with working_on("simulation 8"):
-            beat("training, epoch", 1, 30)  # nobody listens: nothing happens
+            note_progress("training, epoch", 1, 30)  # nobody listens: nothing happens
         client.subscribe_topic(TOPIC, heard.append)
     with working_on("simulation 9"):
-        beat("after the run", 1)  # the run's end stopped the subscription
+        note_progress("after the run", 1)  # the run's end stopped the subscription
     assert [describe(message) for _, message in heard] == ["simulation 7: training, epoch 1/30"]
     assert all(isinstance(when, float) for when, _ in heard)
-    with pytest.raises(ValueError, match="oodsim-heartbeat"):
+    with pytest.raises(ValueError, match="oodsim-progress"):
         InProcess().subscribe_topic("other", heard.append)
 
 
@@ -110,7 +110,7 @@ def test_the_plan_counts_cached_seeds(tmp_path: Path) -> None:
 
 def test_a_quiet_run_says_so_with_what_it_last_heard(monkeypatch: pytest.MonkeyPatch) -> None:
     """Work pending and nothing heard for ``QUIET_NOTICE`` seconds: the line says so, with the
-    last heartbeat; a heartbeat or a seed that lands puts the line back."""
+    last progress note; a progress note or a seed that lands puts the line back."""
     monkeypatch.setattr(progress_module, "QUIET_NOTICE", 0.0)
     stream = io.StringIO()
     progress = Progress(2, stream, interval=0.0)
@@ -118,7 +118,7 @@ def test_a_quiet_run_says_so_with_what_it_last_heard(monkeypatch: pytest.MonkeyP
     progress.waiting()
     assert re.search(
         r"; nothing heard from the work for \d+:\d\d \(the last: simulation 0: training, "
-        r"epoch 1/30\); a long step sends no heartbeat, but the work may also be stuck",
+        r"epoch 1/30\); a long step sends no progress note, but the work may also be stuck",
         _lines(stream)[-1],
     ), _lines(stream)
     progress.heard({"task": "simulation 0", "stage": "training, epoch", "step": 2, "total": 30})
@@ -153,7 +153,7 @@ def test_a_rerun_says_which_seed_it_scores_here(tmp_path: Path) -> None:
 def test_without_a_worker_the_line_says_so_not_that_the_work_is_quiet(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """A job cluster whose jobs are queued has no worker and sends no heartbeat: the line
+    """A job cluster whose jobs are queued has no worker and sends no progress note: the line
     says there is no worker (where to look), and the quiet notice, asked all along, does not
     take its place; once workers are back, a silent stretch is told again."""
     monkeypatch.setattr(progress_module, "QUIET_NOTICE", 0.0)
@@ -263,7 +263,7 @@ class _TimedLines(io.StringIO):
 
 @pytest.mark.slow
 def test_a_line_comes_at_least_every_interval_while_the_cluster_starts(tmp_path: Path) -> None:
-    """From the opening line to the first seed's heartbeat (a cluster's start took 15 to 22 s
+    """From the opening line to the first seed's progress note (a cluster's start took 15 to 22 s
     on a loaded machine, without a word), the line names the start and comes at least every
     ``interval`` (5 s) in a log."""
     stream = _TimedLines()

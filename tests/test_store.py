@@ -17,15 +17,15 @@ import numpy as np
 import pytest
 
 import oodsim.store.entries as store_entries
-from oodsim import heartbeat
+from oodsim import progress_notes
 from oodsim.keys import digest
 from oodsim.store import CorruptEntryWarning, Store, StoreError
 from oodsim.store.arrays import ARRAYS_ZIP
 from oodsim.store.layout import is_cache
 from oodsim.store.locks import (
-    HEARTBEAT_SECONDS,
     STALE_LOCK_SECONDS,
-    Heartbeat,
+    TOUCH_SECONDS,
+    LockToucher,
     _start_time,
     why_stale,
 )
@@ -116,7 +116,7 @@ def test_kill_between_write_and_rename_leaves_no_visible_entry(tmp_path: Path) -
     assert store.get("outputs", KEY) is None
     leftovers = [p for p in folder.iterdir()]
     assert leftovers and all(p.name.startswith(".tmp-") for p in leftovers)
-    assert store.gc(older_than=0).removed == []  # younger than the heartbeat window: could be live
+    assert store.gc(older_than=0).removed == []  # younger than the touch window: could be live
     for leftover in leftovers:
         os.utime(leftover, (time.time() - STALE_LOCK_SECONDS - 1,) * 2)
     assert store.gc(older_than=0).removed and not any(folder.iterdir())
@@ -169,15 +169,15 @@ def _foreign_lock(path: Path, age: float) -> None:
     os.utime(path, (time.time() - age, time.time() - age))
 
 
-def test_a_lock_of_another_node_is_live_while_touched_and_stale_after_missed_heartbeats(
+def test_a_lock_of_another_node_is_live_while_touched_and_stale_after_missed_touches(
     tmp_path: Path,
 ) -> None:
-    """Across nodes no pid can be checked: a holder touches its lock every heartbeat, and a
+    """Across nodes no pid can be checked: a holder touches its lock every touch, and a
     lock untouched for ten of them (its job was preempted, its node crashed) is taken over,
     so another node computes that key within minutes, not hours."""
     store = Store(tmp_path / "cache")
     fresh = tmp_path / "cache" / "locks" / "checkpoint-aa.lock"
-    _foreign_lock(fresh, age=3 * HEARTBEAT_SECONDS)
+    _foreign_lock(fresh, age=3 * TOUCH_SECONDS)
     assert why_stale(fresh) == ""
     old = tmp_path / "cache" / "locks" / "checkpoint-bb.lock"
     _foreign_lock(old, age=STALE_LOCK_SECONDS + 5)
@@ -188,11 +188,11 @@ def test_a_lock_of_another_node_is_live_while_touched_and_stale_after_missed_hea
     assert not old.exists()
 
 
-def test_a_held_lock_is_touched_by_its_heartbeat(tmp_path: Path) -> None:
+def test_a_held_lock_is_touched_by_its_toucher(tmp_path: Path) -> None:
     lock = tmp_path / "x.lock"
     lock.write_text("{}")
     os.utime(lock, (time.time() - 100, time.time() - 100))
-    with Heartbeat(lock, interval=0.05):
+    with LockToucher(lock, interval=0.05):
         deadline = time.monotonic() + 30
         while time.time() - lock.stat().st_mtime > 50 and time.monotonic() < deadline:
             time.sleep(0.05)
@@ -211,7 +211,7 @@ def test_a_forged_or_stopped_holder_is_named_while_waited_for_then_taken_over(
 ) -> None:
     """The probe: a lock of a stopped process (Ctrl-Z), or a forged live one (this host, pid
     1), made a second run wait for ever without a word. The waiter now says whose lock it
-    waits for, and takes over a lock untouched for the heartbeat window."""
+    waits for, and takes over a lock untouched for the touch window."""
     monkeypatch.setattr(store_entries, "LOCK_NOTICE_SECONDS", 0.2)
     store = Store(tmp_path)
     context = multiprocessing.get_context("spawn")
@@ -220,7 +220,7 @@ def test_a_forged_or_stopped_holder_is_named_while_waited_for_then_taken_over(
     holder.start()
     try:
         assert taken.wait(60)
-        os.kill(holder.pid, signal.SIGSTOP)  # Ctrl-Z: alive, but its heartbeat stops
+        os.kill(holder.pid, signal.SIGSTOP)  # Ctrl-Z: alive, but its touch stops
         lock = tmp_path / "locks" / f"outputs-{KEY}.lock"
         heard: list[str] = []
         done = threading.Event()
@@ -232,11 +232,11 @@ def test_a_forged_or_stopped_holder_is_named_while_waited_for_then_taken_over(
             def listener(message: dict) -> None:
                 heard.append(message["stage"])
 
-            heartbeat.listen_here(listener)
+            progress_notes.listen_here(listener)
             try:
                 store.ensure("outputs", KEY, compute)
             finally:
-                heartbeat.stop_listening_here(listener)
+                progress_notes.stop_listening_here(listener)
             done.set()
 
         thread = threading.Thread(target=second_run, daemon=True)
@@ -247,7 +247,7 @@ def test_a_forged_or_stopped_holder_is_named_while_waited_for_then_taken_over(
         assert heard and f"pid {holder.pid} on host " in heard[0], heard
         assert "taken over once untouched for 200 s" in heard[0]
         assert not done.is_set()
-        old = time.time() - STALE_LOCK_SECONDS - 1  # the window passes without a heartbeat
+        old = time.time() - STALE_LOCK_SECONDS - 1  # the window passes without a touch
         os.utime(lock, (old, old))
         thread.join(30)
         assert done.is_set() and store.has("outputs", KEY)

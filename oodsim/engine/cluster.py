@@ -1,5 +1,5 @@
 """The Dask side of the engine: one way to get a client (watching work land is
-:mod:`oodsim.engine.landing`).
+:mod:`oodsim.engine.waiting`).
 
 :func:`cluster_client` starts a ``distributed.LocalCluster`` of worker processes (one torch
 thread each), or a cluster of CUDA workers when CUDA and dask-cuda are present (one per GPU, or
@@ -41,7 +41,7 @@ from oodsim.engine.job_cluster import check_jobs, job_cluster
 from oodsim.engine.quiet_logs import DroppedUnlessDebug, install
 from oodsim.engine.work import Shipped, quiet_own_failures
 from oodsim.errors import ClusterError, format_warning
-from oodsim.heartbeat import Listener
+from oodsim.progress_notes import Listener
 from oodsim.specs.cluster import ClusterSpec
 
 LOCAL_WORKER_TIMEOUT = 120.0  # seconds without any worker before a local run gives up
@@ -73,7 +73,7 @@ LOCAL_LOST_WORKER_TIMEOUT = "300 s"
 
 
 # distributed restarts a worker that has sent no heartbeat (its event loop's, not oodsim's
-# progress heartbeats: a long training step sends those all along) for ``worker-ttl``, and
+# progress progress notes: a long training step sends those all along) for ``worker-ttl``, and
 # checks once per ttl: with the default 5 minutes, a stopped (SIGSTOP) or hung local worker
 # held its seeds, and through the bounded window the whole run, for 5 to 10 minutes (the
 # probe: 605 s for 8 seeds). A local worker is a process on this machine: 60 s of silence
@@ -170,7 +170,7 @@ class _UnansweredHeartbeats(DroppedUnlessDebug):
 @contextlib.contextmanager
 def _local_cluster(n_workers: int | None, told: Listener | None = None) -> Iterator[Any]:
     """A private local cluster (see the module docstring), closed on exit; ``told`` (a
-    heartbeat listener: the status line) hears how its start goes."""
+    progress note listener: the status line) hears how its start goes."""
     # distributed loads only when a cluster is needed (cached runs start none)
     import dask.config
     from distributed import LocalCluster
@@ -256,7 +256,7 @@ def cluster_client(
 ) -> Iterator[Any]:
     """A ``distributed.Client``: to ``address``; else to a new cluster of batch ``jobs``
     (SLURM, PBS, local jobs), or a new private local cluster, whose start ``told`` hears (a
-    heartbeat listener: "local cluster: 1 of 2 workers ready"); a new cluster is closed on
+    progress note listener: "local cluster: 1 of 2 workers ready"); a new cluster is closed on
     exit (its jobs cancelled). Every worker, those that join later too, sets itself up once
     (:mod:`oodsim.engine.worker_setup`: the ``shipped`` registrations of the driver). After
     Ctrl-C or SIGTERM (a ``KeyboardInterrupt``), or an error that ends the run (a lost

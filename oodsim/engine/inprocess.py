@@ -3,7 +3,7 @@
 A local cluster costs its start (about 2.5 s) and a torch import per worker; with one worker it
 buys nothing, so ``oodsim run --workers 1`` (and a run of one seed) runs here instead:
 :class:`InProcess` is the part of ``distributed.Client`` the engine uses (``submit``,
-``cancel``, ``subscribe_topic`` for heartbeats), and its futures are computed one at a time,
+``cancel``, ``subscribe_topic`` for progress notes), and its futures are computed one at a time,
 in the order the engine collects them. The tasks, the store and the results are the same as
 on a cluster, bit for bit (a test checks it); only the process differs. torch's thread count
 and deterministic mode, which the tasks set as on a worker, are restored when the run ends.
@@ -17,12 +17,12 @@ from types import TracebackType
 from typing import Any
 
 from oodsim.engine.work import set_deterministic
-from oodsim.heartbeat import TOPIC, Listener, listen_here, stop_listening_here
+from oodsim.progress_notes import TOPIC, Listener, listen_here, stop_listening_here
 
 
 class Deferred:
     """A task submitted in-process: computed by :meth:`compute` (which
-    :func:`oodsim.engine.landing.as_landed` calls in submission order) or on first
+    :func:`oodsim.engine.waiting.as_landed` calls in submission order) or on first
     :meth:`result`, with the results of the deferred tasks among its arguments."""
 
     def __init__(self, function: Callable[..., Any], args: tuple[Any, ...]) -> None:
@@ -59,21 +59,21 @@ class InProcess:
 
     def __init__(self) -> None:
         self._torch_state: tuple[int, bool, bool] | None = None
-        self._heartbeats: Listener | None = None  # the listener of the subscribed handler
+        self._progress_listener: Listener | None = None  # the listener of the subscribed handler
 
     def subscribe_topic(self, topic: str, handler: Callable[[tuple[float, Any]], None]) -> None:
-        """Hand the heartbeats of this process's tasks to ``handler`` as ``(time, message)``
-        events, as a Dask client hands its workers' (heartbeats are the only topic here)."""
+        """Hand the progress notes of this process's tasks to ``handler`` as ``(time, message)``
+        events, as a Dask client hands its workers' (progress notes are the only topic here)."""
         if topic != TOPIC:
             raise ValueError(f"an in-process run has events of {TOPIC!r} only, not {topic!r}")
         self.unsubscribe_topic(topic)
-        self._heartbeats = lambda message: handler((time.time(), message))
-        listen_here(self._heartbeats)
+        self._progress_listener = lambda message: handler((time.time(), message))
+        listen_here(self._progress_listener)
 
     def unsubscribe_topic(self, topic: str) -> None:
-        if topic == TOPIC and self._heartbeats is not None:
-            stop_listening_here(self._heartbeats)
-            self._heartbeats = None
+        if topic == TOPIC and self._progress_listener is not None:
+            stop_listening_here(self._progress_listener)
+            self._progress_listener = None
 
     def submit(self, function: Callable[..., Any], *args: Any, **_: Any) -> Deferred:
         """A deferred call of ``function(*args)`` (Dask's ``key``/``pure`` are not needed)."""

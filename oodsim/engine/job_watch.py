@@ -10,7 +10,7 @@ worker, :class:`JobWatch` asks the batch system about the run's jobs (by their i
 bounded by :data:`COMMAND_TIMEOUT`; a missing or failing command is no answer, and the run
 waits). It gives its verdict when no job can give a worker any more: each has ended without a
 worker ever joining (the :class:`~oodsim.engine.jobqueue.JobKeeper` resubmits only jobs that
-had workers) or waits for a reason that never clears. :func:`~oodsim.engine.landing.as_landed`
+had workers) or waits for a reason that never clears. :func:`~oodsim.engine.waiting.as_landed`
 raises it; closing the cluster then cancels every job. The reading of the commands' output is
 :mod:`oodsim.engine.job_states`.
 """

@@ -49,11 +49,11 @@ LOGGER = "distributed.nanny"
 
 
 class StartTold:
-    """Tells a listener of heartbeats (:mod:`oodsim.heartbeat`'s messages, the status line's
-    ``Progress.heard``) how the start of a local cluster of ``n`` workers goes: "local cluster:
-    starting 2 workers", then "local cluster: 1 of 2 workers ready" as each worker has
-    registered, and nothing once :meth:`started` (a worker that its nanny restarts later is
-    not news)."""
+    """Tells a listener of progress notes (:mod:`oodsim.progress_notes`'s messages, the status
+    line's ``Progress.heard``) how the start of a local cluster of ``n`` workers goes: "local
+    cluster: starting 2 workers", then "local cluster: 1 of 2 workers ready" as each worker has
+    registered, and nothing once :meth:`started` (a worker that its nanny restarts later is not
+    news)."""
 
     def __init__(self, told: Callable[[dict[str, Any]], None], n: int) -> None:
         self.told, self.n = told, n

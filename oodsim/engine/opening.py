@@ -8,7 +8,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from oodsim.engine.plan import count_cached
+from oodsim.engine.cache_count import count_cached
 from oodsim.protocols.base import Protocol
 from oodsim.results.history import Saved, kept_path, spec_changes
 from oodsim.store import CacheRoot, Store, shown

@@ -17,7 +17,7 @@ import attrs
 from oodsim.engine.cluster import LOCAL_WORKER_TIMEOUT
 from oodsim.engine.guard import check_main_guard
 from oodsim.engine.job_cluster import check_jobs
-from oodsim.engine.landing import SCHEDULER_SILENT_TIMEOUT, configured_scheduler_timeout
+from oodsim.engine.waiting import SCHEDULER_SILENT_TIMEOUT, configured_scheduler_timeout
 from oodsim.errors import SpecError
 from oodsim.limits import over
 from oodsim.specs.cluster import ClusterSpec, resolve_cluster, runs_in_process

@@ -1,8 +1,8 @@
 """The status line of a run: done/total, cached, excluded, failed, elapsed, what is running,
 time left.
 
-A run says what it does from its first seconds: until seeds finish, the heartbeats of the
-work (:mod:`oodsim.heartbeat`: "simulation 3: training, epoch 4/30") fill the line. A time
+A run says what it does from its first seconds: until seeds finish, the progress notes of the
+work (:mod:`oodsim.progress_notes`: "simulation 3: training, epoch 4/30") fill the line. A time
 left is shown only once it means something: after every worker finished two seeds, with a
 range meant to hold the true time left nine times in ten (:mod:`oodsim.engine.time_left`).
 """
@@ -22,11 +22,11 @@ from typing import Any, TextIO
 from oodsim.engine.time_left import HISTORY, time_left
 from oodsim.environment import read
 from oodsim.errors import tell_interrupt
-from oodsim.heartbeat import describe
+from oodsim.progress_notes import describe
 
 #: seconds without any worker before the status line says so
 NO_WORKER_NOTICE = 10.0
-#: seconds without a heartbeat or a landed seed, while work is pending, before it says so
+#: seconds without a progress note or a landed seed, while work is pending, before it says so
 QUIET_NOTICE = 120.0
 #: seconds before ``interval`` that a line naming what the run does is shown again (with a
 #: watcher that asks every half second, a line comes at least every ``interval`` seconds)
@@ -46,7 +46,7 @@ class Progress:
     On a terminal one line is rewritten in place; in logs a line is printed at most every
     ``interval`` seconds and at the end. ``slots`` says how many seeds run at once (the
     cluster's threads), for the time left; it is asked only from the driver's thread, and never
-    while the lock that heartbeats take is held.
+    while the lock that progress notes take is held.
     """
 
     def __init__(
@@ -70,21 +70,21 @@ class Progress:
         self.landings: list[tuple[float, bool, bool, int]] = []
         self.record: Path | None = read(RECORD_ENV)
         self.eta = ""
-        self.working = ""  # the latest heartbeat (or notice), in words
+        self.working = ""  # the latest progress note (or notice), in words
         self.workerless = False  # the cluster has no worker (said by no_worker)
         self.unheard = False  # the scheduler does not answer (said by unanswered)
-        self.news = self.started  # when a heartbeat or a seed last arrived
-        self.latest = ""  # the latest heartbeat, in words
+        self.news = self.started  # when a progress note or a seed last arrived
+        self.latest = ""  # the latest progress note, in words
         self.ended = False
         self.width = 0  # length of the line on a terminal, to blank what a shorter one leaves
         self.tty = bool(stream is not None and getattr(stream, "isatty", lambda: False)())
-        self._lock = threading.Lock()  # heartbeats arrive on the Dask client's thread
+        self._lock = threading.Lock()  # progress notes arrive on the Dask client's thread
 
     def update(self, failed: bool, cached: bool, excluded: bool = False) -> None:
         """One seed landed (scored from the cache, or computed): failed, or scored and
         excluded by the spec's rule (a degenerate classifier), or neither."""
         now = time.perf_counter()
-        # asked before the lock: the cluster answers on the thread that delivers heartbeats,
+        # asked before the lock: the cluster answers on the thread that delivers progress notes,
         # which may be waiting for the lock
         slots = self.slots() if self.stream is not None or self.record else 1
         with self._lock:
@@ -104,7 +104,7 @@ class Progress:
             self._show(now, final=self.done == self.total)
 
     def heard(self, message: dict[str, Any]) -> None:
-        """A heartbeat of the work (see :mod:`oodsim.heartbeat`)."""
+        """A progress note of the work (see :mod:`oodsim.progress_notes`)."""
         now = time.perf_counter()
         with self._lock:
             if self.ended or self.done == self.total:
@@ -115,10 +115,10 @@ class Progress:
 
     def waiting(self) -> None:
         """Asked every half second while the run goes on (:meth:`watching`): the line, naming
-        what the run does (a cluster's start, a heartbeat), is shown again with the time that
+        what the run does (a cluster's start, a progress note), is shown again with the time that
         went by (on a terminal every half second, in logs at least every ``interval`` seconds),
         so that a long step is no silent stretch. After :data:`QUIET_NOTICE` seconds without a
-        heartbeat or a seed, it says so. A stopped (SIGSTOP) worker held a run's other work
+        progress note or a seed, it says so. A stopped (SIGSTOP) worker held a run's other work
         back, and its status line stood still for 8.5 minutes (until distributed's
         ``worker-ttl`` had the worker restarted and the run went on; oodsim's local cluster now
         has a silent worker restarted after 60 to 120 s: ``LOCAL_WORKER_TTL`` of
@@ -133,7 +133,7 @@ class Progress:
             last = f" (the last: {self.latest})" if self.latest else ""
             self.working = (
                 f"nothing heard from the work for {clock(quiet)}{last}; a long step sends no "
-                "heartbeat, but the work may also be stuck (a stopped worker, a file system "
+                "progress note, but the work may also be stuck (a stopped worker, a file system "
                 "that hangs)"
             )
             self._show(now)

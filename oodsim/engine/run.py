@@ -45,8 +45,8 @@ from oodsim.results import (
 from oodsim.results.history import Saved, read_saved
 from oodsim.specs.cluster import ClusterSpec
 from oodsim.store import CacheRoot, Store, cache_root, main_script
+from oodsim.store.obstacles import check_obstacles
 from oodsim.store.plugin_sources import check_sources, record_sources
-from oodsim.store.room import check_room
 
 
 class RunAborted(OodsimError):
@@ -129,7 +129,7 @@ def run(
         job.preflight(store)  # it only reads: a seed's checks as a worker would run them
         kinds = [kind for task in job.plan(seeds[0]) for kind, _ in task.entries]
         layout = job.layout()
-        check_room(store.root, kinds)
+        check_obstacles(store.root, kinds)
     sequential = spec.stopping.rule != "fixed"
     results: list[SeedResult] = []
     decision = None

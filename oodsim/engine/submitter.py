@@ -18,10 +18,10 @@ from typing import Any
 
 from oodsim.engine.cluster import cluster_client
 from oodsim.engine.inprocess import InProcess
-from oodsim.engine.landing import ANSWER_TIMEOUT, as_landed, gathered, threads
 from oodsim.engine.placement import Placement
+from oodsim.engine.waiting import ANSWER_TIMEOUT, as_landed, gathered, threads
 from oodsim.engine.work import SCORE_KEY_PREFIX, TASK_KEY_PREFIX, Shipped, run_task, score_seed
-from oodsim.heartbeat import TOPIC, Listener
+from oodsim.progress_notes import TOPIC, Listener
 from oodsim.protocols.base import Protocol, Task
 from oodsim.results import WORKER_DIED, SeedResult, failure_kind
 from oodsim.store import Store
@@ -33,7 +33,7 @@ _MAX_CACHED = 100_000
 class Submitter(contextlib.ExitStack):
     """Submits the missing tasks of a batch and one scoring call per seed (cluster on demand),
     and collects the seeds' results; a context manager (an ``ExitStack`` of the client and its
-    heartbeats) that closes the cluster it started, told of the error that ends the run, if
+    progress notes) that closes the cluster it started, told of the error that ends the run, if
     any, so that it closes without a log line."""
 
     def __init__(
@@ -79,8 +79,8 @@ class Submitter(contextlib.ExitStack):
                     told=self.listener,  # how the cluster's start goes, on the status line
                 )
             )
-            if self.listener is not None:  # the work's heartbeats, for the status line
-                self.enter_context(_heartbeats(self.client, self.listener))
+            if self.listener is not None:  # the work's progress notes, for the status line
+                self.enter_context(_progress_notes(self.client, self.listener))
         return self.client
 
     def slots(self) -> int:
@@ -172,7 +172,7 @@ class Submitter(contextlib.ExitStack):
     ) -> Iterator[tuple[SeedResult, bool]]:
         """The results of a submitted ``batch`` as they come, each with whether it was scored
         here, from the cache: those seeds first, then the others as their scoring lands
-        (``no_worker``, ``unanswered``: see :func:`~oodsim.engine.landing.as_landed`). A seed
+        (``no_worker``, ``unanswered``: see :func:`~oodsim.engine.waiting.as_landed`). A seed
         that lost an entry meanwhile is healed (:meth:`heal`)."""
         for seed in batch:
             if self.scoring.get(seed) is None:
@@ -191,7 +191,7 @@ class Submitter(contextlib.ExitStack):
         no_worker: Callable[[float, str], None] | None = None,
         unanswered: Callable[[float, float], None] | None = None,
     ) -> Iterator[Any]:
-        """:func:`~oodsim.engine.landing.as_landed` with this run's timeouts."""
+        """:func:`~oodsim.engine.waiting.as_landed` with this run's timeouts."""
         return as_landed(
             futures,
             self.where.worker_timeout,
@@ -304,9 +304,10 @@ class Submitter(contextlib.ExitStack):
 
 
 @contextlib.contextmanager
-def _heartbeats(client: Any, listener: Listener) -> Iterator[None]:
-    """Deliver the heartbeats of ``client``'s work (:mod:`oodsim.heartbeat`) to ``listener``
-    while the block runs (a Dask client's workers, or this process for :class:`InProcess`)."""
+def _progress_notes(client: Any, listener: Listener) -> Iterator[None]:
+    """Deliver the progress notes of ``client``'s work (:mod:`oodsim.progress_notes`) to
+    ``listener`` while the block runs (a Dask client's workers, or this process for
+    :class:`InProcess`)."""
     client.subscribe_topic(TOPIC, lambda event: listener(event[1]))
     try:
         yield

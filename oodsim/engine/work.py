@@ -19,7 +19,7 @@ import attrs
 
 from oodsim import plugins
 from oodsim.engine.quiet_logs import DroppedUnlessDebug, install
-from oodsim.heartbeat import working_on
+from oodsim.progress_notes import working_on
 from oodsim.protocols import bind
 from oodsim.protocols.base import Protocol, SeedFailed, Task, first_failure
 from oodsim.results import SeedResult

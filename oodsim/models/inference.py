@@ -7,9 +7,9 @@ from collections.abc import Iterable
 import numpy as np
 import torch
 
-from oodsim.heartbeat import beat
 from oodsim.models.classifier import Classifier
 from oodsim.models.tensors import to_tensor
+from oodsim.progress_notes import note_progress
 
 
 def infer_batches(
@@ -20,12 +20,12 @@ def infer_batches(
 ) -> tuple[list[np.ndarray], list[np.ndarray]]:
     """The one inference loop: (logits, features) float32 blocks of preprocessed batches, in
     one forward pass per batch (``model.forward_with_features``), model in eval mode.
-    ``total``: how many batches there are, for the heartbeat (when known)."""
+    ``total``: how many batches there are, for the progress note (when known)."""
     logits, features = [], []
     model.eval().to(device)
     with torch.no_grad():
         for number, batch in enumerate(batches, start=1):
-            beat("inference, batch", number, total)
+            note_progress("inference, batch", number, total)
             z, h = model.forward_with_features(batch.to(device))
             logits.append(z.float().cpu().numpy())
             features.append(h.float().cpu().numpy())

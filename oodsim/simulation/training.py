@@ -11,10 +11,10 @@ import torch
 import torch.nn.functional as F
 
 from oodsim.errors import OodsimError
-from oodsim.heartbeat import beat
 from oodsim.models.classifier import Classifier
 from oodsim.models.optimizer import SGD, cosine_lr
 from oodsim.models.tensors import to_tensor
+from oodsim.progress_notes import note_progress
 from oodsim.seeds import SeedStreams
 from oodsim.simulation.augment import augment_batch
 from oodsim.specs import TrainingSpec
@@ -74,7 +74,7 @@ def train(
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(streams.torch_seed("dropout"))  # training-time dropout masks
         for epoch in range(spec.max_epochs):
-            beat("training, epoch", epoch + 1, spec.max_epochs)
+            note_progress("training, epoch", epoch + 1, spec.max_epochs)
             model.train()
             permutation = torch.randperm(len(x_train), generator=order).to(device)
             total = 0.0

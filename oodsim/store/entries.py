@@ -30,8 +30,8 @@ import attrs
 import numpy as np
 
 from oodsim.errors import StoreError
-from oodsim.heartbeat import beat
 from oodsim.keys import Key
+from oodsim.progress_notes import note_progress
 from oodsim.store.arrays import ARRAYS_ZIP, read_arrays, write_zip
 from oodsim.store.digests import (
     arrays_problem,
@@ -56,7 +56,7 @@ from oodsim.store.layout import (
 from oodsim.store.locks import (
     LOCK_LIMIT,
     STALE_LOCK_SECONDS,
-    Heartbeat,
+    LockToucher,
     break_lock,
     holder,
     owner,
@@ -64,7 +64,7 @@ from oodsim.store.locks import (
 )
 from oodsim.store.maintenance import Maintenance
 from oodsim.store.migrate import Migration
-from oodsim.store.room import refuse_to_move
+from oodsim.store.obstacles import refuse_to_move
 
 #: seconds between two notices of a run that waits for another's lock
 LOCK_NOTICE_SECONDS = 30.0
@@ -288,7 +288,7 @@ class Store(Maintenance, Migration):
         The lock file records host, pid and the process start time; a lock whose holder is gone
         (same host, process dead, a zombie, or pid reused) is stale and taken over, as is one on
         another host untouched for :data:`STALE_LOCK_SECONDS` (a holder touches its lock every
-        ``HEARTBEAT_SECONDS`` while it computes), and anything that is not a lock record (see
+        ``TOUCH_SECONDS`` while it computes), and anything that is not a lock record (see
         :mod:`oodsim.store.locks`). A lock that cannot be created or taken over
         raises :class:`StoreError` naming the path and the fix; it never spins.
         """
@@ -335,7 +335,7 @@ class Store(Maintenance, Migration):
                 ) from None
             break
         try:
-            with Heartbeat(path):
+            with LockToucher(path):
                 yield
         finally:
             with contextlib.suppress(OSError, ValueError):
@@ -344,13 +344,13 @@ class Store(Maintenance, Migration):
 
     def _waiting(self, kind: str, key: str, path: Path) -> None:
         """Say, every :data:`LOCK_NOTICE_SECONDS`, whose lock this process waits for (a
-        heartbeat: the run's status line shows it), so a run waiting on another, even on a
+        progress note: the run's status line shows it), so a run waiting on another, even on a
         stopped holder, is never silent."""
         notice = (
             f"waiting for {kind} {key[:12]}: another process computes it ({holder(path)}; "
             f"its lock {path} is taken over once untouched for {STALE_LOCK_SECONDS:.0f} s)"
         )
-        beat(notice)
+        note_progress(notice)
 
     # ----------------------------------------------------------------- write
     def put(

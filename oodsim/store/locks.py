@@ -3,11 +3,11 @@
 ``<root>/locks/<kind>-<key>.lock`` is a regular file holding one JSON record: the holder's
 ``host``, ``pid``, process ``start`` time (from Linux ``/proc``, to tell a live holder from a
 reused pid) and ``time``; while it computes, its holder touches the file every
-:data:`HEARTBEAT_SECONDS` (:class:`Heartbeat`). A lock is *stale*, and is taken over, when
+:data:`TOUCH_SECONDS` (:class:`LockToucher`). A lock is *stale*, and is taken over, when
 
 - its holder is gone: same host and the process is dead, a zombie, or its pid was reused by
   another process; or it is from another host and untouched for :data:`STALE_LOCK_SECONDS`
-  (ten missed heartbeats: the holder's job was preempted or its node crashed);
+  (ten missed touches: the holder's job was preempted or its node crashed);
 - it is not a lock at all: a folder, a link or a FIFO where the file belongs, a record of the
   wrong form (not an object, no host, a pid that is not a positive integer, ...), or a file that
   is not JSON and untouched for :data:`WRITE_GRACE_SECONDS` (a holder writes its record right
@@ -30,12 +30,12 @@ from typing import Any
 from oodsim.periodic import Periodic
 from oodsim.store.fs import NotJSON, described, read_json, remove, what_is
 
-#: A holder touches its lock file this often (:class:`Heartbeat`), so that other hosts can
+#: A holder touches its lock file this often (:class:`LockToucher`), so that other hosts can
 #: tell a live holder from a dead one by the file's age.
-HEARTBEAT_SECONDS = 20.0
+TOUCH_SECONDS = 20.0
 #: A lock from another host untouched for this long is abandoned (its holder missed ten
-#: heartbeats: a preempted job, a crashed node) and is taken over.
-STALE_LOCK_SECONDS = 10 * HEARTBEAT_SECONDS
+#: touches: a preempted job, a crashed node) and is taken over.
+STALE_LOCK_SECONDS = 10 * TOUCH_SECONDS
 #: An unreadable lock file younger than this may be one whose holder is writing it.
 WRITE_GRACE_SECONDS = 5.0
 #: A lock record is about 100 bytes; anything much larger is not one.
@@ -123,7 +123,7 @@ def _state(path: Path) -> tuple[str, bool]:
         return f"its holder (pid {pid}) has exited", False  # a zombie holds nothing
     if record.get("start") != _start_time(pid):
         return f"pid {pid} now belongs to another process", False
-    if age > STALE_LOCK_SECONDS:  # a live holder touches it every HEARTBEAT_SECONDS
+    if age > STALE_LOCK_SECONDS:  # a live holder touches it every TOUCH_SECONDS
         return f"its holder (pid {pid}) has not touched it for {age:.0f} s (stopped?)", False
     return "", False
 
@@ -174,15 +174,15 @@ def break_lock(path: Path) -> None:
         remove(aside)
 
 
-class Heartbeat(Periodic):
-    """Touches a held lock file every :data:`HEARTBEAT_SECONDS` from a daemon thread, while
+class LockToucher(Periodic):
+    """Touches a held lock file every :data:`TOUCH_SECONDS` from a daemon thread, while
     its holder computes (minutes of training), so that a waiter on another host sees it alive
     and takes it over only once the touches stop (the holder's job was preempted, its node
     crashed)."""
 
-    thread_name = "oodsim-lock-heartbeat"
+    thread_name = "oodsim-lock-touch"
 
-    def __init__(self, path: Path, interval: float = HEARTBEAT_SECONDS) -> None:
+    def __init__(self, path: Path, interval: float = TOUCH_SECONDS) -> None:
         self.path = path
         super().__init__(interval)
 

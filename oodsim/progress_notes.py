@@ -1,12 +1,12 @@
-"""Heartbeats: what a long task is doing right now, for the driver's status line.
+"""Progress notes: what a long task is doing right now, for the driver's status line.
 
 Between a run's opening line and its first finished seed there may be minutes of training.
-The work says what it is doing: training calls :func:`beat` after every epoch, inference
-every batch, and the engine names the task (:func:`working_on`). On a Dask worker a beat is
+The work says what it is doing: training calls :func:`note_progress` after every epoch, inference
+every batch, and the engine names the task (:func:`working_on`). On a Dask worker a note is
 a worker event on :data:`TOPIC`, to which the driver's client subscribes; in the driver's own
-process (in-process runs) it goes straight to the listeners of :func:`listen_here`. Beats are
+process (in-process runs) it goes straight to the listeners of :func:`listen_here`. Notes are
 throttled to one per :data:`MIN_INTERVAL` seconds per thread, so they cost nothing
-measurable, and they never fail the work: a beat that cannot be sent is dropped.
+measurable, and they never fail the work: a note that cannot be sent is dropped.
 
 This module imports nothing heavy; ``distributed`` only where it is loaded already.
 """
@@ -21,9 +21,9 @@ import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
-#: the Dask event topic of heartbeats
-TOPIC = "oodsim-heartbeat"
-#: least seconds between two beats of one thread (the rest are dropped)
+#: the Dask event topic of progress notes
+TOPIC = "oodsim-progress"
+#: least seconds between two notes of one thread (the rest are dropped)
 MIN_INTERVAL = 1.0
 
 Listener = Callable[[dict[str, Any]], None]
@@ -34,7 +34,7 @@ _listeners: list[Listener] = []  # in-process runs: the driver's own listener
 
 @contextlib.contextmanager
 def working_on(label: str) -> Iterator[None]:
-    """Name the task this thread works on (e.g. "seed 3: train"), for the beats inside."""
+    """Name the task this thread works on (e.g. "seed 3: train"), for the notes inside."""
     before = getattr(_state, "label", "")
     _state.label, _state.last = label, -math.inf
     try:
@@ -43,7 +43,7 @@ def working_on(label: str) -> Iterator[None]:
         _state.label = before
 
 
-def beat(stage: str, step: int | None = None, total: int | None = None) -> None:
+def note_progress(stage: str, step: int | None = None, total: int | None = None) -> None:
     """Say that the current task is at ``stage`` (e.g. "training"), ``step`` of ``total``
     (e.g. an epoch). Throttled; silent where nobody listens."""
     now = time.monotonic()
@@ -65,7 +65,7 @@ def beat(stage: str, step: int | None = None, total: int | None = None) -> None:
 
 
 def describe(message: dict[str, Any]) -> str:
-    """A beat as words: "seed 3: train: training, epoch 4/30"."""
+    """A progress note as words: "seed 3: train: training, epoch 4/30"."""
     stage = str(message.get("stage", ""))
     step, total = message.get("step"), message.get("total")
     if step is not None:
@@ -75,7 +75,7 @@ def describe(message: dict[str, Any]) -> str:
 
 
 def listen_here(listener: Listener) -> None:
-    """Deliver the beats of this process's own threads to ``listener`` (an in-process run's
+    """Deliver the progress notes of this process's own threads to ``listener`` (an in-process run's
     stand-in for a Dask client's topic, :class:`oodsim.engine.inprocess.InProcess`)."""
     _listeners.append(listener)
 
@@ -88,7 +88,7 @@ def stop_listening_here(listener: Listener) -> None:
 
 def _current_worker() -> Any:
     """The Dask worker running this thread's task, or None (also where distributed is not
-    loaded: a plain process never imports it for a beat)."""
+    loaded: a plain process never imports it for a note)."""
     if "distributed" not in sys.modules:
         return None
     from distributed import get_worker  # loaded already (checked above): costs nothing

@@ -8,7 +8,7 @@ A run may also be given a folder that held other files when runs began to use it
 user's (TensorFlow writes a file named ``checkpoint`` beside its weights), and moving it aside
 deleted it. In such a root the store moves only its own entries (folders named by a full key);
 anything else in its way stops the run with one line that names it, before any compute where
-the first seed's plan shows it (:func:`check_room`).
+the first seed's plan shows it (:func:`check_obstacles`).
 """
 
 from __future__ import annotations
@@ -40,7 +40,7 @@ def refuse_to_move(root: Path, path: Path, what: str) -> None:
     )
 
 
-def check_room(root: Path, kinds: Iterable[str]) -> None:
+def check_obstacles(root: Path, kinds: Iterable[str]) -> None:
     """Before any compute: in a root oodsim did not make, nothing but a folder may stand
     where the store keeps ``kinds`` and its locks (see :func:`refuse_to_move`)."""
     for name in (LOCKS, *sorted(set(kinds))):
