@@ -27,9 +27,8 @@ import functools
 import logging
 import os
 import signal
-import uuid
 import warnings
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from oodsim.engine import forkserver, gpu, nanny, signals
@@ -39,7 +38,6 @@ from oodsim.engine.dask_settings import LIGHT_MONITORING, NO_HTTP_ROUTES, unless
 from oodsim.engine.guard import check_main_guard
 from oodsim.engine.job_cluster import check_jobs, job_cluster
 from oodsim.engine.quiet_logs import DroppedUnlessDebug, install
-from oodsim.engine.work import Shipped, quiet_own_failures
 from oodsim.errors import ClusterError, format_warning
 from oodsim.progress_notes import Listener
 from oodsim.specs.cluster import ClusterSpec
@@ -121,6 +119,12 @@ CLOSE_TIMEOUT = 30.0
 #: one that does not answer (stopped or hung; a network that drops its packets) held a run
 #: stopped by Ctrl-C or SIGTERM forever after its resume line
 SHARED_CLOSE_TIMEOUT = 3.0
+#: ``worker_setup(client, shared)``: a context manager that sets the workers up for a run
+SetUpWorkers = Callable[[Any, bool], contextlib.AbstractContextManager[Any]]
+
+
+def _no_setup(client: Any, shared: bool) -> contextlib.AbstractContextManager[None]:
+    return contextlib.nullcontext()
 
 
 def private_options() -> dict[str, Any]:
@@ -251,24 +255,26 @@ def cluster_client(
     address: str | None = None,
     n_workers: int | None = None,
     jobs: ClusterSpec | None = None,
-    shipped: Shipped | None = None,
     told: Listener | None = None,
+    worker_setup: SetUpWorkers | None = None,
 ) -> Iterator[Any]:
     """A ``distributed.Client``: to ``address``; else to a new cluster of batch ``jobs``
     (SLURM, PBS, local jobs), or a new private local cluster, whose start ``told`` hears (a
     progress note listener: "local cluster: 1 of 2 workers ready"); a new cluster is closed on
-    exit (its jobs cancelled). Every worker, those that join later too, sets itself up once
-    (:mod:`oodsim.engine.worker_setup`: the ``shipped`` registrations of the driver). After
+    exit (its jobs cancelled). ``worker_setup(client, shared)``, a context manager, sets the
+    workers up for the caller's work while the client is used (``shared``: the cluster at
+    ``address`` outlives it; the engine's registers its worker plugin,
+    :func:`oodsim.engine.submitter.set_up_workers`). After
     Ctrl-C or SIGTERM (a ``KeyboardInterrupt``), or an error that ends the run (a lost
     scheduler, whose client logged its own cancelled close with a traceback), it closes
     without a log line (see the module): the run says what happened in one line."""
     disabled = logging.root.manager.disable
     warn_untested()  # the internals oodsim uses are those of the versions it was tested with
-    quiet_own_failures("distributed.scheduler")  # a local or job cluster's, in this process
     try:
         with _client(address, n_workers, jobs, told) as (client, local):
             try:  # Ctrl-C while the workers set up too (a broadcast cut short logged errors)
-                with _workers_set_up(client, shipped or Shipped(), shared=bool(address)):
+                setup = worker_setup or _no_setup
+                with setup(client, bool(address)):
                     yield client
             except KeyboardInterrupt:  # the run stops: its work in flight is abandoned
                 logging.disable(logging.CRITICAL)
@@ -283,47 +289,6 @@ def cluster_client(
                     _quiet(client, local)
     finally:
         logging.disable(disabled)
-
-
-@contextlib.contextmanager
-def _workers_set_up(client: Any, shipped: Shipped, *, shared: bool) -> Iterator[None]:
-    """Register :class:`~oodsim.engine.worker_setup.WorkerSetup` on ``client``'s scheduler
-    under a name of this run's own; on a ``shared`` scheduler (an ``address``, which outlives
-    the run) it is unregistered when the run ends. A worker that cannot take the driver's
-    registrations (say, a script's module it cannot import) stops the run here, in one line."""
-    # distributed is loaded: a client exists
-    from oodsim.engine.worker_setup import WorkerSetup
-
-    name = f"oodsim-worker-setup-{uuid.uuid4().hex[:12]}"
-    try:
-        client.register_plugin(WorkerSetup(shipped), name=name)
-    except OSError:  # a worker went away during the broadcast (distributed's CommClosedError)
-        pass  # the scheduler keeps the plugin and gives it to every worker that joins
-    except Exception as error:  # a worker's setup failed: it cannot run this script's work
-        raise ClusterError(
-            "the workers could not take the detectors, datasets or architectures this script "
-            f"registered: {type(error).__name__}: {error}"
-        ) from None
-    try:
-        yield
-    finally:
-        if shared:  # the scheduler keeps its plugins: leave it as it was found
-            _unregister(client, name)
-
-
-def _unregister(client: Any, name: str) -> None:
-    """Unregister the worker plugin ``name`` from ``client``'s scheduler within
-    :data:`SHARED_CLOSE_TIMEOUT`: one that does not answer keeps it, and the run ends anyway
-    (``Client.unregister_worker_plugin`` takes no timeout, and waited forever for a stopped
-    scheduler)."""
-    try:
-        client.sync(
-            client.scheduler.unregister_worker_plugin,
-            name=name,
-            callback_timeout=SHARED_CLOSE_TIMEOUT,
-        )
-    except Exception as error:
-        logging.getLogger(__name__).debug("the worker plugin %s stays: %r", name, error)
 
 
 def _quiet(client: Any, local: bool) -> None:

@@ -11,16 +11,26 @@ submitter.
 from __future__ import annotations
 
 import contextlib
+import functools
+import logging
 import sys
 import uuid
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
-from oodsim.engine.cluster import cluster_client
+from oodsim.engine.cluster import SHARED_CLOSE_TIMEOUT, cluster_client
 from oodsim.engine.inprocess import InProcess
 from oodsim.engine.placement import Placement
 from oodsim.engine.waiting import ANSWER_TIMEOUT, as_landed, gathered, threads
-from oodsim.engine.work import SCORE_KEY_PREFIX, TASK_KEY_PREFIX, Shipped, run_task, score_seed
+from oodsim.engine.work import (
+    SCORE_KEY_PREFIX,
+    TASK_KEY_PREFIX,
+    Shipped,
+    quiet_own_failures,
+    run_task,
+    score_seed,
+)
+from oodsim.errors import ClusterError
 from oodsim.progress_notes import TOPIC, Listener
 from oodsim.protocols.base import Protocol, Task
 from oodsim.results import WORKER_DIED, SeedResult, failure_kind
@@ -75,8 +85,8 @@ class Submitter(contextlib.ExitStack):
                     self.where.address,
                     self.where.n_workers,
                     self.where.jobs,
-                    self.shipped,
                     told=self.listener,  # how the cluster's start goes, on the status line
+                    worker_setup=functools.partial(set_up_workers, shipped=self.shipped),
                 )
             )
             if self.listener is not None:  # the work's progress notes, for the status line
@@ -331,3 +341,47 @@ def worker_died(error: BaseException) -> str | None:
         f"seed's {what}: killed by the system (out of memory?) or a crash in native code (a "
         "plug-in's?); oodsim.engine.work.run_seed runs it in one process, where the crash shows"
     )
+
+
+@contextlib.contextmanager
+def set_up_workers(client: Any, shared: bool, *, shipped: Shipped) -> Iterator[None]:
+    """Set ``client``'s workers up for a run (``cluster_client``'s ``worker_setup``): register
+    :class:`~oodsim.engine.worker_setup.WorkerSetup` on its scheduler under a name of this
+    run's own, and keep oodsim's own failed tasks out of the scheduler's log in this process
+    (a local or job cluster's). On a ``shared`` scheduler (an ``address``, which outlives the
+    run) the plugin is unregistered when the run ends. A worker that cannot take the driver's
+    registrations (say, a script's module it cannot import) stops the run here, in one line."""
+    # distributed is loaded: a client exists
+    from oodsim.engine.worker_setup import WorkerSetup
+
+    quiet_own_failures("distributed.scheduler")
+    name = f"oodsim-worker-setup-{uuid.uuid4().hex[:12]}"
+    try:
+        client.register_plugin(WorkerSetup(shipped), name=name)
+    except OSError:  # a worker went away during the broadcast (distributed's CommClosedError)
+        pass  # the scheduler keeps the plugin and gives it to every worker that joins
+    except Exception as error:  # a worker's setup failed: it cannot run this script's work
+        raise ClusterError(
+            "the workers could not take the detectors, datasets or architectures this script "
+            f"registered: {type(error).__name__}: {error}"
+        ) from None
+    try:
+        yield
+    finally:
+        if shared:  # the scheduler keeps its plugins: leave it as it was found
+            _unregister(client, name)
+
+
+def _unregister(client: Any, name: str) -> None:
+    """Unregister the worker plugin ``name`` from ``client``'s scheduler within
+    :data:`SHARED_CLOSE_TIMEOUT`: one that does not answer keeps it, and the run ends anyway
+    (``Client.unregister_worker_plugin`` takes no timeout, and waited forever for a stopped
+    scheduler)."""
+    try:
+        client.sync(
+            client.scheduler.unregister_worker_plugin,
+            name=name,
+            callback_timeout=SHARED_CLOSE_TIMEOUT,
+        )
+    except Exception as error:
+        logging.getLogger(__name__).debug("the worker plugin %s stays: %r", name, error)
