@@ -6,7 +6,7 @@ epoch: ``oodsim.simulation.training.train``), 10 classes of which 6 are known, s
 60/20/20, then inference on every subset (``oodsim.models.inference.infer``), as an open set
 simulation does. The data are CIFAR-shaped (3x32x32 uint8) noise from a seeded numpy generator.
 
-Each contender is a cluster from ``oodsim.engine.gpu.cuda_cluster`` with K worker processes per
+Each contender is a cluster from ``oodsim.clusters.gpu.cuda_cluster`` with K worker processes per
 GPU (K = 1 is one seed at a time per GPU, oodsim's default); every worker trains one seed per
 round, all submitted at once through a ``distributed.Client``. A contender trains real seeds
 for ``--epochs`` epochs on a pool reduced to about ``--train-size`` training images, and is
@@ -48,8 +48,8 @@ import numpy as np
 import torch
 from distributed import Client
 
-from oodsim.engine.cluster import NO_HTTP_ROUTES, private_options
-from oodsim.engine.gpu import cuda_cluster, visible_gpus
+from oodsim.clusters.cluster import NO_HTTP_ROUTES, private_options
+from oodsim.clusters.gpu import cuda_cluster, visible_gpus
 from oodsim.engine.work import deterministic_torch
 from oodsim.models.architectures import build_model
 from oodsim.models.inference import infer

@@ -19,7 +19,7 @@ hand, ...) so that load from other jobs on the machine hits all of them alike. P
 - wall: seconds from start to exit;
 - CPU: user + system seconds of the child and every descendant it waited for (``os.wait4``),
   or ``polled`` where that is more: oodsim's local workers fork from a server process
-  (``oodsim.engine.forkserver``), which reaps them and is not the child's to reap.
+  (``oodsim.clusters.forkserver``), which reaps them and is not the child's to reap.
   ``polled``: the CPU seconds of the child and every descendant seen by polling ``/proc``
   (psutil) every 0.25 s, a slight undercount; the share of CPU polled from descendants still
   alive when their parent exited is printed;

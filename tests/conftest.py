@@ -22,7 +22,7 @@ import pytest
 
 import oodsim
 from oodsim.cli import main as cli_main
-from oodsim.engine import signals
+from oodsim.clusters import signals
 from oodsim.specs import ExperimentSpec, load_spec
 from oodsim.store import PROJECT_DEFAULTS_ENV
 from tests import command_server
@@ -405,8 +405,8 @@ def cluster_address() -> Iterator[str]:
     import dask.config
     from distributed import LocalCluster
 
-    from oodsim.engine.dask_settings import LIGHT_MONITORING, unless_configured
-    from oodsim.engine.forkserver import forking
+    from oodsim.clusters.dask_settings import LIGHT_MONITORING, unless_configured
+    from oodsim.clusters.forkserver import forking
 
     with (
         dask.config.set(unless_configured(LIGHT_MONITORING)),

@@ -655,9 +655,9 @@ def test_dask_address_that_does_not_answer_fails_after_a_bounded_wait(
 ) -> None:
     """A port that accepts connections but never speaks (a hung or foreign server): without a
     bound, distributed's client would wait for its handshake forever."""
-    import oodsim.engine.address
+    import oodsim.clusters.address
 
-    monkeypatch.setattr(oodsim.engine.address, "CONNECT_TIMEOUT", 3.0)
+    monkeypatch.setattr(oodsim.clusters.address, "CONNECT_TIMEOUT", 3.0)
     with socket.socket() as silent:
         silent.bind(("127.0.0.1", 0))
         silent.listen(8)

@@ -1,5 +1,5 @@
 """Every batch command is bounded: one that hangs is killed with every process it started
-(:mod:`oodsim.engine.batch_commands`), whether the run asks the batch system about its jobs,
+(:mod:`oodsim.clusters.batch_commands`), whether the run asks the batch system about its jobs,
 submits or cancels them."""
 
 from __future__ import annotations
@@ -17,8 +17,8 @@ from pathlib import Path
 import psutil
 import pytest
 
-from oodsim.engine import batch_commands, job_watch
-from oodsim.engine.jobqueue import job_class
+from oodsim.clusters import batch_commands, job_watch
+from oodsim.clusters.jobqueue import job_class
 from tests import command_server
 from tests.conftest import ROOT, wait_for
 

@@ -28,7 +28,7 @@ from tests.conftest import ROOT, children, digits_toml, signalled, wait_for
 
 #: what a stopped run prints once, with the number of seeds found complete in the store
 #: (the run's own resume line, "N of M simulations have everything in the store; ...", or the
-#: one of a run that still waited 4 s after the signal, oodsim.engine.signals.GRACE)
+#: one of a run that still waited 4 s after the signal, oodsim.clusters.signals.GRACE)
 RESUME = "run the same spec again to resume."
 #: third-party noise that must not follow it
 NOISE = ("Traceback", "CommClosedError", "Exception ignored", "leaked semaphore")
@@ -202,7 +202,7 @@ def test_a_driver_stopped_for_a_while_leaves_no_worker_tracebacks(tmp_path: Path
 
 
 def _fork_server(driver: subprocess.Popen) -> bool:
-    """Whether ``driver`` has started its workers' fork server (:mod:`oodsim.engine.forkserver`),
+    """Whether ``driver`` has started its workers' fork server (:mod:`oodsim.clusters.forkserver`),
     which then imports torch for about two seconds."""
     return bool(children(driver.pid, "multiprocessing.forkserver"))
 
@@ -233,7 +233,7 @@ def test_ctrl_c_while_the_local_cluster_starts_is_one_resume_line(
 SHORT_CLOCK = """
 import sys
 
-from oodsim.engine import signals
+from oodsim.clusters import signals
 
 signals.GRACE = float(sys.argv[1])
 from oodsim.cli.main import main

@@ -33,8 +33,9 @@ import pytest
 
 import oodsim
 from oodsim.cli import main as cli_main
-from oodsim.engine import ClusterError, jobqueue
-from oodsim.engine.job_cluster import TLS_PREFIX, check_jobs, credentials_folder
+from oodsim.clusters import jobqueue
+from oodsim.clusters.job_cluster import TLS_PREFIX, check_jobs, credentials_folder
+from oodsim.engine import ClusterError
 from oodsim.errors import SpecError
 from oodsim.protocols import get_protocol
 from oodsim.specs.cluster import ClusterSpec, resolve_cluster
@@ -201,7 +202,7 @@ def test_a_refused_slurm_job_is_one_line(
 
 
 #: seconds a run that must stop by itself may take: the watch of a SLURM cluster's jobs first
-#: asks squeue after 10 s without a worker (oodsim.engine.job_watch.FIRST_LOOK)
+#: asks squeue after 10 s without a worker (oodsim.clusters.job_watch.FIRST_LOOK)
 STOP_TIMEOUT = 120
 
 
@@ -443,7 +444,7 @@ def test_ctrl_c_stays_a_keyboard_interrupt_with_dask_jobqueue() -> None:
     of what is cached); oodsim keeps the handler the process had."""
     code = (
         "import signal; from oodsim.specs.cluster import ClusterSpec\n"
-        "from oodsim.engine.job_cluster import check_jobs\n"
+        "from oodsim.clusters.job_cluster import check_jobs\n"
         "before = signal.getsignal(signal.SIGINT)\n"
         "check_jobs(ClusterSpec(kind='local-jobs'))\n"
         "import dask_jobqueue\n"

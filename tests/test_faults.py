@@ -784,7 +784,7 @@ def test_the_local_cluster_gives_a_worker_one_task_a_thread(
     configured is kept."""
     import dask.config
 
-    from oodsim.engine.cluster import cluster_client
+    from oodsim.clusters.cluster import cluster_client
 
     setting = {} if configured is None else {"distributed.scheduler.worker-saturation": configured}
     with dask.config.set(setting), cluster_client(None, 1) as client:
@@ -800,7 +800,7 @@ def test_the_local_cluster_restarts_a_silent_worker_after_a_minute(
     cluster; a ttl the user configured is kept."""
     import dask.config
 
-    from oodsim.engine.cluster import cluster_client
+    from oodsim.clusters.cluster import cluster_client
 
     setting = {} if configured is None else {"distributed.scheduler.worker-ttl": configured}
     with dask.config.set(setting), cluster_client(None, 1) as client:

@@ -1,5 +1,5 @@
 """The workers of oodsim's local cluster fork from one server that imported torch once
-(:mod:`oodsim.engine.forkserver`), and still see what a spawned worker would."""
+(:mod:`oodsim.clusters.forkserver`), and still see what a spawned worker would."""
 
 from __future__ import annotations
 
@@ -11,8 +11,8 @@ import sys
 
 import pytest
 
+from oodsim.clusters.forkserver import WORKER_MODULES
 from oodsim.engine import cluster_client
-from oodsim.engine.forkserver import WORKER_MODULES
 
 pytestmark = pytest.mark.skipif(
     "forkserver" not in multiprocessing.get_all_start_methods(), reason="no fork server here"
@@ -43,12 +43,12 @@ def test_workers_fork_from_one_server_that_imported_their_modules() -> None:
 
 
 def test_the_servers_end_is_set_up_only_in_the_fork_server() -> None:
-    """Imported elsewhere, oodsim.engine.server_end freezes nothing and ends nothing early: the
+    """Imported elsewhere, oodsim.clusters.server_end freezes nothing and ends nothing early: the
     interpreter's own exit handlers still run after it."""
     code = (
         "import atexit, gc\n"
         "atexit.register(print, 'exit handlers ran')\n"
-        "import oodsim.engine.server_end\n"
+        "import oodsim.clusters.server_end\n"
         "print(gc.get_freeze_count())\n"
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)

@@ -16,9 +16,9 @@ from collections.abc import Iterator
 import pytest
 from distributed import Client
 
-from oodsim.engine.cluster import LOCAL_HOST, private_options
-from oodsim.engine.gpu import CUBLAS_WORKSPACE_CONFIG, cuda_cluster, visible_gpus, worker_devices
-from oodsim.engine.nanny import TRIM_VARIABLE
+from oodsim.clusters.cluster import LOCAL_HOST, private_options
+from oodsim.clusters.gpu import CUBLAS_WORKSPACE_CONFIG, cuda_cluster, visible_gpus, worker_devices
+from oodsim.clusters.nanny import TRIM_VARIABLE
 
 
 def devices_by_name(client: Client) -> dict[str, str]:

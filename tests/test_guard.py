@@ -8,7 +8,7 @@ import sys
 import textwrap
 from pathlib import Path
 
-from oodsim.engine.guard import guarded_lines
+from oodsim.clusters.guard import guarded_lines
 from tests.conftest import ROOT
 
 
@@ -64,7 +64,7 @@ def test_where_the_call_comes_from(tmp_path: Path) -> None:
     done = _run_script(
         tmp_path,
         """\
-        from oodsim.engine.guard import unguarded_call
+        from oodsim.clusters.guard import unguarded_call
 
         def main():
             return unguarded_call()
@@ -92,7 +92,7 @@ def test_a_package_main_run_with_dash_m_is_not_flagged(tmp_path: Path) -> None:
     package.mkdir()
     (package / "__init__.py").write_text("")
     (package / "__main__.py").write_text(
-        "from oodsim.engine.guard import unguarded_call\nprint(unguarded_call())\n"
+        "from oodsim.clusters.guard import unguarded_call\nprint(unguarded_call())\n"
     )
     done = subprocess.run(
         [sys.executable, "-m", "tool"], cwd=tmp_path, capture_output=True, text=True, timeout=120

@@ -302,7 +302,7 @@ def test_artifacts_sit_below_the_protocols() -> None:
 def test_no_private_name_of_distributed_or_dask_jobqueue_outside_the_compat_module() -> None:
     """distributed's and dask-jobqueue's internals (names that start with one ``_``: the
     private methods of the classes oodsim uses, overridden or called, and private imports)
-    are used in :mod:`oodsim.engine.dask_compat` alone, which says the versions it was
+    are used in :mod:`oodsim.clusters.dask_compat` alone, which says the versions it was
     tested with."""
     distributed = pytest.importorskip("distributed")
     jobqueue = pytest.importorskip("dask_jobqueue")

@@ -1,4 +1,4 @@
-"""The watch of a job cluster's jobs (:mod:`oodsim.engine.job_watch`): what ``squeue``,
+"""The watch of a job cluster's jobs (:mod:`oodsim.clusters.job_watch`): what ``squeue``,
 ``sacct`` and ``qstat`` say is read right (SLURM's output as captured from the one-node SLURM of
 the development machine, 22.05), and the verdict comes only when no job can give a worker.
 
@@ -16,15 +16,15 @@ from typing import Any
 import attrs
 import pytest
 
-from oodsim.engine import job_watch
-from oodsim.engine.job_states import (
+from oodsim.clusters import job_watch
+from oodsim.clusters.job_states import (
     JobState,
     parse_qstat,
     parse_sacct,
     parse_squeue,
     slurm_never,
 )
-from oodsim.engine.job_watch import JobWatch
+from oodsim.clusters.job_watch import JobWatch
 from oodsim.specs.cluster import ClusterSpec
 
 # `squeue -h -t all -j 49,99999,50,51 -o "%i %T %r"`: 99999 is unknown (left out, exit 0);

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from oodsim.engine.cluster import LOCAL_WORKER_TIMEOUT
+from oodsim.clusters.cluster import LOCAL_WORKER_TIMEOUT
 from oodsim.engine.placement import Placement, place
 from oodsim.errors import SpecError
 from oodsim.specs.cluster import ClusterSpec

@@ -25,10 +25,10 @@ from distributed import Client, LocalCluster
 from distributed.security import Security
 
 import oodsim
+from oodsim.clusters.address import LOCAL_SECURITY
+from oodsim.clusters.dask_settings import LIGHT_MONITORING
+from oodsim.clusters.nanny import TRIM_VARIABLE
 from oodsim.engine import ClusterError, cluster_client
-from oodsim.engine.address import LOCAL_SECURITY
-from oodsim.engine.dask_settings import LIGHT_MONITORING
-from oodsim.engine.nanny import TRIM_VARIABLE
 from tests.conftest import small_digits
 
 TIMEOUT = 5  # seconds an intruder's connection attempt may take (refusals are immediate)

@@ -170,7 +170,7 @@ def test_without_a_worker_the_line_says_so_not_that_the_work_is_quiet(
 def test_the_no_worker_line_names_a_queue_only_for_a_job_cluster() -> None:
     """The probe: a run on a scheduler's address without workers said `a job cluster's jobs
     may be queued (squeue, qstat)`. Only a job cluster's line names its queue (the hint of
-    oodsim.engine.job_watch, what squeue says of its jobs)."""
+    oodsim.clusters.job_watch, what squeue says of its jobs)."""
     stream = io.StringIO()
     progress = Progress(2, stream, interval=0.0)
     progress.no_worker(60.0)  # a local cluster, a scheduler's address

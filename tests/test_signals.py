@@ -1,4 +1,4 @@
-"""Ctrl-C held while a cluster starts or closes (:mod:`oodsim.engine.signals`), with real
+"""Ctrl-C held while a cluster starts or closes (:mod:`oodsim.clusters.signals`), with real
 signals sent to this process and to a process started under :func:`signals.shielded`."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from oodsim.engine import signals
+from oodsim.clusters import signals
 
 #: Python's own Ctrl-C handler for every test here (conftest's ``python_handlers``)
 pytestmark = pytest.mark.usefixtures("python_handlers")
@@ -120,7 +120,7 @@ def test_a_third_ctrl_c_stops_a_count_that_hangs() -> None:
 #: queue whose semaphores the resource tracker would report as leaked after a plain _exit
 _OWNED_RUN = """
 import multiprocessing, signal, sys, time
-from oodsim.engine import signals
+from oodsim.clusters import signals
 queue = multiprocessing.get_context("forkserver").Queue()
 with signals.owned(), signals.holding() as stopping:
     with signals.ended_with(lambda: print("workers killed", flush=True)):

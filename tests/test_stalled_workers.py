@@ -14,8 +14,8 @@ import psutil
 import pytest
 
 import oodsim
+from oodsim.clusters import cluster as cluster_module
 from oodsim.engine import ClusterError
-from oodsim.engine import cluster as cluster_module
 from oodsim.protocols.open_set import CHECKPOINT
 from oodsim.store import Store
 from tests import stalling_preload

@@ -260,9 +260,9 @@ def main(argv: list[str] | None = None) -> int:
             return args.func(args)
     except KeyboardInterrupt as error:
         # what the interrupt left, said by the code it stopped (oodsim.errors.tell_interrupt)
-        # a run's clock may end the command meanwhile (oodsim.engine.signals); without a run
+        # a run's clock may end the command meanwhile (oodsim.clusters.signals); without a run
         # loaded there is none
-        signals = sys.modules.get("oodsim.engine.signals")
+        signals = sys.modules.get("oodsim.clusters.signals")
         saying = signals.saying() if signals is not None else contextlib.nullcontext()
         with contextlib.suppress(OSError), saying:  # after SIGHUP the terminal may be gone
             for note in getattr(error, "__notes__", ()):

@@ -84,7 +84,8 @@ def cmd_run(args: argparse.Namespace) -> int:
         spec = load(args.spec)
         metric = table_metric(spec, args.metric)
         # loaded once the spec is good, so that its errors come at once
-        from oodsim.engine import run, signals
+        from oodsim.clusters import signals
+        from oodsim.engine import run
         from oodsim.store import CacheRoot, cache_root, default_results
 
         # one cache and results folder per project, from any folder: the spec file's project

@@ -5,7 +5,7 @@ spec's protocol, computes the missing ones on a Dask cluster, scores every seed 
 and returns one ``xarray`` result (:mod:`oodsim.results`).
 """
 
-from oodsim.engine.cluster import ClusterError, cluster_client
+from oodsim.clusters.cluster import ClusterError, cluster_client
 from oodsim.engine.run import OutputExists, RunAborted, run
 from oodsim.protocols import load
 from oodsim.specs.cluster import ClusterSpec

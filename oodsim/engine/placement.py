@@ -14,9 +14,9 @@ from typing import Any
 
 import attrs
 
-from oodsim.engine.cluster import LOCAL_WORKER_TIMEOUT
-from oodsim.engine.guard import check_main_guard
-from oodsim.engine.job_cluster import check_jobs
+from oodsim.clusters.cluster import LOCAL_WORKER_TIMEOUT
+from oodsim.clusters.guard import check_main_guard
+from oodsim.clusters.job_cluster import check_jobs
 from oodsim.engine.waiting import SCHEDULER_SILENT_TIMEOUT, configured_scheduler_timeout
 from oodsim.errors import SpecError
 from oodsim.limits import over

@@ -122,7 +122,7 @@ class Progress:
         back, and its status line stood still for 8.5 minutes (until distributed's
         ``worker-ttl`` had the worker restarted and the run went on; oodsim's local cluster now
         has a silent worker restarted after 60 to 120 s: ``LOCAL_WORKER_TTL`` of
-        :mod:`oodsim.engine.cluster`)."""
+        :mod:`oodsim.clusters.cluster`)."""
         now = time.perf_counter()
         with self._lock:
             quiet = now - self.news
@@ -141,7 +141,7 @@ class Progress:
     def no_worker(self, seconds: float, hint: str = "") -> None:
         """The cluster has had no worker for ``seconds`` (0: it has workers again): say so on
         the status line, with ``hint``, where to look (a job cluster's: what its batch system
-        says of its jobs, :mod:`oodsim.engine.job_watch`)."""
+        says of its jobs, :mod:`oodsim.clusters.job_watch`)."""
         now = time.perf_counter()
         with self._lock:
             self.workerless = seconds >= NO_WORKER_NOTICE  # 0: the workers are there

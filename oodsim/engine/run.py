@@ -21,9 +21,10 @@ from typing import Any, TextIO
 
 import xarray as xr
 
+from oodsim.clusters import signals
+from oodsim.clusters.address import check_scheduler
 from oodsim.data import fingerprint
-from oodsim.engine import signals, window
-from oodsim.engine.address import check_scheduler
+from oodsim.engine import window
 from oodsim.engine.opening import follows_line, opening_line
 from oodsim.engine.placement import place
 from oodsim.engine.progress import Progress, interrupted_message

@@ -18,7 +18,7 @@ import uuid
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
-from oodsim.engine.cluster import SHARED_CLOSE_TIMEOUT, cluster_client
+from oodsim.clusters.cluster import SHARED_CLOSE_TIMEOUT, cluster_client
 from oodsim.engine.inprocess import InProcess
 from oodsim.engine.placement import Placement
 from oodsim.engine.waiting import ANSWER_TIMEOUT, as_landed, gathered, threads

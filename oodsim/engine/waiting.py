@@ -14,8 +14,8 @@ from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import CancelledError
 from typing import Any
 
+from oodsim.clusters.job_watch import watch_of
 from oodsim.engine.inprocess import is_deferred
-from oodsim.engine.job_watch import watch_of
 from oodsim.environment import read
 from oodsim.errors import ClusterError
 
@@ -49,7 +49,7 @@ def as_landed(
 ) -> Iterator[Any]:
     """Futures as they finish; a cluster without any worker for ``worker_timeout`` seconds
     raises :class:`ClusterError` instead of waiting forever (finished work stays cached), and
-    so does a job cluster whose jobs will never give a worker (:mod:`oodsim.engine.job_watch`).
+    so does a job cluster whose jobs will never give a worker (:mod:`oodsim.clusters.job_watch`).
     While it has none, ``no_worker(seconds, hint)`` is told how long that has been and what
     its jobs' batch system says (so a job cluster whose jobs are queued, or fail before their
     worker starts, never waits in silence), and ``no_worker(0.0, "")`` once it has workers

@@ -18,7 +18,7 @@ from typing import Any
 import attrs
 
 from oodsim import plugins
-from oodsim.engine.quiet_logs import DroppedUnlessDebug, install
+from oodsim.clusters.quiet_logs import DroppedUnlessDebug, install
 from oodsim.progress_notes import working_on
 from oodsim.protocols import bind
 from oodsim.protocols.base import Protocol, SeedFailed, Task, first_failure

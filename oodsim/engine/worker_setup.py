@@ -2,7 +2,7 @@
 
 A script registers detectors, datasets and architectures in the driver; a worker never ran
 that script. :class:`WorkerSetup`, a Dask worker plugin registered when the run's client
-starts (:func:`oodsim.engine.cluster.cluster_client`), adopts them on every worker, those that
+starts (:func:`oodsim.clusters.cluster.cluster_client`), adopts them on every worker, those that
 join later too (batch jobs that leave the queue, a worker its nanny restarted), so that no
 task or scoring call carries them. It also drops the data fingerprints the worker computed
 for earlier runs, and installs the filter that keeps the worker's log of oodsim's own failed

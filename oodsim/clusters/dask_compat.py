@@ -9,7 +9,7 @@ methods oodsim overrides or calls, and the versions they were tested with.
 - :func:`worker_os_process` reads the operating system's process of a nanny's worker.
 
 :func:`untested_versions` says where the installed versions are outside :data:`TESTED`
-(pyproject bounds them too); :mod:`oodsim.engine.jobqueue` and the local nanny import these
+(pyproject bounds them too); :mod:`oodsim.clusters.jobqueue` and the local nanny import these
 names, nothing else in oodsim touches a private name of either package (a test greps).
 """
 
@@ -21,7 +21,7 @@ import warnings
 from importlib.metadata import PackageNotFoundError, version
 from typing import Any
 
-from oodsim.engine.batch_commands import Unanswered, call_bounded
+from oodsim.clusters.batch_commands import Unanswered, call_bounded
 
 #: The versions of each package these overrides were written for and tested with: the oldest
 #: and the newest (the bounds in pyproject.toml).
@@ -81,7 +81,7 @@ def worker_os_process(nanny: Any) -> Any:
 class CommandsInOwnSession:
     """A job whose batch commands (``sbatch``, ``scancel``, ``qsub``, ``qdel``) run in a
     session of their own, each killed with its process group after
-    :data:`~oodsim.engine.batch_commands.SUBMIT_TIMEOUT` seconds."""
+    :data:`~oodsim.clusters.batch_commands.SUBMIT_TIMEOUT` seconds."""
 
     @staticmethod
     async def _call(cmd: list[str], *, shell: bool = False, **kwargs: Any) -> str:
@@ -107,7 +107,7 @@ class CommandsInOwnSession:
 
 
 #: The batch jobs this process submitted whose cancel the batch system has not confirmed (a run
-#: that ends at once names them, :func:`oodsim.engine.jobqueue.end_now`).
+#: that ends at once names them, :func:`oodsim.clusters.jobqueue.end_now`).
 UNCANCELLED: set[str] = set()
 
 

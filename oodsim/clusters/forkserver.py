@@ -12,7 +12,7 @@ With ``forkserver`` (Python's :mod:`multiprocessing` method, supported by Dask),
 process per driver imports :data:`WORKER_MODULES` once and every worker is forked from it. The
 server starts in the environment a spawned worker would get (Dask's
 ``distributed.nanny.pre-spawn-environ``: one BLAS/OpenMP thread; glibc's memory trimming left
-alone, see :mod:`oodsim.engine.nanny`), so numerics are those of a spawned worker. Like spawn,
+alone, see :mod:`oodsim.clusters.nanny`), so numerics are those of a spawned worker. Like spawn,
 it imports the main script once (as ``__mp_main__``): the ``if __name__ == "__main__":`` guard
 is still needed. The server lives as long as the driver, so a second run in the same Python
 session starts its workers at once. Where ``forkserver`` is not available (Windows), and for
@@ -31,7 +31,7 @@ import sys
 from collections.abc import Collection, Iterator, Mapping
 from typing import Any
 
-from oodsim.engine import nanny, signals
+from oodsim.clusters import nanny, signals
 from oodsim.store.locks import proc_stat
 
 #: Dask's setting for the way a nanny starts its worker process.
@@ -43,11 +43,11 @@ WORKER_MODULES = (
     "torch",
     "zarr",
     "scipy.special",  # the detectors' κ (oodsim.detectors._scipy)
-    "oodsim.engine.cluster",
+    "oodsim.clusters.cluster",
     "oodsim.engine.work",
     "oodsim.simulation.training",
     "oodsim.protocols.open_set",
-    "oodsim.engine.server_end",  # last: freezes the imports above, ends the server at once
+    "oodsim.clusters.server_end",  # last: freezes the imports above, ends the server at once
 )
 
 
@@ -104,7 +104,7 @@ def start() -> None:
 
 def stop_now() -> None:
     """Stop this process's fork server and every process it forked, at once (a run that ends
-    at once: :func:`oodsim.engine.signals.ended_with`; it neither waits nor takes locks). A
+    at once: :func:`oodsim.clusters.signals.ended_with`; it neither waits nor takes locks). A
     worker forked as the run ends would print a traceback once the driver's semaphores are
     gone. The server is stopped first (SIGSTOP: it forks nothing more), then its children and
     the server are killed; the next cluster of this process starts a new server."""

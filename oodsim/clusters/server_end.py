@@ -1,7 +1,7 @@
 """What oodsim's fork server does once its imports are done: it freezes them out of the garbage
 collector, and it ends without tearing them down.
 
-The fork server (:mod:`oodsim.engine.forkserver`) imports torch, distributed and oodsim's
+The fork server (:mod:`oodsim.clusters.forkserver`) imports torch, distributed and oodsim's
 worker modules once, this module last, and forks every worker from that heap. A worker shares
 those pages with the server until it writes to one; a garbage collection that walks the
 imported objects writes to each of them, so the server freezes them (:func:`gc.freeze`) before

@@ -9,10 +9,10 @@ worker, :class:`JobWatch` asks the batch system about the run's jobs (by their i
 :data:`LOOK_EVERY` seconds, the first time after :data:`FIRST_LOOK` seconds (each command
 bounded by :data:`COMMAND_TIMEOUT`; a missing or failing command is no answer, and the run
 waits). It gives its verdict when no job can give a worker any more: each has ended without a
-worker ever joining (the :class:`~oodsim.engine.jobqueue.JobKeeper` resubmits only jobs that
+worker ever joining (the :class:`~oodsim.clusters.jobqueue.JobKeeper` resubmits only jobs that
 had workers) or waits for a reason that never clears. :func:`~oodsim.engine.waiting.as_landed`
 raises it; closing the cluster then cancels every job. The reading of the commands' output is
-:mod:`oodsim.engine.job_states`.
+:mod:`oodsim.clusters.job_states`.
 """
 
 from __future__ import annotations
@@ -25,8 +25,8 @@ from collections.abc import Collection, Sequence
 from pathlib import Path
 from typing import Any
 
-from oodsim.engine.batch_commands import run_bounded
-from oodsim.engine.job_states import (
+from oodsim.clusters.batch_commands import run_bounded
+from oodsim.clusters.job_states import (
     JobState,
     parse_qstat,
     parse_sacct,

@@ -1,6 +1,6 @@
 """What a batch system says of a run's jobs: the commands that ask it (``squeue``, ``sacct``,
 ``qstat``) and the pure reading of their output, without running anything
-(:mod:`oodsim.engine.job_watch` runs them and decides).
+(:mod:`oodsim.clusters.job_watch` runs them and decides).
 
 A :class:`JobState` says whether a job has *ended* (it can give no worker any more) or waits
 for a reason that *never* clears as the job was submitted: SLURM's reasons of a request over a

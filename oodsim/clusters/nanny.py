@@ -9,9 +9,9 @@ kernel and trained 2.4 times slower than the same code in one process; without t
 50-seed main job took about half the time, with workers ~8% larger.
 
 Every cluster oodsim starts loads this module into its nannies (``preload_nanny``; job
-clusters pass ``--preload-nanny oodsim.engine.nanny``). For a cluster you start yourself::
+clusters pass ``--preload-nanny oodsim.clusters.nanny``). For a cluster you start yourself::
 
-    dask worker tls://scheduler:8786 --preload-nanny oodsim.engine.nanny
+    dask worker tls://scheduler:8786 --preload-nanny oodsim.clusters.nanny
 
 A value you set yourself in the nanny's environment is kept (unless it is Dask's own, 65536,
 which an earlier Dask nanny of the same process may have left in it). One case stays out of

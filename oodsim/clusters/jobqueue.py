@@ -4,7 +4,7 @@ processes (``local-jobs``, for tests and CI).
 This module knows dask-jobqueue: the cluster class of a kind, the options of its scheduler and
 jobs (:func:`cluster_options`), the script a job runs (:func:`job_script`) and the
 :class:`JobKeeper` that submits a new job for every one that ended while the run goes on
-(preempted, killed, past its walltime). :mod:`oodsim.engine.cluster` starts and closes the
+(preempted, killed, past its walltime). :mod:`oodsim.clusters.cluster` starts and closes the
 cluster and turns failures into ``ClusterError``. dask-jobqueue is the optional extra
 ``[cluster]``; it is imported only when a job cluster is asked for.
 
@@ -29,9 +29,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-from oodsim.engine import nanny
-from oodsim.engine.batch_commands import start_bounded, stop_in_flight
-from oodsim.engine.dask_compat import (
+from oodsim.clusters import nanny
+from oodsim.clusters.batch_commands import start_bounded, stop_in_flight
+from oodsim.clusters.dask_compat import (
     UNCANCELLED,
     CommandsInOwnSession,
     WorkerInOwnSession,
@@ -91,10 +91,10 @@ def job_class(kind: str) -> Any:
 
 def cancel_now(cluster: Any) -> list[str]:
     """Cancel every job of ``cluster`` without waiting for the batch system: a run that ends at
-    once (:func:`oodsim.engine.signals.end_at_once`, in a signal handler) would otherwise leave
+    once (:func:`oodsim.clusters.signals.end_at_once`, in a signal handler) would otherwise leave
     its jobs queued or running. The batch system's cancel command (``scancel``, ``qdel``)
     starts in a session of its own and is left to finish (killed after
-    :data:`~oodsim.engine.batch_commands.SUBMIT_TIMEOUT` seconds); a local job's worker is sent
+    :data:`~oodsim.clusters.batch_commands.SUBMIT_TIMEOUT` seconds); a local job's worker is sent
     SIGTERM (it closes itself and its own worker process). The ids of the jobs cancelled."""
     jobs = list(cluster.workers.values())
     ids = [str(job.job_id) for job in jobs if getattr(job, "job_id", None)]
@@ -122,7 +122,7 @@ def end_now(cluster: Any | None, kind: str) -> str | None:
     :data:`UNCANCELLED` for jobs a closing cluster no longer lists; ``cluster`` None: not
     made yet), and return the line that says which submissions may still be queued and how
     to cancel them (None where nothing can be: local jobs). It neither waits nor takes locks
-    (:func:`oodsim.engine.signals.ended_with`)."""
+    (:func:`oodsim.clusters.signals.ended_with`)."""
     uncancelled = set(UNCANCELLED)  # before the kills below: a killed cancel confirms nothing
     stopped = stop_in_flight()
     ids = [] if cluster is None else cancel_now(cluster)

@@ -75,11 +75,11 @@ def cuda_cluster(
 
     ``private`` are the ``LocalCluster`` options that keep oodsim's local cluster private
     (``security``, ``protocol``, ``host``, ``dashboard_address``, ``scheduler_kwargs``; see
-    :func:`oodsim.engine.cluster.private_options`); any other option in it (``preload_nanny``)
+    :func:`oodsim.clusters.cluster.private_options`); any other option in it (``preload_nanny``)
     goes to every worker's nanny, as ``LocalCluster`` passes it on. ``gpus`` (ids as in
     ``CUDA_VISIBLE_DEVICES``) defaults to :func:`visible_gpus`. ``nanny``: the class of the
     workers' nannies (default: distributed's ``Nanny``; oodsim's local cluster passes
-    :class:`~oodsim.engine.local_nanny.LocalNanny`).
+    :class:`~oodsim.clusters.local_nanny.LocalNanny`).
     """
     if gpus is None:  # installing dask-cuda (the extra [gpu]) is how a user opts in
         if importlib.util.find_spec("dask_cuda") is None:

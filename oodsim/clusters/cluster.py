@@ -1,12 +1,12 @@
-"""The Dask side of the engine: one way to get a client (watching work land is
+"""One way to get a Dask client, whatever the cluster (the engine watches its work land:
 :mod:`oodsim.engine.waiting`).
 
 :func:`cluster_client` starts a ``distributed.LocalCluster`` of worker processes (one torch
 thread each), or a cluster of CUDA workers when CUDA and dask-cuda are present (one per GPU, or
-``n_workers`` packed over the GPUs: :mod:`oodsim.engine.gpu`), or a
+``n_workers`` packed over the GPUs: :mod:`oodsim.clusters.gpu`), or a
 cluster whose workers are batch jobs (SLURM, PBS, local jobs: a ``[cluster]`` table, see
-:mod:`oodsim.engine.jobqueue`), or connects to an existing scheduler at ``address``
-(``dask scheduler``, :mod:`oodsim.engine.address`). A local cluster is private: its
+:mod:`oodsim.clusters.jobqueue`), or connects to an existing scheduler at ``address``
+(``dask scheduler``, :mod:`oodsim.clusters.address`). A local cluster is private: its
 scheduler, nannies and workers listen on 127.0.0.1 with Dask's TLS and temporary credentials
 that only this process and the workers it spawns hold, and serve no dashboard. A job cluster
 uses TLS with temporary credentials too. An ``address`` is reached with the credentials of
@@ -31,13 +31,13 @@ import warnings
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from oodsim.engine import forkserver, gpu, nanny, signals
-from oodsim.engine.address import LOCAL_SECURITY, connect_client
-from oodsim.engine.dask_compat import warn_untested
-from oodsim.engine.dask_settings import LIGHT_MONITORING, NO_HTTP_ROUTES, unless_configured
-from oodsim.engine.guard import check_main_guard
-from oodsim.engine.job_cluster import check_jobs, job_cluster
-from oodsim.engine.quiet_logs import DroppedUnlessDebug, install
+from oodsim.clusters import forkserver, gpu, nanny, signals
+from oodsim.clusters.address import LOCAL_SECURITY, connect_client
+from oodsim.clusters.dask_compat import warn_untested
+from oodsim.clusters.dask_settings import LIGHT_MONITORING, NO_HTTP_ROUTES, unless_configured
+from oodsim.clusters.guard import check_main_guard
+from oodsim.clusters.job_cluster import check_jobs, job_cluster
+from oodsim.clusters.quiet_logs import DroppedUnlessDebug, install
 from oodsim.errors import ClusterError, format_warning
 from oodsim.progress_notes import Listener
 from oodsim.specs.cluster import ClusterSpec
@@ -54,7 +54,7 @@ LOCAL_WORKER_TIMEOUT = 120.0  # seconds without any worker before a local run gi
 # generous on a loaded machine. A cluster whose workers do not all start stops the run with a
 # ClusterError, one that started some of them too: nothing has run yet, and a machine where a
 # worker cannot start in two minutes wants looking at rather than a run on fewer workers. A
-# nanny whose restarted worker does not start closes, the process killed (engine.local_nanny),
+# nanny whose restarted worker does not start closes, the process killed (clusters.local_nanny),
 # and the run goes on with the other workers (``worker_timeout`` ends a run with none left).
 LOCAL_START_TIMEOUT = 120.0
 
@@ -88,7 +88,7 @@ LOCAL_WORKER_TTL = "60 s"
 LOCAL_WORKER_SATURATION = 1.0
 
 #: how oodsim's local cluster schedules, each setting with Dask's default (a value set in the
-#: user's Dask configuration is kept: :func:`~oodsim.engine.dask_settings.unless_configured`)
+#: user's Dask configuration is kept: :func:`~oodsim.clusters.dask_settings.unless_configured`)
 LOCAL_SCHEDULING = {
     "distributed.scheduler.worker-ttl": (LOCAL_WORKER_TTL, "5 minutes"),
     "distributed.scheduler.worker-saturation": (LOCAL_WORKER_SATURATION, 1.1),
@@ -130,7 +130,7 @@ def _no_setup(client: Any, shared: bool) -> contextlib.AbstractContextManager[No
 def private_options() -> dict[str, Any]:
     """The ``LocalCluster`` options that make a local cluster private (see the module):
     TLS with new temporary credentials, loopback only, no dashboard, and oodsim's nanny
-    preload (:mod:`oodsim.engine.nanny`)."""
+    preload (:mod:`oodsim.clusters.nanny`)."""
     # distributed loads only when a cluster is needed (cached runs start none)
     from distributed.security import Security
 
@@ -180,7 +180,7 @@ def _local_cluster(n_workers: int | None, told: Listener | None = None) -> Itera
     from distributed import LocalCluster
 
     # it subclasses distributed's Nanny (loaded only when a cluster is needed)
-    from oodsim.engine.local_nanny import LocalNanny, StartTold, kill_now, quiet_given_up_starts
+    from oodsim.clusters.local_nanny import LocalNanny, StartTold, kill_now, quiet_given_up_starts
 
     quiet_given_up_starts()
     n = n_workers or os.cpu_count() or 1
@@ -200,7 +200,7 @@ def _local_cluster(n_workers: int | None, told: Listener | None = None) -> Itera
     with contextlib.ExitStack() as stack:
         stack.enter_context(dask.config.set(config))
         # a cluster interrupted while it starts cannot close its workers: Ctrl-C waits until
-        # it has started (a second one does not), and then closes it (oodsim.engine.signals);
+        # it has started (a second one does not), and then closes it (oodsim.clusters.signals);
         # the start is bounded on its own (LOCAL_START_TIMEOUT), and the 4 s clock of a stopped
         # command starts after it: workers forked as the command exits print tracebacks
         with signals.held(clocked=False):
@@ -209,7 +209,7 @@ def _local_cluster(n_workers: int | None, told: Listener | None = None) -> Itera
                 if cluster is None:
                     if start is not None:
                         start.starting()
-                    # CPU workers fork from a server that imported torch once (engine.forkserver)
+                    # CPU workers fork from a server that imported torch once (clusters.forkserver)
                     forked = stack.enter_context(forkserver.forking())
                     # a run that ends at once stops the server first: a worker it forks then
                     # would print a traceback
@@ -309,10 +309,10 @@ def _quiet(client: Any, local: bool) -> None:
 
 def _abandon(client: Any) -> None:
     """Kill the workers of the run's own local cluster at once (see
-    :func:`oodsim.engine.local_nanny.abandon`), within :data:`ABANDON_TIMEOUT`; a cluster
+    :func:`oodsim.clusters.local_nanny.abandon`), within :data:`ABANDON_TIMEOUT`; a cluster
     that cannot (it is closing already) is closed as usual."""
     # loaded with the cluster (it subclasses distributed's Nanny)
-    from oodsim.engine.local_nanny import abandon
+    from oodsim.clusters.local_nanny import abandon
 
     cluster = getattr(client, "cluster", None)
     if cluster is None:

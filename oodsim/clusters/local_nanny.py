@@ -2,7 +2,7 @@
 is killed when the nanny stops it, instead of being waited for.
 
 oodsim's local cluster bounds each start of a worker process (Dask's ``death_timeout``,
-``LOCAL_START_TIMEOUT`` of :mod:`oodsim.engine.cluster`): a process that hangs as it starts
+``LOCAL_START_TIMEOUT`` of :mod:`oodsim.clusters.cluster`): a process that hangs as it starts
 (stopped with SIGSTOP, stuck on a file system, swapped out) would otherwise hold
 ``LocalCluster(...)``, or a nanny restarting its worker, forever. When that bound runs out, or
 the cluster closes while a worker process starts, distributed's nanny cannot stop the process:
@@ -41,8 +41,8 @@ from typing import Any, ClassVar
 from distributed import Nanny
 from distributed.core import Status
 
-from oodsim.engine.dask_compat import worker_os_process
-from oodsim.engine.quiet_logs import DroppedUnlessDebug, install
+from oodsim.clusters.dask_compat import worker_os_process
+from oodsim.clusters.quiet_logs import DroppedUnlessDebug, install
 
 #: distributed's logger of the nannies, which run in the driver's process
 LOGGER = "distributed.nanny"
@@ -120,7 +120,7 @@ class LocalNanny(Nanny):
 
 def kill_now(cluster: Any) -> None:
     """SIGKILL the worker processes of ``cluster`` from this thread, without waiting: for a
-    run that ends at once (:func:`oodsim.engine.signals.end_at_once`), in a signal handler."""
+    run that ends at once (:func:`oodsim.clusters.signals.end_at_once`), in a signal handler."""
     for nanny in list(cluster.workers.values()):
         pid = getattr(nanny, "pid", None)
         if pid:

@@ -2,8 +2,8 @@
 the checks before any compute (:func:`check_jobs`), and the cluster itself
 (:func:`job_cluster`), secured with TLS and temporary credentials that lie in a folder every
 node sees while the run lasts. dask-jobqueue's side (options, job scripts, the keeper that
-resubmits lost jobs) is :mod:`oodsim.engine.jobqueue`; what the batch system says of the jobs,
-:mod:`oodsim.engine.job_watch`.
+resubmits lost jobs) is :mod:`oodsim.clusters.jobqueue`; what the batch system says of the jobs,
+:mod:`oodsim.clusters.job_watch`.
 """
 
 from __future__ import annotations
@@ -17,9 +17,9 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from oodsim.engine import jobqueue, signals
-from oodsim.engine.dask_settings import LIGHT_MONITORING, NO_HTTP_ROUTES, unless_configured
-from oodsim.engine.job_watch import JobWatch
+from oodsim.clusters import jobqueue, signals
+from oodsim.clusters.dask_settings import LIGHT_MONITORING, NO_HTTP_ROUTES, unless_configured
+from oodsim.clusters.job_watch import JobWatch
 from oodsim.errors import ClusterError, SpecError
 from oodsim.specs.cluster import ClusterSpec
 
@@ -148,7 +148,7 @@ def _submit_failure(error: BaseException) -> str:
 def job_cluster(spec: ClusterSpec) -> Iterator[Any]:
     """A cluster whose workers are ``spec.n_jobs`` batch jobs (dask-jobqueue), secured with TLS
     and temporary credentials; jobs that end while it runs are submitted again, and jobs that
-    will never give a worker stop the run (:mod:`oodsim.engine.job_watch`); on exit (an error
+    will never give a worker stop the run (:mod:`oodsim.clusters.job_watch`); on exit (an error
     and Ctrl-C too) every job is cancelled and the credentials are deleted."""
     # distributed loads only when a cluster is needed (cached runs start none)
     import dask.config
