@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import multiprocessing
 import os
+import re
 import shutil
 import signal
 import socket
@@ -302,3 +303,19 @@ def test_a_cache_deleted_under_a_writer_is_made_again_as_a_cache(tmp_path: Path)
     store.put("outputs", KEY_B, {"x": np.arange(3)})
     assert is_cache(store.root)
     assert store.has("outputs", KEY_B)
+
+
+def test_callers_hold_a_store_never_its_root_path() -> None:
+    """Outside :mod:`oodsim.store` a store is a ``Store``: where it is comes as text
+    (``Store.location``), its checks as its methods, never ``store.root`` as a path."""
+    package = Path(__file__).resolve().parents[1] / "oodsim"
+    found = [
+        f"{path.relative_to(package)}:{number}"
+        for path in sorted(package.rglob("*.py"))
+        if path.parent.name != "store"
+        for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1)
+        if re.search(r"\bstore\.root\b", line)
+    ]
+    assert found == []
+    store = Store(Path("relative") / "cache")
+    assert store.location == str(Path.cwd() / "relative" / "cache") and not store.exists()

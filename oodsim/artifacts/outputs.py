@@ -69,9 +69,9 @@ def warn_legacy_outputs(store: Store) -> None:
     found = legacy_kinds(store)
     if found:
         warnings.warn(
-            f"the cache {store.root} holds model outputs of an older layout "
+            f"the cache {store.location} holds model outputs of an older layout "
             f"({', '.join(found)}); this run computes them again unless you first move them: "
-            f"oodsim cache migrate --cache {store.root}",
+            f"oodsim cache migrate --cache {store.location}",
             LegacyOutputsWarning,
             stacklevel=2,
         )

@@ -30,7 +30,6 @@ from oodsim.simulation.ood_sets import ood_images
 from oodsim.simulation.splits import SUBSETS, OpenSetSplit, make_split
 from oodsim.specs import ExperimentSpec, OODSetSpec
 from oodsim.store import Store
-from oodsim.store.obstacles import check_obstacles
 
 
 class SimulationFailed(SeedFailed):
@@ -94,7 +93,7 @@ class Simulation:
         Scoring may write a verdict of the degenerate rule (:mod:`.verdicts`), an entry no
         task plans: the room for its kind is checked here with the tasks' kinds."""
         spec = self.spec
-        check_obstacles(self.store.root, [DEGENERATE_VERDICT])
+        self.store.check_obstacles([DEGENERATE_VERDICT])
         needed = spec.split.n_classes_needed()
         if needed > self.data.n_classes:
             raise SpecError(

@@ -44,7 +44,7 @@ def _act(args: argparse.Namespace, store: Store) -> int:
         for info in store.entries():
             total += info.size
             print(f"{info.kind:12s} {info.key[:16]}  {info.size / 1e6:8.2f} MB  {info.describe}")
-        print(f"total {total / 1e6:.2f} MB in {store.root}")
+        print(f"total {total / 1e6:.2f} MB in {store.location}")
     elif args.action == "verify":
         problems = store.verify(repair=args.repair)
         for info, problem in problems:
@@ -73,7 +73,7 @@ def _act(args: argparse.Namespace, store: Store) -> int:
             f"removed {len(collected.removed)} leftovers (interrupted writes, stale or malformed "
             "locks, objects out of place)"
             + (
-                f"; {len(collected.left)} could not be removed (make {store.root} writable, "
+                f"; {len(collected.left)} could not be removed (make {store.location} writable, "
                 "or run as its owner)"
                 if collected.left
                 else ""

@@ -49,7 +49,7 @@ def count_cached(
     checksums before it trusts them), counted in order for at most ``budget`` seconds."""
     deadline = time.perf_counter() + budget
     cached = checked = 0
-    if store.root.is_dir():
+    if store.exists():
         for seed in seeds:
             if checked and time.perf_counter() > deadline:
                 break

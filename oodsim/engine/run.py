@@ -46,7 +46,6 @@ from oodsim.results import (
 from oodsim.results.history import Saved, read_saved
 from oodsim.specs.cluster import ClusterSpec
 from oodsim.store import CacheRoot, Store, cache_root, main_script
-from oodsim.store.obstacles import check_obstacles
 from oodsim.store.plugin_sources import check_sources, record_sources
 
 
@@ -130,7 +129,7 @@ def run(
         job.preflight(store)  # it only reads: a seed's checks as a worker would run them
         kinds = [kind for task in job.plan(seeds[0]) for kind, _ in task.entries]
         layout = job.layout()
-        check_obstacles(store.root, kinds)
+        store.check_obstacles(kinds)
     sequential = spec.stopping.rule != "fixed"
     results: list[SeedResult] = []
     decision = None
@@ -138,7 +137,7 @@ def run(
     submitter = Submitter(job, store, where, tracker.heard if stream is not None else None)
     with signals.holding() as stopping, submitter, tracker.watching():
         tracker.slots = submitter.slots
-        unrecorded = check_sources(store.root, submitter.shipped.sources())
+        unrecorded = check_sources(store, submitter.shipped.sources())
         upcoming = window.batches(
             seeds,
             (lambda: spec.stopping.batch_size)

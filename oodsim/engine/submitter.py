@@ -58,7 +58,7 @@ class Submitter(contextlib.ExitStack):
         self.store = store
         self.where = where
         self.listener = listener
-        self.root = str(store.root.resolve())
+        self.root = store.location
         self.shipped = Shipped.of(job.spec)
         self.client: Any = None
         self.scoring: dict[int, Any] = {}  # seed in flight → its scoring future (None: cached)

@@ -22,7 +22,7 @@ import os
 import time
 import uuid
 import warnings
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -64,7 +64,7 @@ from oodsim.store.locks import (
 )
 from oodsim.store.maintenance import Maintenance
 from oodsim.store.migrate import Migration
-from oodsim.store.obstacles import refuse_to_move
+from oodsim.store.obstacles import check_obstacles, refuse_to_move
 
 #: seconds between two notices of a run that waits for another's lock
 LOCK_NOTICE_SECONDS = 30.0
@@ -85,8 +85,23 @@ class Store(Maintenance, Migration):
     _marked: bool = attrs.field(default=False, init=False, repr=False)
 
     # ----------------------------------------------------------------- paths
+    @property
+    def location(self) -> str:
+        """Where the entries are, as text that names them from any folder (the root's absolute
+        path): for messages, and for workers to reopen the store."""
+        return str(self.root.resolve())
+
+    def exists(self) -> bool:
+        """Whether the root is a folder (a store without one holds no entry)."""
+        return self.root.is_dir()
+
     def path(self, kind: str, key: str) -> Path:
         return self.root / kind / key[:2] / key
+
+    def check_obstacles(self, kinds: Iterable[str]) -> None:
+        """Before any compute: nothing but a folder where ``kinds`` and the locks go
+        (:func:`~oodsim.store.obstacles.check_obstacles`)."""
+        check_obstacles(self.root, kinds)
 
     def _locate(self, kind: str, key: str) -> Path | None:
         """The entry folder of (kind, key), or None when there is none. Anything else where
@@ -175,21 +190,6 @@ class Store(Maintenance, Migration):
         if problem:
             self._quarantine(kind, key, problem)
         return problem == ""
-
-    def ensure_present(self) -> None:
-        """Fail in one line when the root is not an existing folder: for ``cache ls``, ``verify``
-        and ``gc``, a mistyped path must not read as an empty, healthy cache."""
-        kind = what_is(self.root)
-        if kind == "missing":
-            raise StoreError(
-                f"no cache at {self.root}: the folder does not exist; pass the cache's path "
-                "with --cache (or set $OODSIM_CACHE)"
-            )
-        if not self.root.is_dir():
-            raise StoreError(
-                f"cache directory {self.root} is {described(kind)}, not a folder; pass the "
-                "cache's path with --cache (or set $OODSIM_CACHE)"
-            )
 
     def ensure_writable(self) -> None:
         """Fail early, before any compute, when the cache root cannot take new entries."""

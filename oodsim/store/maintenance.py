@@ -45,6 +45,21 @@ class Maintenance:
 
     root: Path
 
+    def ensure_present(self) -> None:
+        """Fail in one line when the root is not an existing folder: for ``cache ls``, ``verify``
+        and ``gc``, a mistyped path must not read as an empty, healthy cache."""
+        kind = what_is(self.root)
+        if kind == "missing":
+            raise StoreError(
+                f"no cache at {self.root}: the folder does not exist; pass the cache's path "
+                "with --cache (or set $OODSIM_CACHE)"
+            )
+        if not self.root.is_dir():
+            raise StoreError(
+                f"cache directory {self.root} is {described(kind)}, not a folder; pass the "
+                "cache's path with --cache (or set $OODSIM_CACHE)"
+            )
+
     def ensure_ours(self) -> None:
         """Raise :class:`~oodsim.errors.StoreError` unless the root is a cache oodsim made.
         Maintenance reads and removes by the store's layout; in another folder (a mistyped

@@ -23,6 +23,7 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
+from oodsim.store.entries import Store
 from oodsim.store.fs import read_json, write_replacing
 
 #: the folder of the records in a cache root (a dot name: not one of the store's kinds)
@@ -49,10 +50,10 @@ def source_fingerprint(function: Callable[..., Any]) -> str | None:
 
 
 def check_sources(
-    root: Path, plugins: Iterable[tuple[str, str, str, Callable[..., Any]]]
+    store: Store, plugins: Iterable[tuple[str, str, str, Callable[..., Any]]]
 ) -> dict[Path, str]:
     """For each ``(kind, name, version, function)``: warn if the source fingerprint recorded
-    in the cache at ``root`` for that version differs. The fingerprints that no record holds
+    in ``store`` for that version differs. The fingerprints that no record holds
     yet, by the record's path: the run writes them (:func:`record_sources`) once it has
     computed with them, so that a run that fails first writes nothing."""
     unrecorded: dict[Path, str] = {}
@@ -60,7 +61,7 @@ def check_sources(
         current = source_fingerprint(function)
         if current is None:
             continue
-        path = root / FOLDER / f"{kind}-{name}-{version}.json"
+        path = store.root / FOLDER / f"{kind}-{name}-{version}.json"
         try:
             recorded = read_json(path, RECORD_LIMIT).get("source")
         except FileNotFoundError:

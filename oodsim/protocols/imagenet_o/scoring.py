@@ -89,7 +89,7 @@ _KEEP_FULL_SETS = 2
 def full_test_set(spec: ImageNetOSpec, store: Store) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """κ ``(model, method, n_id)``, ``(model, method, n_ood)`` and the full set's scores
     ``(method, metric, severity, model)`` of ``spec``, read from ``store`` once per process."""
-    cache_key = (spec.key, str(store.root))
+    cache_key = (spec.key, store.location)
     if cache_key not in _FULL_SETS:
         id_set, ood_set = file_sets(spec)
         logits = [
