@@ -17,8 +17,15 @@ NARRATED = re.compile(r"(?<!\bis )(?<!\bare )(?<!\bbe )(?<!\bbeing )(?<!, )\buse
 def narrations(text: str) -> list[str]:
     """The incident narrations in ``text`` (see :data:`NARRATED`), with their line numbers."""
     found = []
-    for number, line in enumerate(text.splitlines(), start=1):
-        found += [f"{number}: {m.group(0)}" for m in NARRATED.finditer(line)]
+    lines = text.splitlines()
+    for number, line in enumerate(lines, start=1):
+        following = lines[number].lstrip(" #") if number < len(lines) else ""
+        joined = f"{line} {following}"  # a narration may wrap onto the next line
+        found += [
+            f"{number}: {m.group(0)}"
+            for m in NARRATED.finditer(joined)
+            if m.start() < len(line)  # told where it starts, once
+        ]
     return found
 
 
@@ -35,3 +42,4 @@ def test_narrations_are_told_from_purposes() -> None:
     assert narrations("a run waiting on another used to print nothing") == ["1: used to print"]
     assert narrations("a short name, used to group seeds\nit is used to compute") == []
     assert narrations("the names are used to key entries") == []
+    assert narrations("a report used to\n    # overwrite it") == ["1: used to overwrite"]

@@ -375,7 +375,7 @@ def set_up_workers(client: Any, shared: bool, *, shipped: Shipped) -> Iterator[N
 def _unregister(client: Any, name: str) -> None:
     """Unregister the worker plugin ``name`` from ``client``'s scheduler within
     :data:`SHARED_CLOSE_TIMEOUT`: one that does not answer keeps it, and the run ends anyway
-    (``Client.unregister_worker_plugin`` takes no timeout, and waited forever for a stopped
+    (``Client.unregister_worker_plugin`` takes no timeout: it waits forever for a stopped
     scheduler)."""
     try:
         client.sync(

@@ -118,8 +118,8 @@ def _write_marker(folder: Path, marker: dict[str, Any]) -> None:
 
 def write_file(path: Path, write: Callable[[Path], object]) -> Path:
     """Write a report file through ``write(tmp)`` into a new temporary sibling, then rename it
-    onto ``path``: a link at ``path`` is replaced, never written through (a report used to
-    overwrite the file a ``summary.md`` link pointed to). Inside a report folder (one holding
+    onto ``path``: a link at ``path`` is replaced, never written through (the file it points
+    to is never changed). Inside a report folder (one holding
     :data:`REPORT_MARKER` above ``path``), a link on the way down to ``path`` is refused with
     :class:`ReportFolderError`: what is written stays in the folder the report owns, and is
     recorded in its marker at once (a report interrupted later leaves nothing unrecorded)."""

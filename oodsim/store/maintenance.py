@@ -62,10 +62,9 @@ class Maintenance:
 
     def ensure_ours(self) -> None:
         """Raise :class:`~oodsim.errors.StoreError` unless the root is a cache oodsim made.
-        Maintenance reads and removes by the store's layout; in another folder (a mistyped
-        ``--cache .``) it took a ``results/ab/ab_run/`` folder for a corrupt entry, and
-        ``verify --repair`` deleted it, with an hour-old ``.tmp-*`` file and a ``locks/``
-        folder's files for ``gc``."""
+        Maintenance reads and removes by the store's layout, so in any other folder (a mistyped
+        ``--cache .``) it would take a user's ``results/ab/ab_run/`` folder for a corrupt
+        entry, an hour-old ``.tmp-*`` file or a ``locks/`` folder's files for leftovers."""
         if not is_cache(self.root):
             raise StoreError(
                 f"{self.root} is not an oodsim cache: it has no .gitignore of oodsim's, which "

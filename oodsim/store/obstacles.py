@@ -5,10 +5,10 @@ where a kind folder belongs, a link in place of ``locks/``). In a root oodsim ma
 oodsim's ``.gitignore``, :func:`~oodsim.store.layout.is_cache`) all of that is oodsim's own.
 A run may also be given a folder that held other files when runs began to use it
 (``--cache ~``, ``--cache .``): there, a kind folder's or ``locks``' name may be a file of the
-user's (TensorFlow writes a file named ``checkpoint`` beside its weights), and moving it aside
-deleted it. In such a root the store moves only its own entries (folders named by a full key);
-anything else in its way stops the run with one line that names it, before any compute where
-the first seed's plan shows it (:func:`check_obstacles`).
+user's (TensorFlow writes a file named ``checkpoint`` beside its weights), which moving it
+aside would delete. In such a root the store moves only its own entries (folders named by a
+full key); anything else in its way stops the run with one line that names it, before any
+compute where the first seed's plan shows it (:func:`check_obstacles`).
 """
 
 from __future__ import annotations
