@@ -92,28 +92,8 @@ class MetricInfo:
         return self.inputs.startswith("kappa")
 
 
-#: how papers head oodsim's metrics in their tables (:attr:`MetricInfo.label`)
-_LABELS = {
-    "auroc": "AUROC",
-    "aupr_in": "AUPR-In",
-    "aupr_out": "AUPR-Out",
-    "ap_in": "AP-In",
-    "ap_out": "AP-Out",
-    "fpr95": "FPR95",
-    "fpr95_ood": "FPR95 (OOD+)",
-    "fpr_at_val95": "FPR@val95",
-    "tpr_at_val95": "TPR@val95",
-    "oscr": "OSCR",
-    "aurc": "AURC",
-    "eaurc": "E-AURC",
-    "aupr": "AUPR",
-    "ap": "AP",
-}
-
-
 def _info(name: str, function: Callable[..., Any], reproduces: str, **kwargs: Any) -> MetricInfo:
-    label = _LABELS.get(name, "")
-    return MetricInfo(name=name, function=function, reproduces=reproduces, label=label, **kwargs)
+    return MetricInfo(name=name, function=function, reproduces=reproduces, **kwargs)
 
 
 #: oodsim's own metrics: name → record, in the order results list them by default.
@@ -127,6 +107,7 @@ _BUILTIN: dict[str, MetricInfo] = {
             "not depend on which class is positive)",
             higher_is_better=True,
             kernel=kernels.AUROC,
+            label="AUROC",
         ),
         _info(
             "aupr_in",
@@ -135,6 +116,7 @@ _BUILTIN: dict[str, MetricInfo] = {
             "aupr_in, pytorch-ood OODMetrics 'AUPR-IN'",
             higher_is_better=True,
             kernel=kernels.aupr_in_kernel("trapezoid"),
+            label="AUPR-In",
         ),
         _info(
             "aupr_out",
@@ -143,6 +125,7 @@ _BUILTIN: dict[str, MetricInfo] = {
             "ImageNet-O card's 'aupr', OpenOOD's aupr_out, pytorch-ood OODMetrics 'AUPR-OUT'",
             higher_is_better=True,
             kernel=kernels.aupr_out_kernel("trapezoid"),
+            label="AUPR-Out",
         ),
         _info(
             "ap_in",
@@ -150,6 +133,7 @@ _BUILTIN: dict[str, MetricInfo] = {
             "sklearn average_precision_score(~is_ood, kappa)",
             higher_is_better=True,
             kernel=kernels.aupr_in_kernel("step"),
+            label="AP-In",
         ),
         _info(
             "ap_out",
@@ -158,6 +142,7 @@ _BUILTIN: dict[str, MetricInfo] = {
             "(natural-adv-examples)",
             higher_is_better=True,
             kernel=kernels.aupr_out_kernel("step"),
+            label="AP-Out",
         ),
         _info(
             "aupr",
@@ -167,6 +152,7 @@ _BUILTIN: dict[str, MetricInfo] = {
             higher_is_better=True,
             kernel=kernels.aupr_out_kernel("trapezoid"),
             same_as="aupr_out",
+            label="AUPR",
         ),
         _info(
             "ap",
@@ -176,6 +162,7 @@ _BUILTIN: dict[str, MetricInfo] = {
             higher_is_better=True,
             kernel=kernels.aupr_out_kernel("step"),
             same_as="ap_out",
+            label="AP",
         ),
         _info(
             "fpr95",
@@ -184,6 +171,7 @@ _BUILTIN: dict[str, MetricInfo] = {
             "ID positive",
             higher_is_better=False,
             kernel=kernels.fpr_kernel(0.95),
+            label="FPR95",
         ),
         _info(
             "fpr95_ood",
@@ -192,6 +180,7 @@ _BUILTIN: dict[str, MetricInfo] = {
             "of roc_curve(is_ood, -kappa, drop_intermediate=False): OOD positive",
             higher_is_better=False,
             kernel=kernels.fpr_ood_kernel(0.95),
+            label="FPR95 (OOD+)",
         ),
         _info(
             "oscr",
@@ -202,6 +191,7 @@ _BUILTIN: dict[str, MetricInfo] = {
             higher_is_better=True,
             inputs="kappa+is_ood+correct",
             kernel=kernels.OSCR,
+            label="OSCR",
         ),
         _info(
             "oscr_pytorch_ood",
@@ -220,6 +210,7 @@ _BUILTIN: dict[str, MetricInfo] = {
             higher_is_better=False,
             inputs="kappa+correct",
             kernel=kernels.AURC,
+            label="AURC",
         ),
         _info(
             "aurc_thresholds",
@@ -238,6 +229,7 @@ _BUILTIN: dict[str, MetricInfo] = {
             higher_is_better=False,
             inputs="kappa+correct",
             kernel=kernels.EAURC,
+            label="E-AURC",
         ),
         _info(
             "selective_risk95",
@@ -255,6 +247,7 @@ _BUILTIN: dict[str, MetricInfo] = {
             "of the ID validation samples (in_val); 0.95 up to sampling",
             higher_is_better=True,
             inputs="kappa+is_ood+val_kappa",
+            label="TPR@val95",
         ),
         _info(
             "fpr_at_val95",
@@ -263,6 +256,7 @@ _BUILTIN: dict[str, MetricInfo] = {
             "of the ID validation samples (in_val): the FPR a deployed detector gets",
             higher_is_better=False,
             inputs="kappa+is_ood+val_kappa",
+            label="FPR@val95",
         ),
         _info(
             "accuracy",
