@@ -97,7 +97,7 @@ def _info(name: str, function: Callable[..., Any], reproduces: str, **kwargs: An
 
 
 #: oodsim's own metrics: name → record, in the order results list them by default.
-_BUILTIN: dict[str, MetricInfo] = {
+_OWN: dict[str, MetricInfo] = {
     info.name: info
     for info in (
         _info(
@@ -143,26 +143,6 @@ _BUILTIN: dict[str, MetricInfo] = {
             higher_is_better=True,
             kernel=kernels.aupr_out_kernel("step"),
             label="AP-Out",
-        ),
-        _info(
-            "aupr",
-            aupr_out,
-            "the ImageNet-O card's AUPR (Hendrycks et al., CVPR 2021): aupr_out, OOD positive, "
-            "ranked by -kappa, trapezoid auc(recall, precision)",
-            higher_is_better=True,
-            kernel=kernels.aupr_out_kernel("trapezoid"),
-            same_as="aupr_out",
-            label="AUPR",
-        ),
-        _info(
-            "ap",
-            ap_out,
-            "the ImageNet-O authors' code (natural-adv-examples calibration_tools.get_measures): "
-            "ap_out, sklearn average_precision_score(is_ood, -kappa)",
-            higher_is_better=True,
-            kernel=kernels.aupr_out_kernel("step"),
-            same_as="ap_out",
-            label="AP",
         ),
         _info(
             "fpr95",
@@ -290,6 +270,31 @@ _BUILTIN: dict[str, MetricInfo] = {
             inputs="probabilities+labels",
         ),
     )
+}
+
+
+def _same_as(name: str, of: str, reproduces: str, label: str) -> MetricInfo:
+    """Record ``name``: a protocol's name of the metric ``of``, its numbers and facts."""
+    return attrs.evolve(_OWN[of], name=name, reproduces=reproduces, label=label, same_as=of)
+
+
+#: oodsim's metrics by every name it gives them: its own, then ImageNet-O's names of two
+_BUILTIN: dict[str, MetricInfo] = {
+    **_OWN,
+    "aupr": _same_as(
+        "aupr",
+        "aupr_out",
+        "the ImageNet-O card's AUPR (Hendrycks et al., CVPR 2021): aupr_out, OOD positive, "
+        "ranked by -kappa, trapezoid auc(recall, precision)",
+        "AUPR",
+    ),
+    "ap": _same_as(
+        "ap",
+        "ap_out",
+        "the ImageNet-O authors' code (natural-adv-examples calibration_tools.get_measures): "
+        "ap_out, sklearn average_precision_score(is_ood, -kappa)",
+        "AP",
+    ),
 }
 
 
