@@ -17,18 +17,11 @@ import hashlib
 import json
 import math
 from collections.abc import Mapping
-from typing import Any, Protocol
+from typing import Any
 
 import attrs
 
 SCHEMA_VERSION = 1
-
-
-class Keyed(Protocol):
-    """Anything with a stable content key."""
-
-    @property
-    def key(self) -> str: ...
 
 
 def no_key(**kwargs: Any) -> dict[str, Any]:

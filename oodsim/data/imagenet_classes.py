@@ -119,9 +119,6 @@ class FilterResult:
             counts[reason.split(":", 1)[0]] += 1
         return counts
 
-    def to_csv(self, path: str | os.PathLike[str]) -> Path:
-        return write_class_table(self, path)
-
 
 def write_class_table(result: FilterResult, path: str | os.PathLike[str]) -> Path:
     """Write one row per candidate: ``wnid, lemma, kept, reason`` (reason empty when kept).

@@ -184,12 +184,6 @@ def available_datasets() -> list[str]:
     return REGISTRY.available()
 
 
-def user_datasets(names: Iterable[str]) -> tuple[DatasetInfo, ...]:
-    """The datasets among ``names`` that a script registered in this process (not oodsim's
-    own loaders): worker processes never ran that script, so the engine ships these."""
-    return tuple(_USER[name] for name in dict.fromkeys(names) if name in _USER)
-
-
 def _identity(info: DatasetInfo) -> tuple:
     """What tells two registrations apart (a shipped loader is a new object every time, so
     comparing functions would reload the data for every task): its fields, and the loader's

@@ -17,7 +17,7 @@ depends on it) is computed again, nothing else.
 from __future__ import annotations
 
 import inspect
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Mapping
 from importlib.metadata import EntryPoint
 from typing import Any
 
@@ -195,14 +195,3 @@ def available_architectures() -> list[str]:
 def get_architecture(name: str) -> Architecture:
     """The architecture ``name``; an unknown one raises with a close match."""
     return REGISTRY.get(name)
-
-
-def user_architectures(names: Iterable[str]) -> tuple[Architecture, ...]:
-    """The architectures among ``names`` that a script registered in this process: worker
-    processes do not run the script, so the engine ships these (see :func:`adopt`)."""
-    return tuple(_USER[name] for name in dict.fromkeys(names) if name in _USER)
-
-
-def adopt_architectures(architectures: Iterable[Architecture]) -> None:
-    """Register architectures shipped from the driver in this (worker) process."""
-    REGISTRY.adopt({architecture.name: architecture for architecture in architectures})
