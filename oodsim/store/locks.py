@@ -153,11 +153,6 @@ def lock_problem(path: Path) -> str:
     return reason if malformed else ""
 
 
-def is_stale(path: Path) -> bool:
-    """Whether the lock at ``path`` may be taken over (see :func:`why_stale`)."""
-    return bool(why_stale(path))
-
-
 def break_lock(path: Path) -> None:
     """Remove a stale lock. It is renamed aside first and checked again there: if a live
     process re-took the lock in between (another breaker was faster), it is put back.

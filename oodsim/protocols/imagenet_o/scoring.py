@@ -28,19 +28,6 @@ from oodsim.protocols.imagenet_o.spec import ImageNetOSpec
 from oodsim.store import Store
 
 
-def score_logits(
-    spec: ImageNetOSpec,
-    seed: int,
-    logits: Sequence[tuple[np.ndarray, np.ndarray]],
-) -> np.ndarray:
-    """Scores ``(method, metric, model)`` of one seed from each model's (ID, OOD) logits: of
-    the seed's bootstrap resample with ``bootstrap = true``, else of the full test set."""
-    id_kappa, ood_kappa = logits_kappa(spec, logits)
-    if spec.bootstrap:
-        id_kappa, ood_kappa = resample(spec, seed, id_kappa, ood_kappa)
-    return metric_array(spec, id_kappa, ood_kappa)
-
-
 def resample(
     spec: ImageNetOSpec, seed: int, id_kappa: np.ndarray, ood_kappa: np.ndarray
 ) -> tuple[np.ndarray, np.ndarray]:
