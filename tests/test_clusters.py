@@ -146,13 +146,17 @@ def test_local_jobs_run_like_the_local_cluster(
     for line in ("#SBATCH -p debug", "#SBATCH --cpus-per-task=1", "#SBATCH --mem=2G"):
         assert line in slurm
     assert "#SBATCH -t 00:10:00" in slurm and "--protocol tls://" in slurm
+    # the workers retire a tenth of the walltime before it, staggered by half that
+    assert "--lifetime 540s --lifetime-stagger 30s" in slurm
     pbs = jobqueue.job_script(attrs.evolve(table, kind="pbs", cores=4, processes=2))
     for line in ("#PBS -q debug", "#PBS -l walltime=00:10:00", "#PBS -l select=1:ncpus=4:mem="):
         assert line in pbs
     assert "--nthreads 2 --memory-limit" in pbs and "--nworkers 2 --nanny" in pbs
+    assert "--lifetime 540s" in pbs
     local = jobqueue.job_script(attrs.evolve(table, kind="local-jobs"))
     assert "--nthreads 1 --memory-limit 1.86GiB" in local and "--interface lo" in local
     assert "--no-dashboard --dashboard-address 127.0.0.1:0" in local and "--tls-key" in local
+    assert "--lifetime" not in local  # local jobs have no walltime
     results = finished(cli_run(tmp_path, spec, "jobs", "--cluster", "local-jobs"))
     assert_same_results(results, expected)
     assert not list((spec.parent / "shared").glob("*"))  # the credentials are gone

@@ -52,6 +52,8 @@ JOB_NAME = "oodsim-worker"
 LOOPBACK_HTTP = "127.0.0.1:0"
 #: Seconds between two checks of the :class:`JobKeeper`.
 KEEP_INTERVAL = 1.0
+#: A job's workers retire this long before its walltime at most (a tenth of a shorter one).
+RETIRE_BEFORE = 300.0
 #: Where the run's temporary TLS credentials go without ``[cluster] shared_directory``.
 DEFAULT_SHARED = "~/.oodsim/cluster"
 #: Where the scheduler of a job script shown by :func:`job_script` would be.
@@ -191,6 +193,7 @@ def job_options(spec: ClusterSpec) -> dict[str, Any]:
         ],
     }
     if spec.kind != "local-jobs":  # the local backend runs the worker command without a shell
+        options["worker_extra_args"] += lifetime_args(spec.walltime)
         options |= {
             "queue": spec.queue,
             "walltime": spec.walltime,
@@ -199,6 +202,21 @@ def job_options(spec: ClusterSpec) -> dict[str, Any]:
             "job_extra_directives": list(spec.job_extra) or None,
         }
     return options
+
+
+def lifetime_args(walltime: str | None) -> list[str]:
+    """``dask worker`` options that end a job's workers before its ``walltime`` (``HH:MM:SS``)
+    ends the job: ``--lifetime`` of the walltime less :data:`RETIRE_BEFORE` (a tenth of a
+    shorter walltime), and ``--lifetime-stagger`` of half that margin, so that jobs started
+    together do not all end at once. The workers and their nanny close gracefully, the job
+    ends, and :class:`JobKeeper` submits it again. None without a walltime of the spec's own
+    (dask-jobqueue's configured one is the batch system's to enforce)."""
+    if walltime is None:
+        return []
+    hours, minutes, seconds = (int(part) for part in walltime.split(":"))
+    total = 3600 * hours + 60 * minutes + seconds
+    margin = min(RETIRE_BEFORE, total / 10)
+    return ["--lifetime", f"{int(total - margin)}s", "--lifetime-stagger", f"{int(margin / 2)}s"]
 
 
 def cluster_options(spec: ClusterSpec, security: Any, shared: str | Path) -> dict[str, Any]:
