@@ -11,8 +11,10 @@ import pytest
 from sklearn.metrics import roc_auc_score
 
 import oodsim
-from oodsim import stats
+from oodsim import metrics, stats
 from oodsim.metrics import facts, higher_is_better, metric_range, register_metric
+from oodsim.protocols.severity import levels as severity_levels
+from oodsim.specs import RunSpec
 from tests.conftest import small_digits
 
 pytestmark = pytest.mark.slow  # trains on the shared cluster
@@ -58,3 +60,19 @@ def test_a_metric_name_in_use_is_refused_and_an_empty_range_too(registered) -> N
         register_metric("ranking_error", higher_is_better=False)(one_minus_auroc)
     with pytest.raises(ValueError, match="range"):
         register_metric("flat", higher_is_better=True, range=(1, 1))(one_minus_auroc)
+
+
+def test_a_registered_metric_is_offered_to_every_protocol_and_scored_per_severity_level(
+    registered,
+) -> None:
+    """A spec of any protocol may name it (open set, severity, a plug-in's), and a severity
+    level scores it as its other metrics, from κ and the OOD flags."""
+    assert "ranking_error" in metrics.kappa_metric_names()
+    assert "ranking_error" in RunSpec.metric_names() and "aupr" not in RunSpec.metric_names()
+    rng = np.random.default_rng(0)
+    id_kappa, ood_kappa = rng.normal(1, 1, 40), rng.normal(0, 1, (4, 10))
+    levels = [np.array([0, 1]), np.array([2, 3])]
+    got = severity_levels.level_metrics(
+        id_kappa, ood_kappa, levels, metrics=("auroc", "ranking_error")
+    )
+    np.testing.assert_allclose(got["ranking_error"], 1 - got["auroc"])

@@ -17,8 +17,9 @@ Large batches are processed in blocks of rows (one sort per block, no loop over 
 temporaries stay cache-sized; κ is sorted in its own dtype, never converted to float64.
 
 The modules: :mod:`.inputs` (checks), :mod:`.kernels` (the vectorised sort and counts),
-:mod:`.functions` (one function per metric) and :mod:`.facts` (the records, the registry and
-:func:`evaluate`)."""
+:mod:`.functions` (one function per metric), :mod:`.record` (what a metric is),
+:mod:`.builtin` (oodsim's own records), :mod:`.facts` (the registry and what is asked of a
+metric) and :mod:`.evaluate` (several metrics from one sort)."""
 
 from oodsim.metrics.calibration import brier, ece, nll
 from oodsim.metrics.evaluate import evaluate
@@ -27,15 +28,14 @@ from oodsim.metrics.facts import (
     KAPPA_METRICS,
     LOWER_IS_BETTER,
     METRIC_INFO,
-    METRIC_INPUTS,
     METRIC_RANGES,
     METRICS,
     VALIDATION_METRICS,
-    MetricInfo,
     available_metrics,
     get_metric,
     higher_is_better,
     is_ood_metric,
+    kappa_metric_names,
     metric_info,
     metric_range,
     register_metric,
@@ -63,6 +63,7 @@ from oodsim.metrics.functions import (
     selective_risk95,
 )
 from oodsim.metrics.inputs import NonFiniteScoreError
+from oodsim.metrics.record import METRIC_INPUTS, MetricInfo
 from oodsim.metrics.thresholds import (
     fpr_at_val95,
     rates_at_validation_threshold,
@@ -103,6 +104,7 @@ __all__ = [
     "get_metric",
     "higher_is_better",
     "is_ood_metric",
+    "kappa_metric_names",
     "metric_info",
     "register_metric",
     "metric_range",

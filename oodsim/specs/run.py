@@ -87,10 +87,9 @@ class RunSpec(Seeded, KeyedSpec):
         """The metrics this protocol's seeds can score (default: every metric of κ that
         needs no validation samples or classifier outputs, registered ones included)."""
         # specs sit below the registries they validate against
-        from oodsim.metrics import KAPPA_METRICS, METRIC_INFO, spec_metrics
+        from oodsim.metrics import kappa_metric_names
 
-        names = spec_metrics()
-        return [n for n in names if n in KAPPA_METRICS or METRIC_INFO[n].inputs == "kappa+is_ood"]
+        return kappa_metric_names()
 
     def __attrs_post_init__(self) -> None:
         check_labels("detectors", [d.label for d in self.detectors])

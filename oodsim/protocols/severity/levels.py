@@ -271,13 +271,15 @@ def level_metrics(
     A level's benchmark is all of ``id_kappa`` plus the OOD samples of its classes.
     ``ood_kappa`` is flat with ``ood_class`` (class position per sample) or (K, n) with one
     row per class. AUROC uses :func:`level_auroc`; the other metrics (names of
-    ``oodsim.metrics.KAPPA_METRICS``) are computed by :func:`oodsim.metrics.evaluate` on
-    all levels stacked into one batch when levels have equal sizes (the usual case).
+    :func:`oodsim.metrics.kappa_metric_names`, registered ones too) are computed by
+    :func:`oodsim.metrics.evaluate` on all levels stacked into one batch when levels have equal
+    sizes (the usual case).
     """
     metrics = tuple(metrics)
+    known = _metrics.kappa_metric_names()
     for name in metrics:
-        if name not in _metrics.KAPPA_METRICS:
-            raise UnknownNameError("metric", name, _metrics.KAPPA_METRICS)
+        if name not in known:
+            raise UnknownNameError("metric", name, known)
     ood_kappa, ood_class = _flat_ood(ood_kappa, ood_class)
     id_kappa = np.asarray(id_kappa).ravel()
     out: dict[str, np.ndarray] = {}
