@@ -9,24 +9,8 @@ from typing import Any
 
 import attrs
 
-from oodsim.metrics import kernels
+from oodsim.metrics import functions, kernels
 from oodsim.metrics.calibration import brier, ece, nll
-from oodsim.metrics.functions import (
-    accuracy,
-    ap_in,
-    ap_out,
-    aupr_in,
-    aupr_out,
-    aurc,
-    aurc_thresholds,
-    auroc,
-    eaurc,
-    fpr95,
-    fpr95_ood,
-    oscr,
-    oscr_pytorch_ood,
-    selective_risk95,
-)
 from oodsim.metrics.record import MetricInfo
 from oodsim.metrics.thresholds import fpr_at_val95, tpr_at_val95
 
@@ -41,7 +25,7 @@ _OWN: dict[str, MetricInfo] = {
     for info in (
         _info(
             "auroc",
-            auroc,
+            functions.auroc,
             "sklearn roc_auc_score(~is_ood, kappa); OpenOOD's and pytorch-ood's AUROC (AUROC does "
             "not depend on which class is positive)",
             higher_is_better=True,
@@ -50,7 +34,7 @@ _OWN: dict[str, MetricInfo] = {
         ),
         _info(
             "aupr_in",
-            aupr_in,
+            functions.aupr_in,
             "sklearn auc(recall, precision) of precision_recall_curve(~is_ood, kappa); OpenOOD's "
             "aupr_in, pytorch-ood OODMetrics 'AUPR-IN'",
             higher_is_better=True,
@@ -59,7 +43,7 @@ _OWN: dict[str, MetricInfo] = {
         ),
         _info(
             "aupr_out",
-            aupr_out,
+            functions.aupr_out,
             "sklearn auc(recall, precision) of precision_recall_curve(is_ood, -kappa); the "
             "ImageNet-O card's 'aupr', OpenOOD's aupr_out, pytorch-ood OODMetrics 'AUPR-OUT'",
             higher_is_better=True,
@@ -68,7 +52,7 @@ _OWN: dict[str, MetricInfo] = {
         ),
         _info(
             "ap_in",
-            ap_in,
+            functions.ap_in,
             "sklearn average_precision_score(~is_ood, kappa)",
             higher_is_better=True,
             kernel=kernels.aupr_in_kernel("step"),
@@ -76,7 +60,7 @@ _OWN: dict[str, MetricInfo] = {
         ),
         _info(
             "ap_out",
-            ap_out,
+            functions.ap_out,
             "sklearn average_precision_score(is_ood, -kappa); the ImageNet-O authors' code "
             "(natural-adv-examples)",
             higher_is_better=True,
@@ -85,7 +69,7 @@ _OWN: dict[str, MetricInfo] = {
         ),
         _info(
             "fpr95",
-            fpr95,
+            functions.fpr95,
             "fpr[argmax(tpr >= 0.95)] of roc_curve(~is_ood, kappa, drop_intermediate=False): "
             "ID positive",
             higher_is_better=False,
@@ -94,7 +78,7 @@ _OWN: dict[str, MetricInfo] = {
         ),
         _info(
             "fpr95_ood",
-            fpr95_ood,
+            functions.fpr95_ood,
             "pytorch-ood OODMetrics 'FPR95TPR' of outlier scores -kappa; fpr[argmax(tpr >= 0.95)] "
             "of roc_curve(is_ood, -kappa, drop_intermediate=False): OOD positive",
             higher_is_better=False,
@@ -103,7 +87,7 @@ _OWN: dict[str, MetricInfo] = {
         ),
         _info(
             "oscr",
-            oscr,
+            functions.oscr,
             "OSCR of Dhamija, Günther & Boult (NeurIPS 2018) as the ARPL / Vaze et al. "
             "compute_oscr computes it: correct and accepted with kappa > t, OOD accepted with "
             "kappa >= t, over the distinct thresholds t",
@@ -114,7 +98,7 @@ _OWN: dict[str, MetricInfo] = {
         ),
         _info(
             "oscr_pytorch_ood",
-            oscr_pytorch_ood,
+            functions.oscr_pytorch_ood,
             "pytorch-ood metrics.oscr_score: both counts with kappa >= t, a tied run as one "
             "ROC-like segment (at least oscr; equal to auroc with every ID sample correct)",
             higher_is_better=True,
@@ -123,7 +107,7 @@ _OWN: dict[str, MetricInfo] = {
         ),
         _info(
             "aurc",
-            aurc,
+            functions.aurc,
             "AURC of Geifman & El-Yaniv's risk-coverage curve over ID samples: mean selective "
             "risk over coverages i/n, ties in expectation over their orders",
             higher_is_better=False,
@@ -133,7 +117,7 @@ _OWN: dict[str, MetricInfo] = {
         ),
         _info(
             "aurc_thresholds",
-            aurc_thresholds,
+            functions.aurc_thresholds,
             "AURC of threshold-based code: each ID sample takes the selective risk of accepting "
             "kappa >= its own (a tied run takes the risk of all of it); aurc without ties",
             higher_is_better=False,
@@ -142,7 +126,7 @@ _OWN: dict[str, MetricInfo] = {
         ),
         _info(
             "eaurc",
-            eaurc,
+            functions.eaurc,
             "E-AURC of Geifman et al. (ICLR 2019): aurc minus the AURC of the best ranking of "
             "the same predictions, computed exactly",
             higher_is_better=False,
@@ -152,7 +136,7 @@ _OWN: dict[str, MetricInfo] = {
         ),
         _info(
             "selective_risk95",
-            selective_risk95,
+            functions.selective_risk95,
             "selective risk (wrong share of the accepted ID samples) at the highest threshold "
             "that accepts at least 95% of them",
             higher_is_better=False,
@@ -179,7 +163,7 @@ _OWN: dict[str, MetricInfo] = {
         ),
         _info(
             "accuracy",
-            accuracy,
+            functions.accuracy,
             "sklearn accuracy_score per row",
             higher_is_better=True,
             inputs="predictions+labels",
