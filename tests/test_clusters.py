@@ -311,7 +311,15 @@ def test_a_second_ctrl_c_after_the_resume_line_still_cancels_the_jobs(tmp_path: 
     jobs: set[int] = set()
     try:
         checkpoints = tmp_path / "cache" / "checkpoint"
-        wait_for(lambda: any(checkpoints.glob("*/*/meta.json")), RUN_TIMEOUT, "a checkpoint")
+
+        def stored_or_ended() -> bool:
+            return any(checkpoints.glob("*/*/meta.json")) or driver.poll() is not None
+
+        try:
+            wait_for(stored_or_ended, RUN_TIMEOUT, "a checkpoint")
+        except AssertionError as error:  # say what the run said meanwhile
+            raise AssertionError(f"{error}; the run said:\n{''.join(lines)}") from None
+        assert driver.poll() is None, "the run ended first:\n" + "".join(lines)
         jobs.update(_jobs_of(driver.pid))
         os.killpg(driver.pid, signal.SIGINT)
         wait_for(lambda: any("to resume." in line for line in lines), 60, "the resume line")
