@@ -38,6 +38,7 @@ class _Runs(NamedTuple):
     n_id: np.ndarray  # (K,) counts: ID samples of the run's row (P)
     starts: np.ndarray  # int64 (rows,): index of each row's first run
     n: int  # samples per row
+    shared: dict[str, np.ndarray]  # what the kernels of this block share (aurc), by name
     c: np.ndarray | None = None  # (K,) counts: correct ID samples through the run
     c_prev: np.ndarray | None = None  # (K,) counts: c of the run before (0 for a row's first)
     n_correct: np.ndarray | None = None  # (K,) counts: correct ID samples of the run's row (C)
@@ -79,7 +80,14 @@ def _runs(
     starts = np.zeros(rows, dtype=np.int64)
     np.cumsum(per_row[:-1], out=starts[1:])
     runs = _Runs(
-        a, b, _previous(a, starts), _previous(b, starts), np.repeat(n_id, per_row), starts, n
+        a,
+        b,
+        _previous(a, starts),
+        _previous(b, starts),
+        np.repeat(n_id, per_row),
+        starts,
+        n,
+        {},
     )
     if id_correct is None:
         return runs
@@ -265,7 +273,14 @@ def _eaurc_runs(runs: _Runs, n_id: np.ndarray, n_ood: np.ndarray) -> np.ndarray:
     ranking beats the best one: a ranking that is the best one differs from it by rounding
     alone, which must not read as a negative E-AURC)."""
     oracle = _oracle_aurc(n_id, runs.n_correct[runs.starts])
-    return np.maximum(_aurc_runs(runs, n_id, n_ood) - oracle, 0.0)
+    return np.maximum(_shared_aurc(runs, n_id, n_ood) - oracle, 0.0)
+
+
+def _shared_aurc(runs: _Runs, n_id: np.ndarray, n_ood: np.ndarray) -> np.ndarray:
+    """:func:`_aurc_runs` once per block: ``aurc`` and ``eaurc`` of one block share it."""
+    if "aurc" not in runs.shared:
+        runs.shared["aurc"] = _aurc_runs(runs, n_id, n_ood)
+    return runs.shared["aurc"]
 
 
 @attrs.frozen
@@ -313,7 +328,7 @@ def selective_risk_kernel(coverage: float) -> Kernel:
 AUROC = Kernel("auroc", _auroc_runs)
 OSCR = Kernel("oscr", _oscr_runs, counts_correct=True)
 OSCR_DIAGONAL = Kernel("oscr_diagonal", _oscr_diagonal_runs, counts_correct=True)
-AURC = Kernel("aurc", _aurc_runs, counts_correct=True, id_only=True)
+AURC = Kernel("aurc", _shared_aurc, counts_correct=True, id_only=True)
 AURC_THRESHOLDS = Kernel(
     "aurc_thresholds", _aurc_thresholds_runs, counts_correct=True, id_only=True
 )
