@@ -38,7 +38,7 @@ from oodsim.clusters.dask_compat import (
     correct_state,
 )
 from oodsim.periodic import Periodic
-from oodsim.specs.cluster import ClusterSpec
+from oodsim.specs.cluster import ClusterSpec, walltime_seconds
 
 #: How to get dask-jobqueue.
 INSTALL = 'pip install "oodsim[cluster]"'
@@ -213,8 +213,7 @@ def lifetime_args(walltime: str | None) -> list[str]:
     (dask-jobqueue's configured one is the batch system's to enforce)."""
     if walltime is None:
         return []
-    hours, minutes, seconds = (int(part) for part in walltime.split(":"))
-    total = 3600 * hours + 60 * minutes + seconds
+    total = walltime_seconds(walltime)
     margin = min(RETIRE_BEFORE, total / 10)
     return ["--lifetime", f"{int(total - margin)}s", "--lifetime-stagger", f"{int(margin / 2)}s"]
 

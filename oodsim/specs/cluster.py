@@ -53,6 +53,12 @@ def _walltime(instance: Any, attribute: attrs.Attribute, value: str | None) -> N
         raise spec_error(instance, attribute.name, value, "a duration HH:MM:SS, e.g. '02:00:00'")
 
 
+def walltime_seconds(value: str) -> int:
+    """The seconds of a ``walltime`` (``"02:00:00"``: 7200), of the form :data:`WALLTIME`."""
+    hours, minutes, seconds = (int(part) for part in value.split(":"))
+    return 3600 * hours + 60 * minutes + seconds
+
+
 def memory_bytes(value: str) -> int:
     """The bytes of a ``memory`` size (``"4GB"``: 4e9, ``"16 GiB"``: 16 * 2**30), as
     ``dask.utils.parse_bytes`` reads it; ``ValueError`` for what :data:`MEMORY` does not match."""
