@@ -123,10 +123,6 @@ SHARED_CLOSE_TIMEOUT = 3.0
 SetUpWorkers = Callable[[Any, bool], contextlib.AbstractContextManager[Any]]
 
 
-def _no_setup(client: Any, shared: bool) -> contextlib.AbstractContextManager[None]:
-    return contextlib.nullcontext()
-
-
 def private_options() -> dict[str, Any]:
     """The ``LocalCluster`` options that make a local cluster private (see the module):
     TLS with new temporary credentials, loopback only, no dashboard, and oodsim's nanny
@@ -273,8 +269,8 @@ def cluster_client(
     try:
         with _client(address, n_workers, jobs, told) as (client, local):
             try:  # Ctrl-C while the workers set up too (a broadcast cut short logged errors)
-                setup = worker_setup or _no_setup
-                with setup(client, bool(address)):
+                shared = bool(address)
+                with worker_setup(client, shared) if worker_setup else contextlib.nullcontext():
                     yield client
             except KeyboardInterrupt:  # the run stops: its work in flight is abandoned
                 logging.disable(logging.CRITICAL)
