@@ -175,9 +175,10 @@ def _unlisted(folder: Path, listed: Iterable[str], protocol: str | None) -> list
     (:func:`is_report_file`) and that ``listed``, the files of the report there, does not
     name."""
     found = [name for name in REPORT_FILES if os.path.lexists(folder / name)]
-    own = folder / section(protocol) if section(protocol) else None
-    if own is not None and own.is_dir() and not own.is_symlink():
-        names = (p.relative_to(folder).as_posix() for p in own.rglob("*") if not p.is_dir())
+    own = section(protocol)
+    if own and (folder / own).is_dir() and not (folder / own).is_symlink():
+        files = (p for p in (folder / own).rglob("*") if not p.is_dir())
+        names = (p.relative_to(folder).as_posix() for p in files)
         found += [name for name in names if is_report_file(name, protocol)]
     return sorted(set(found) - set(listed))
 
