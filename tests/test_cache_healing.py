@@ -61,7 +61,7 @@ HOST = socket.gethostname()
 def entry(cache: Path, kind: str, seed: int = 0) -> Path:
     """The folder of seed ``seed``'s checkpoint or outputs entry."""
     found = dict(entries(small_digits(N_SEEDS), seed))
-    return Store(cache).path(kind, found[kind])
+    return Store(cache).place(kind, found[kind])
 
 
 def arrays_file(folder: Path) -> Path:
@@ -274,7 +274,7 @@ def test_an_entry_corrupted_while_the_run_scores_is_recomputed_once(
     spec = small_digits(N_SEEDS, detectors=("msp", "test_heal_tamper"))
     cache = tmp_path / "cache"
     first = oodsim.run(spec, address=cluster_address, cache=cache, progress=False)
-    outputs = Store(cache).path(*entries(spec, 1)[1])
+    outputs = Store(cache).place(*entries(spec, 1)[1])
     _TAMPER.update(pid=os.getpid(), path=arrays_file(outputs))
     with pytest.warns(CorruptEntryWarning, match="checksum mismatch"):
         second = oodsim.run(spec, address=cluster_address, cache=cache, progress=False)
@@ -400,10 +400,10 @@ def test_a_malformed_lock_is_taken_over_without_traceback_or_wait(
     """Store level, for every kind of lock: ``ensure`` computes the key, in bounded time."""
     store = Store(tmp_path / "cache")
     key = digest("test_entry", 1, {"n": 776})
-    (store.root / "locks").mkdir(parents=True)
+    (store.backend.root / "locks").mkdir(parents=True)
     outside = tmp_path / "outside.txt"
     outside.write_text("keep me")
-    LOCKS[name](store.root / "locks" / f"{OUTPUTS}-{key}.lock", outside)
+    LOCKS[name](store.backend.root / "locks" / f"{OUTPUTS}-{key}.lock", outside)
 
     def compute() -> None:
         store.put(OUTPUTS, key, {"x": np.arange(3)})
@@ -411,7 +411,7 @@ def test_a_malformed_lock_is_taken_over_without_traceback_or_wait(
     assert in_time(lambda: store.ensure(OUTPUTS, key, compute), 60) is True
     assert store.get(OUTPUTS, key) is not None
     assert outside.read_text() == "keep me"
-    assert list((store.root / "locks").iterdir()) == []
+    assert list((store.backend.root / "locks").iterdir()) == []
 
 
 @pytest.mark.parametrize(
@@ -429,7 +429,7 @@ def test_malformed_locks_on_keys_a_run_must_compute_do_not_stop_it(
     outside.write_text("keep me")
     needed = [e for seed in range(N_SEEDS) for e in entries(small_digits(N_SEEDS), seed)]
     for (kind, key), name in zip(needed, names, strict=True):
-        shutil.rmtree(Store(copy).path(kind, key))
+        shutil.rmtree(Store(copy).place(kind, key))
         LOCKS[name](copy / "locks" / f"{kind}-{key}.lock", outside)
     result = in_time(lambda: heals(cluster_address, copy, clean, warns=False), 240)
     assert store_counts(result)["computed"] == {CHECKPOINT: 2, OUTPUTS: 2}
@@ -441,7 +441,7 @@ def test_a_lock_of_a_live_holder_is_waited_for_then_taken_over_when_it_exits(
     cluster_address: str, copy: Path, clean: tuple[Path, Any]
 ) -> None:
     kind, key = entries(small_digits(N_SEEDS), 0)[1]
-    shutil.rmtree(Store(copy).path(kind, key))
+    shutil.rmtree(Store(copy).place(kind, key))
     holder = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(3)"])
     try:
         start = None
@@ -534,7 +534,7 @@ def test_the_store_reports_rather_than_spins_when_an_entry_or_lock_cannot_move(
     path = store.put(CHECKPOINT, key, {"w": np.arange(1000.0)})
     flip_a_byte(arrays_file(path))
     (store.put(CHECKPOINT, other, {"w": np.arange(3.0)}) / "meta.json").write_text("{}")
-    locks = store.root / "locks"
+    locks = store.backend.root / "locks"
     locks.mkdir()
     (locks / f"{OUTPUTS}-{key}.lock").write_text("[]")  # not a lock: stale at once
     code = (
@@ -549,7 +549,7 @@ def test_the_store_reports_rather_than_spins_when_an_entry_or_lock_cannot_move(
         "for call in calls:\n"
         "    try:\n        call()\n    except StoreError as error:\n        print(error)\n"
     )
-    command = [sys.executable, "-c", code, str(store.root), key, other]
+    command = [sys.executable, "-c", code, str(store.backend.root), key, other]
     run = run_read_only(command, [path.parent, locks], timeout=60, cwd=ROOT)
     lines = run.stdout.strip().splitlines()
     assert run.returncode == 0 and len(lines) == 4, run.stderr
@@ -654,12 +654,12 @@ def test_cache_commands_treat_a_deeply_nested_meta_as_corrupt(
     key = digest("test_entry", 1, {"n": 1024})
     folder = store.put(OUTPUTS, key, {"x": np.arange(3)})
     (folder / "meta.json").write_bytes(DEEP_JSON)
-    assert cli_main(["cache", "ls", "--cache", str(store.root)]) == 0
-    assert cli_main(["cache", "verify", "--cache", str(store.root)]) == 1
+    assert cli_main(["cache", "ls", "--cache", str(store.backend.root)]) == 0
+    assert cli_main(["cache", "verify", "--cache", str(store.backend.root)]) == 1
     assert "nested too deeply" in capsys.readouterr().out
-    assert cli_main(["cache", "verify", "--cache", str(store.root), "--repair"]) == 0
+    assert cli_main(["cache", "verify", "--cache", str(store.backend.root), "--repair"]) == 0
     assert not folder.exists()
-    assert cli_main(["cache", "verify", "--cache", str(store.root)]) == 0
+    assert cli_main(["cache", "verify", "--cache", str(store.backend.root)]) == 0
     assert store.get(OUTPUTS, key) is None  # gone: a run computes it again
 
 
@@ -673,7 +673,7 @@ def test_cache_commands_read_a_cache_through_a_linked_root(
     key = digest("test_entry", 1, {"n": 226})
     folder = store.put(OUTPUTS, key, {"x": np.arange(3)})
     link = tmp_path / "link"
-    link.symlink_to(store.root, target_is_directory=True)
+    link.symlink_to(store.backend.root, target_is_directory=True)
     assert Store(link).get(OUTPUTS, key) is not None
     assert cli_main(["cache", "ls", "--cache", str(link)]) == 0
     assert key[:16] in capsys.readouterr().out

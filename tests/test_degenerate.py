@@ -357,7 +357,7 @@ def test_reruns_load_stored_verdicts_and_heal_a_corrupt_one(
     assert store_counts(other)["computed"] == {DEGENERATE_VERDICT: 2}
 
     key = verdict_key(simulation_keys(spec, 0).outputs, SUBSET, 1e-3, N_PERMUTATIONS, RULE_VERSION)
-    zipped = store.path(DEGENERATE_VERDICT, key) / ARRAYS_ZIP
+    zipped = store.place(DEGENERATE_VERDICT, key) / ARRAYS_ZIP
     p_value = float(store.get(DEGENERATE_VERDICT, key).arrays["p_value"])
     altered = zipped.read_bytes().replace(np.float64(p_value).tobytes(), np.float64(0.5).tobytes())
     assert altered != zipped.read_bytes()

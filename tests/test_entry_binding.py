@@ -60,10 +60,10 @@ def plant_seed_1_as_seed_0(cache: Path, kind: str = OUTPUTS) -> Path:
     """The probe: seed 1's outputs entry copied to where seed 0's belongs (under ``kind``),
     seed 0's own removed, the record's ``key`` and ``kind`` removed and the record resealed."""
     store = Store(cache)
-    target = store.path(kind, outputs_key(0))
-    shutil.rmtree(store.path(OUTPUTS, outputs_key(0)))
+    target = store.place(kind, outputs_key(0))
+    shutil.rmtree(store.place(OUTPUTS, outputs_key(0)))
     target.parent.mkdir(parents=True, exist_ok=True)
-    shutil.copytree(store.path(OUTPUTS, outputs_key(1)), target)
+    shutil.copytree(store.place(OUTPUTS, outputs_key(1)), target)
     rewrite(target, key=None, kind=None)
     return target
 
@@ -106,7 +106,7 @@ def test_migrate_leaves_a_legacy_entry_that_does_not_derive_its_key_and_runs_rec
     report = migrate_outputs(Store(copy))["severity_outputs"]
     assert (report.moved, [key for key, _ in report.left]) == (0, [planted.name])
     assert "names no kind" in report.left[0][1]
-    assert not Store(copy).path(OUTPUTS, outputs_key(0)).exists()
+    assert not Store(copy).place(OUTPUTS, outputs_key(0)).exists()
     with warnings.catch_warnings():
         warnings.simplefilter("error", CorruptEntryWarning)  # nothing of it is read
         result = oodsim.run(small_digits(N_SEEDS), address=cluster_address, cache=copy)

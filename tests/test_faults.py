@@ -229,13 +229,13 @@ def _corrupt_three(cache: Path, spec: ExperimentSpec) -> dict[str, tuple[str, st
     seed 2: edit a field of an outputs meta.json. Returns what was damaged, by name."""
     store = Store(cache)
     (ckpt0, out0), (ckpt1, _), (_, out2) = (entries(spec, seed)[:2] for seed in range(3))
-    chunk = store.path(*out0) / ARRAYS_ZIP
+    chunk = store.place(*out0) / ARRAYS_ZIP
     chunk.write_bytes(chunk.read_bytes()[:-7])
-    weight = store.path(*ckpt1) / ARRAYS_ZIP
+    weight = store.place(*ckpt1) / ARRAYS_ZIP
     data = bytearray(weight.read_bytes())
     data[len(data) // 2] ^= 0xFF
     weight.write_bytes(bytes(data))
-    meta_path = store.path(*out2) / "meta.json"
+    meta_path = store.place(*out2) / "meta.json"
     meta = json.loads(meta_path.read_text())
     meta["describe"] = "edited by hand"
     meta_path.write_text(json.dumps(meta))
@@ -273,7 +273,7 @@ def test_cache_verify_lists_corrupt_entries_and_repair_removes_them(
     assert cli_main(["cache", "verify", "--cache", str(cache), "--repair"]) == 0
     assert "3 corrupt entries removed" in capsys.readouterr().out
     store = Store(cache)
-    assert not any(store.path(*entry).exists() for entry in damaged.values())
+    assert not any(store.place(*entry).exists() for entry in damaged.values())
     assert cli_main(["cache", "verify", "--cache", str(cache)]) == 0
     assert len(list(store.entries())) == 6 - 3
 

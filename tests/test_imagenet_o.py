@@ -843,7 +843,7 @@ def test_logits_an_older_version_stored_are_migrated_and_read_again(
     for key in keys:  # the layout of an older version: the same entries under the old kind
         entry = store.get(OUTPUTS, key)
         store.put(imagenet_o.LOGITS, key, entry.arrays, {"describe": entry.meta["describe"]})
-        shutil.rmtree(store.path(OUTPUTS, key))
+        shutil.rmtree(store.place(OUTPUTS, key))
     with pytest.warns(LegacyOutputsWarning, match="oodsim cache migrate"):
         PROTOCOL(spec).preflight(store)
 

@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-import oodsim.store.entries as store_entries
+import oodsim.store.locks as store_locks
 from oodsim import progress_notes
 from oodsim.keys import digest
 from oodsim.store import CorruptEntryWarning, Store, StoreError
@@ -53,7 +53,7 @@ def test_put_get_roundtrip_records_events(tmp_path: Path) -> None:
     np.testing.assert_array_equal(entry.arrays["logits"], _arrays()["logits"])
     assert entry.meta["describe"] == "x" and entry.meta["shapes"]["labels"] == [4]
     assert store.counts() == {"computed": {"outputs": 1}, "loaded": {"outputs": 1}}
-    assert store.path("outputs", KEY) == tmp_path / "outputs" / "ab" / KEY
+    assert store.place("outputs", KEY) == tmp_path / "outputs" / "ab" / KEY
 
 
 def test_exception_during_write_leaves_no_entry(tmp_path: Path) -> None:
@@ -213,7 +213,7 @@ def test_a_forged_or_stopped_holder_is_named_while_waited_for_then_taken_over(
     """The probe: a lock of a stopped process (Ctrl-Z), or a forged live one (this host, pid
     1), made a second run wait for ever without a word. The waiter now says whose lock it
     waits for, and takes over a lock untouched for the touch window."""
-    monkeypatch.setattr(store_entries, "LOCK_NOTICE_SECONDS", 0.2)
+    monkeypatch.setattr(store_locks, "LOCK_NOTICE_SECONDS", 0.2)
     store = Store(tmp_path)
     context = multiprocessing.get_context("spawn")
     taken, release = context.Event(), context.Event()
@@ -274,7 +274,7 @@ def test_move_kind_moves_intact_entries_drops_duplicates_and_leaves_corrupt_ones
     for key in (KEY_A, KEY_B, KEY_C):
         store.put("old_kind", key, arrays, {"describe": f"entry {key[0]}"})
     store.put("new_kind", KEY_B, arrays, {"describe": "already moved"})
-    corrupt = store.path("old_kind", KEY_C) / "arrays.zarr.zip"
+    corrupt = store.place("old_kind", KEY_C) / "arrays.zarr.zip"
     data = bytearray(corrupt.read_bytes())
     data[len(data) // 2] ^= 0xFF
     corrupt.write_bytes(bytes(data))
@@ -298,10 +298,10 @@ def test_a_cache_deleted_under_a_writer_is_made_again_as_a_cache(tmp_path: Path)
     made the folder again without oodsim's mark, and `oodsim cache` then refused it."""
     store = Store(tmp_path / "c")
     store.put("outputs", KEY_A, {"x": np.arange(3)})
-    assert is_cache(store.root)
-    shutil.rmtree(store.root)
+    assert is_cache(store.backend.root)
+    shutil.rmtree(store.backend.root)
     store.put("outputs", KEY_B, {"x": np.arange(3)})
-    assert is_cache(store.root)
+    assert is_cache(store.backend.root)
     assert store.has("outputs", KEY_B)
 
 
@@ -314,7 +314,7 @@ def test_callers_hold_a_store_never_its_root_path() -> None:
         for path in sorted(package.rglob("*.py"))
         if path.parent.name != "store"
         for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1)
-        if re.search(r"\bstore\.root\b", line)
+        if re.search(r"\bstore\.root\b|\bbackend\.root\b", line)
     ]
     assert found == []
     store = Store(Path("relative") / "cache")

@@ -127,7 +127,7 @@ def _old_entry(store: Store, kind: str, key: Key, arrays: dict[str, np.ndarray])
     """An entry as oodsim wrote it before the ZIP: a zarr folder (zarr's defaults, zstd) and a
     meta record with a sha256 and size per file, bound to its key as records are now (one of
     that age names no key inputs and is computed again: tests/test_entry_binding.py)."""
-    folder = store.path(kind, key)
+    folder = store.place(kind, key)
     group = zarr.open_group(folder / ARRAYS_FOLDER, mode="w")
     for name, value in arrays.items():
         value = np.ascontiguousarray(value)

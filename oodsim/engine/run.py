@@ -169,7 +169,7 @@ def run(
                 stopping.told()  # and then ends the run at once, rather than wait for the close
             raise
         events = submitter.task_events()
-        record_sources(unrecorded)  # the plug-ins' sources, as this run computed with them
+        record_sources(store, unrecorded)  # the plug-ins' sources, as this run computed with them
         if decision is not None and decision.stop and len(results) < len(seeds):
             submitter.cancel()
             tracker.stopped(f"stopped after {len(results)} {job.unit}: {decision.reason}")

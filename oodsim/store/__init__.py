@@ -1,8 +1,10 @@
-"""The content-addressed store of artifacts on disk (``<root>/<kind>/<key[:2]>/<key>/``) that
-heals itself: :class:`Store` (:mod:`~oodsim.store.entries`), where it lives by default
-(:mod:`~oodsim.store.defaults`), its folder layout, arrays files, file-system helpers, locks,
+"""The content-addressed store of artifacts that heals itself: :class:`Store`
+(:mod:`~oodsim.store.entries`) over a :class:`Backend` (:mod:`~oodsim.store.backend`; the local
+file system's, ``<root>/<kind>/<key[:2]>/<key>/``: :class:`LocalBackend`), where it lives by
+default (:mod:`~oodsim.store.defaults`), its layout, arrays files, file-system helpers, locks,
 maintenance (``ls``, ``verify``, ``gc``) and the digests that make entries trustworthy."""
 
+from oodsim.store.backend import Backend, CorruptEntryWarning
 from oodsim.store.defaults import (
     PROJECT_DEFAULTS_ENV,
     CacheRoot,
@@ -15,12 +17,7 @@ from oodsim.store.defaults import (
     shown,
     user_cache,
 )
-from oodsim.store.entries import (
-    CorruptEntryWarning,
-    Store,
-    StoreError,
-    summarize_events,
-)
+from oodsim.store.entries import Store, StoreError, summarize_events
 from oodsim.store.layout import (
     LOCKS,
     META,
@@ -29,17 +26,20 @@ from oodsim.store.layout import (
     TMP_PREFIX,
     Entry,
 )
+from oodsim.store.local import LocalBackend
 
 __all__ = [
     "LOCKS",
     "META",
     "META_DIGEST",
     "PROJECT_DEFAULTS_ENV",
+    "Backend",
     "QUARANTINE_PREFIX",
     "TMP_PREFIX",
     "CacheRoot",
     "CorruptEntryWarning",
     "Entry",
+    "LocalBackend",
     "Store",
     "StoreError",
     "cache_root",

@@ -24,7 +24,7 @@ import zipfile
 import zlib
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 import numpy as np
 
@@ -219,9 +219,9 @@ def _member(raw: bytes, archive: zipfile.ZipFile, info: zipfile.ZipInfo) -> memo
     return data
 
 
-def members_problem(path: Path, shapes: Mapping[str, Any]) -> str:
-    """What is wrong with the members of the arrays ZIP at ``path`` against the array shapes
-    its entry's meta record holds ("" when nothing), from the ZIP's directory and the small
+def members_problem(path: Path | IO[bytes], shapes: Mapping[str, Any]) -> str:
+    """What is wrong with the members of the arrays ZIP at ``path`` (or open) against the array
+    shapes its entry's meta record holds ("" when nothing), from the ZIP's directory and the small
     metadata members only: an array missing, renamed or added, another shape, a member that
     belongs to no array, and, for arrays :func:`write_zip` wrote itself, a missing or resized
     chunk. A ZIP resealed after such an edit (its checksum in meta updated) has a problem

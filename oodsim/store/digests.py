@@ -10,22 +10,20 @@ import os
 import uuid
 from collections.abc import Iterator, Mapping
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 import numpy as np
 
 from oodsim.keys import derived_key
-from oodsim.store.arrays import ARRAYS_ZIP, members_problem
 from oodsim.store.fs import plain_relative
 from oodsim.store.layout import KEY_INPUTS, META, META_DIGEST
 
 
-def sha256_of(path: Path) -> str:
-    """The sha256 of a file, read in blocks of 1 MiB."""
+def sha256_of(handle: IO[bytes]) -> str:
+    """The sha256 of what is left to read in ``handle``, read in blocks of 1 MiB."""
     digest = hashlib.sha256()
-    with path.open("rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
+    for block in iter(lambda: handle.read(1 << 20), b""):
+        digest.update(block)
     return digest.hexdigest()
 
 
@@ -38,7 +36,11 @@ def file_paths(folder: Path, skip: str = META) -> Iterator[Path]:
 
 def file_checksums(folder: Path, skip: str = META) -> dict[str, str]:
     """sha256 by relative path of every file under ``folder`` (store entries and results)."""
-    return {str(p.relative_to(folder)): sha256_of(p) for p in file_paths(folder, skip)}
+    checksums = {}
+    for path in file_paths(folder, skip):
+        with path.open("rb") as handle:
+            checksums[str(path.relative_to(folder))] = sha256_of(handle)
+    return checksums
 
 
 def file_sizes(folder: Path) -> dict[str, int]:
@@ -118,15 +120,6 @@ def binding_problem(meta: Mapping[str, Any], kind: str | None, key: str | None) 
     if derived != meta["key"]:
         return f"meta.json's key inputs derive another key ({derived[:12]!r})"
     return ""
-
-
-def entry_members_problem(folder: Path, meta: Mapping[str, Any]) -> str:
-    """What is wrong with the members of an entry's arrays ZIP against its meta record's
-    ``shapes`` ("" when nothing, or for entries of the older layouts that lack either)."""
-    shapes = meta.get("shapes")
-    if not isinstance(shapes, dict) or not (folder / ARRAYS_ZIP).is_file():
-        return ""
-    return members_problem(folder / ARRAYS_ZIP, shapes)
 
 
 def arrays_problem(arrays: Mapping[str, np.ndarray], meta: Mapping[str, Any]) -> str:

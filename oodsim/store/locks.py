@@ -20,13 +20,16 @@ malformed lock: :func:`why_stale` returns the reason as text.
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import socket
 import time
 import uuid
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+from oodsim.errors import StoreError
 from oodsim.periodic import Periodic
 from oodsim.store.fs import NotJSON, described, read_json, remove, what_is
 
@@ -40,6 +43,8 @@ STALE_LOCK_SECONDS = 10 * TOUCH_SECONDS
 WRITE_GRACE_SECONDS = 5.0
 #: A lock record is about 100 bytes; anything much larger is not one.
 LOCK_LIMIT = 1 << 16
+#: seconds between two notices of a run that waits for another's lock
+LOCK_NOTICE_SECONDS = 30.0
 #: Name part of a lock renamed aside while it is broken (``<lock>.stale-<id>``).
 STALE_MARK = ".stale-"
 _MAX_PID = 1 << 22  # Linux's largest pid_max
@@ -184,3 +189,65 @@ class LockToucher(Periodic):
     def tick(self) -> None:
         with contextlib.suppress(OSError):  # gone or taken over: the holder finds out
             os.utime(self.path, follow_symlinks=False)
+
+
+@contextlib.contextmanager
+def hold(
+    path: Path,
+    folder: Callable[[], Path],
+    waiting: Callable[[Path], None],
+    *,
+    poll: float = 0.1,
+) -> Iterator[None]:
+    """Hold the lock file ``path`` (in the locks folder ``folder()`` makes) until the context
+    ends, touching it meanwhile (:class:`LockToucher`). A live holder's lock is waited for
+    (``waiting(path)`` every :data:`LOCK_NOTICE_SECONDS`), a stale one taken over. A lock that
+    cannot be created or taken over raises :class:`~oodsim.errors.StoreError` naming the path
+    and the fix; it never spins."""
+    record = owner()
+    told = time.monotonic()
+    while True:
+        try:
+            fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY | os.O_NOFOLLOW, 0o644)
+        except FileExistsError:
+            reason = why_stale(path)
+            if not reason:
+                if time.monotonic() - told >= LOCK_NOTICE_SECONDS:
+                    told = time.monotonic()
+                    waiting(path)
+                time.sleep(poll)
+                continue
+            try:
+                break_lock(path)
+            except OSError as error:
+                raise StoreError(
+                    f"the lock {path} is stale ({reason}) but cannot be removed: "
+                    f"{error.strerror}. Remove it (rm -rf '{path}') or make {path.parent} "
+                    "writable, then run again"
+                ) from None
+            continue
+        except FileNotFoundError:  # the locks folder was removed meanwhile
+            folder()
+            continue
+        except OSError as error:
+            raise StoreError(
+                f"cannot create the lock file {path}: {error.strerror}; make {path.parent} "
+                "writable (or free space there), then run again"
+            ) from None
+        try:
+            with os.fdopen(fd, "w") as handle:
+                json.dump(record, handle)
+        except OSError as error:
+            path.unlink(missing_ok=True)
+            raise StoreError(
+                f"cannot write the lock file {path}: {error.strerror}; free space in (or "
+                f"fix permissions of) {path.parent}, then run again"
+            ) from None
+        break
+    try:
+        with LockToucher(path):
+            yield
+    finally:
+        with contextlib.suppress(OSError, ValueError):
+            if read_json(path, LOCK_LIMIT) == record:
+                path.unlink()

@@ -1,8 +1,10 @@
-"""Maintenance of a store: list its entries, verify them, and collect what can block a run.
+"""Maintenance of a local store: list its entries, find what is out of place, and collect what
+can block a run.
 
-:class:`Maintenance` is a mixin of :class:`oodsim.store.Store` (``store.entries()``,
-``store.verify(repair=)``, ``store.gc(older_than=)``, ``store.stale_locks()``). ``verify``
-and ``gc`` work only in a root that holds oodsim's ``.gitignore`` (:meth:`ensure_ours`). They
+:class:`Maintenance` is a mixin of :class:`oodsim.store.local.LocalBackend` (``entries()``,
+``layout_problems(repair=)``, ``gc(older_than=)``, ``stale_locks()``); the store checks the
+entries themselves (:meth:`oodsim.store.Store.verify`). What removes anything works only in a
+root that holds oodsim's ``.gitignore`` (:meth:`ensure_ours`). They
 walk the layout without ever entering a link, and remove only what they can name: objects
 where a folder belongs, malformed and stale locks, quarantine and temporary leftovers.
 """
@@ -12,7 +14,6 @@ from __future__ import annotations
 import contextlib
 import os
 import time
-import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -41,9 +42,11 @@ from oodsim.store.locks import (
 
 
 class Maintenance:
-    """What ``oodsim cache ls|verify|gc`` do, for a class with ``root`` and ``_inspect``."""
+    """What ``oodsim cache ls|verify|gc`` do beside checking entries, for a class with
+    ``root``."""
 
     root: Path
+    _move_aside: Callable[[Path, str, str], bool]
 
     def ensure_present(self) -> None:
         """Fail in one line when the root is not an existing folder: for ``cache ls``, ``verify``
@@ -128,28 +131,18 @@ class Maintenance:
                 describe=str(meta.get("describe", "")),
             )
 
-    def verify(self, *, repair: bool = False) -> list[tuple[EntryInfo, str]]:
-        """Check every entry (meta record, sizes, checksums), every object on the way to one,
-        and every lock file. Returns the problems: corrupt entries, misplaced objects (a file
-        or link where a folder belongs) and malformed locks. With ``repair``, removes them (a
-        link, never its target), and also quarantine leftovers and locks of dead holders."""
-        self.ensure_ours()
+    def layout_problems(self, *, repair: bool) -> list[tuple[EntryInfo, str]]:
+        """Objects out of place (a file or link where a folder belongs) and malformed locks.
+        With ``repair``, removes them (a link, never its target), and also quarantine leftovers
+        and locks of dead holders."""
         problems: list[tuple[EntryInfo, str]] = []
         for path, found, role in self._walk():
             if role == "misplaced":
                 problem = f"{described(found)} where a folder belongs"
-            elif role == "entry":
-                try:
-                    problem = self._inspect(path, path.parts[-3], path.name, full=True)[0] or ""
-                except OSError as error:
-                    problem = f"unreadable file: {error}"
-            else:
-                if repair and path.name.startswith(QUARANTINE_PREFIX):
-                    with contextlib.suppress(OSError):
-                        remove(path)
-                continue
-            if problem:
                 problems.append((self._info(path), self._repaired(path, problem, repair)))
+            elif role == "tmp" and repair and path.name.startswith(QUARANTINE_PREFIX):
+                with contextlib.suppress(OSError):
+                    remove(path)
         for path, problem in self._lock_problems():
             problems.append((self._info(path), self._repaired(path, problem, repair)))
         if repair:
@@ -163,22 +156,13 @@ class Maintenance:
         return problems
 
     def _repaired(self, path: Path, problem: str, repair: bool) -> str:
-        """``problem``, after removing ``path`` when ``repair`` (via a rename aside, so that a
+        """``problem``, after removing ``path`` when ``repair`` (moved aside first, so that a
         concurrent reader never sees half of it); says so when it cannot be removed."""
-        if not repair:
-            return problem
-        aside = path.parent / f"{QUARANTINE_PREFIX}{path.name}-{uuid.uuid4().hex[:8]}"
-        try:
-            os.rename(path, aside)
-        except FileNotFoundError:
-            return problem
-        except OSError as error:
-            return (
-                f"{problem}; could not remove it: {error.strerror} (rm -rf '{path}', or make "
-                f"{path.parent} writable)"
-            )
-        with contextlib.suppress(OSError):
-            remove(aside)
+        if repair:
+            try:
+                self._move_aside(path, problem, f"object {path.name}")
+            except StoreError as error:
+                return f"{problem}; could not remove it: {error}"
         return problem
 
     def _lock_problems(self) -> list[tuple[Path, str]]:

@@ -1,6 +1,7 @@
 """Moving entries of a kind an older oodsim wrote to the kind that holds them now, in place.
 
-:class:`Migration` is a mixin of :class:`oodsim.store.Store` (``store.move_kind(old, new)``).
+:class:`Migration` is a mixin of :class:`oodsim.store.local.LocalBackend`
+(``store.move_kind(old, new)`` calls it).
 An entry keeps its key and its files; only its folder and the ``kind`` its record names
 change. Only an entry whose record derives its own key from the inputs it names is moved (see
 :func:`~oodsim.store.digests.meta_problem`); one of an older layout without them, or whose
@@ -39,24 +40,32 @@ class Moved:
 
 
 class Migration:
-    """``store.move_kind(old, new)``, for a class with ``root``, ``path``, ``has``, ``lock``,
-    ``_inspect``, ``_walk`` and ``ensure_ours``."""
+    """``move_kind(old, new, problem, intact)``, for a class with ``root``, ``place``,
+    ``lock``, ``_walk`` and ``ensure_ours``."""
 
     root: Path
-    path: Callable[[str, str], Path]
-    has: Callable[[str, str], bool]
+    place: Callable[[str, str], Path]
     lock: Callable[..., contextlib.AbstractContextManager[None]]
-    _inspect: Callable[..., tuple[str | None, dict[str, Any]]]
     _walk: Callable[[], Iterator[tuple[Path, str, str]]]
+    ensure_ours: Callable[[], None]
 
     def holds_kind(self, kind: str) -> bool:
         """Whether any entry folder of ``kind`` is in the store (a cheap look: no records
         read)."""
         return any(listing(prefix) for prefix in listing(self.root / kind))
 
-    def move_kind(self, old: str, new: str) -> Moved:
+    def move_kind(
+        self,
+        old: str,
+        new: str,
+        problem: Callable[[str, str], str | None],
+        intact: Callable[[str, str], bool],
+    ) -> Moved:
         """Move every intact entry of kind ``old`` to kind ``new`` (same key, same files), in a
-        cache oodsim made (:meth:`~oodsim.store.maintenance.Maintenance.ensure_ours`)."""
+        cache oodsim made (:meth:`~oodsim.store.maintenance.Maintenance.ensure_ours`).
+        ``problem(kind, key)`` says what is wrong with an entry ("" when nothing, None when it
+        is gone); ``intact(kind, key)`` whether an entry is there whole (a corrupt one is
+        removed)."""
         self.ensure_ours()
         moved = duplicates = 0
         left: list[tuple[str, str]] = []
@@ -65,22 +74,22 @@ class Migration:
                 continue
             key = path.name
             try:
-                problem = self._inspect(path, old, key, full=True)[0]
+                wrong = problem(old, key)
             except OSError as error:
-                problem = f"unreadable file: {error}"
-            if problem is None:  # moved away meanwhile (another process)
+                wrong = f"unreadable file: {error}"
+            if wrong is None:  # moved away meanwhile (another process)
                 continue
-            if problem:
-                left.append((key, problem))
+            if wrong:
+                left.append((key, wrong))
                 continue
             with self.lock(new, key):
-                if self.has(new, key):
+                if intact(new, key):
                     remove(path)
                     duplicates += 1
                     continue
-                problem = self._move_entry(path, old, new, key)
-                if problem:
-                    left.append((key, problem))
+                wrong = self._move_entry(path, old, new, key)
+                if wrong:
+                    left.append((key, wrong))
                     continue
                 moved += 1
         self._drop_empty(old)
@@ -90,7 +99,7 @@ class Migration:
         """Move one inspected entry into place under ``new``; "" when moved, else why not: its
         record, read again once moved aside, is no longer bound to (``old``, ``key``) (it was
         replaced meanwhile). Such an entry is removed, never moved."""
-        final = self.path(new, key)
+        final = self.place(new, key)
         final.parent.mkdir(parents=True, exist_ok=True)
         tmp = final.parent / f"{TMP_PREFIX}{key}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
         os.rename(path, tmp)

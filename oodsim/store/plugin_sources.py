@@ -14,17 +14,15 @@ is only a word of the notice.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import inspect
-import json
 import marshal
 import warnings
 from collections.abc import Callable, Iterable
-from pathlib import Path
 from typing import Any
 
 from oodsim.store.entries import Store
-from oodsim.store.fs import read_json, write_replacing
 
 #: the folder of the records in a cache root (a dot name: not one of the store's kinds)
 FOLDER = ".plugin-sources"
@@ -51,21 +49,21 @@ def source_fingerprint(function: Callable[..., Any]) -> str | None:
 
 def check_sources(
     store: Store, plugins: Iterable[tuple[str, str, str, Callable[..., Any]]]
-) -> dict[Path, str]:
+) -> dict[str, str]:
     """For each ``(kind, name, version, function)``: warn if the source fingerprint recorded
     in ``store`` for that version differs. The fingerprints that no record holds
-    yet, by the record's path: the run writes them (:func:`record_sources`) once it has
+    yet, by the record's name: the run writes them (:func:`record_sources`) once it has
     computed with them, so that a run that fails first writes nothing."""
-    unrecorded: dict[Path, str] = {}
+    unrecorded: dict[str, str] = {}
     for kind, name, version, function in plugins:
         current = source_fingerprint(function)
         if current is None:
             continue
-        path = store.root / FOLDER / f"{kind}-{name}-{version}.json"
+        record = f"{FOLDER}/{kind}-{name}-{version}.json"
         try:
-            recorded = read_json(path, RECORD_LIMIT).get("source")
+            recorded = store.backend.read_record(record, RECORD_LIMIT).get("source")
         except FileNotFoundError:
-            unrecorded[path] = current
+            unrecorded[record] = current
             continue
         except (OSError, ValueError, AttributeError):
             continue  # an unreadable record: no notice rather than a wrong one
@@ -77,17 +75,19 @@ def check_sources(
                 f"and they are reused as they are (keys do not change). To compute them again "
                 f'with the new body, register it with another version (e.g. version="'
                 f'{_next(version)}"); to keep using the cached results, change nothing '
-                f"(remove {path} to silence this notice)",
+                f"(remove {store.location}/{record} to silence this notice)",
                 PluginChangedWarning,
                 stacklevel=3,
             )
     return unrecorded
 
 
-def record_sources(unrecorded: dict[Path, str]) -> None:
-    """Write the fingerprints :func:`check_sources` found unrecorded."""
-    for path, fingerprint in unrecorded.items():
-        _record(path, fingerprint)
+def record_sources(store: Store, unrecorded: dict[str, str]) -> None:
+    """Write the fingerprints :func:`check_sources` found unrecorded (a store that cannot take
+    them just gives no notice later)."""
+    for record, fingerprint in unrecorded.items():
+        with contextlib.suppress(OSError):
+            store.backend.write_record(record, {"source": fingerprint})
 
 
 def describe(function: Callable[..., Any]) -> str:
@@ -98,16 +98,6 @@ def describe(function: Callable[..., Any]) -> str:
     if code is None:
         return name
     return f"{name} ({code.co_filename}, line {code.co_firstlineno})"
-
-
-def _record(path: Path, fingerprint: str) -> None:
-    """Write the record atomically; a cache that cannot take it just gets no notice later."""
-    text = json.dumps({"source": fingerprint})
-    try:
-        path.parent.mkdir(exist_ok=True)
-        write_replacing(path, lambda tmp: tmp.write_text(text))
-    except OSError:
-        pass
 
 
 def _next(version: str) -> str:
