@@ -1,5 +1,5 @@
 """One registry for every kind of plug-in: detectors, architectures, datasets, protocols,
-report views and metrics.
+report views, metrics and store backends.
 
 A :class:`Registry` holds the records of one kind by name, from four sources, looked up in this
 order: built-ins (imported on first need from a ``"module:attribute"`` target, or added by the
@@ -37,6 +37,7 @@ KINDS = {
     "metric": "oodsim.metrics.facts",
     "protocol": "oodsim.protocols",
     "report": "oodsim.report.hooks",
+    "store_backend": "oodsim.store.schemes",
 }
 #: the registries made so far, by kind
 REGISTRIES: dict[str, Registry[Any]] = {}

@@ -59,7 +59,7 @@ class Submitter(contextlib.ExitStack):
         self.where = where
         self.listener = listener
         self.root = store.location
-        self.shipped = Shipped.of(job.spec)
+        self.shipped = Shipped.of(job.spec, store.location)
         self.client: Any = None
         self.scoring: dict[int, Any] = {}  # seed in flight → its scoring future (None: cached)
         self.flight: list[Sequence[int]] = []  # the batches submitted and not yet released

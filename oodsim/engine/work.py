@@ -25,6 +25,7 @@ from oodsim.protocols.base import Protocol, SeedFailed, Task, first_failure
 from oodsim.results import SeedResult
 from oodsim.specs.plugins import plugin_names
 from oodsim.store import Store
+from oodsim.store.schemes import scheme_of
 
 
 @attrs.frozen
@@ -36,13 +37,15 @@ class Shipped:
     by_kind: Mapping[str, Mapping[str, Any]] = attrs.field(factory=dict)
 
     @classmethod
-    def of(cls, spec: Any) -> Shipped:
-        """What to ship for ``spec``: found in its fields (:func:`plugin_names`), each
-        plug-in only where this process registered it."""
-        found = {
-            kind: plugins.registry(kind).shippable(names)
-            for kind, names in plugin_names(spec).items()
-        }
+    def of(cls, spec: Any, location: str = "") -> Shipped:
+        """What to ship for ``spec`` and a store at ``location``: found in its fields
+        (:func:`plugin_names`) and the location's scheme, each plug-in only where this process
+        registered it."""
+        names = dict(plugin_names(spec))
+        scheme = scheme_of(location)
+        if scheme:
+            names["store_backend"] = [scheme]
+        found = {kind: plugins.registry(kind).shippable(wanted) for kind, wanted in names.items()}
         return cls({kind: records for kind, records in found.items() if records})
 
     def sources(self) -> list[tuple[str, str, str, Any]]:

@@ -27,6 +27,7 @@ from oodsim.store.layout import (
     Entry,
 )
 from oodsim.store.local import LocalBackend
+from oodsim.store.schemes import register_backend
 
 __all__ = [
     "LOCKS",
@@ -46,6 +47,7 @@ __all__ = [
     "default_results",
     "default_root",
     "main_script",
+    "register_backend",
     "project_folder",
     "run_folder",
     "shown",

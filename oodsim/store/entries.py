@@ -38,23 +38,23 @@ from oodsim.store.digests import (
 )
 from oodsim.store.fs import parse_json
 from oodsim.store.layout import KEY_INPUTS, META, Entry, EntryInfo
-from oodsim.store.local import LocalBackend
 from oodsim.store.maintenance import Collected
 from oodsim.store.migrate import Moved
+from oodsim.store.schemes import backend_at
 
 
 def as_backend(where: Backend | str | Path) -> Backend:
-    """The backend of a store at ``where``: a :class:`Backend` as it is, a path (or its text)
-    the local file system's."""
+    """The backend of a store at ``where``: a :class:`Backend` as it is, a location by
+    :func:`~oodsim.store.schemes.backend_at` (a path: the local file system's)."""
     if isinstance(where, (str, Path)):
-        return LocalBackend(where)
+        return backend_at(where)
     return where
 
 
 @attrs.define
 class Store:
-    """Artifacts by (kind, content key) in ``backend`` (a path: the local file system's);
-    see the module docstring."""
+    """Artifacts by (kind, content key) in ``backend`` (or at a location: a path is the local
+    file system's, a URL its scheme's backend); see the module docstring."""
 
     backend: Backend = attrs.field(converter=as_backend)
     verify_on_read: bool = True

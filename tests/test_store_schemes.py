@@ -1,0 +1,53 @@
+"""Which backend opens a store's location: a path the local one, a URL its scheme's (one
+registry, :mod:`oodsim.plugins`), and a scheme registered in a script travels to the workers."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from oodsim import plugins
+from oodsim.engine.work import Shipped
+from oodsim.keys import digest
+from oodsim.store import LocalBackend, Store, StoreError, register_backend
+from oodsim.store.schemes import REGISTRY, backend_at, scheme_of
+from tests.conftest import small_digits
+
+
+@pytest.fixture
+def lab_scheme(tmp_path: Path):
+    """A scheme ``lab://NAME`` registered here, for stores in ``tmp_path/NAME``."""
+    register_backend("lab", lambda location: LocalBackend(tmp_path / location[len("lab://") :]))
+    yield tmp_path
+    REGISTRY.user.pop("lab", None)
+
+
+def test_a_path_opens_the_local_backend_and_so_does_a_file_url(tmp_path: Path) -> None:
+    assert scheme_of(tmp_path) is None and scheme_of(str(tmp_path)) is None
+    assert backend_at(tmp_path / "c") == LocalBackend(tmp_path / "c")
+    assert backend_at(f"file://{tmp_path}/c") == LocalBackend(tmp_path / "c")
+    assert Store(str(tmp_path / "c")).location == str(tmp_path / "c")
+    assert "file" in plugins.available("store_backend")
+
+
+def test_an_unknown_scheme_is_one_line_naming_the_known_ones() -> None:
+    with pytest.raises(StoreError) as raised:
+        Store("s4://bucket/prefix")
+    message = str(raised.value)
+    assert "no store backend opens s4:// locations" in message and "file://" in message
+    assert "oodsim.store_backends" in message and "\n" not in message
+
+
+def test_a_registered_scheme_opens_its_stores_and_is_shipped_to_workers(lab_scheme: Path) -> None:
+    store = Store("LAB://one")  # schemes are case-insensitive
+    key = digest("scheme_entry", 1, {"n": 1})
+    store.put("outputs", key, {"x": np.arange(3)})
+    assert (lab_scheme / "one" / "outputs" / key[:2] / key).is_dir()
+    assert Store("lab://one").has("outputs", key)
+    shipped = Shipped.of(small_digits(1), "lab://one")
+    assert set(shipped.by_kind["store_backend"]) == {"lab"}
+    assert "store_backend" not in Shipped.of(small_digits(1), str(lab_scheme)).by_kind
+    with pytest.raises(ValueError, match="already registered"):
+        register_backend("lab", LocalBackend)
