@@ -25,7 +25,7 @@ from oodsim.cli import main as cli_main
 from oodsim.clusters import signals
 from oodsim.specs import ExperimentSpec, load_spec
 from oodsim.store import PROJECT_DEFAULTS_ENV
-from tests import command_server
+from tests import command_server, s3_server
 
 ROOT = Path(__file__).resolve().parents[1]
 T = TypeVar("T")
@@ -106,11 +106,16 @@ def pytest_configure(config: pytest.Config) -> None:
     One BLAS and OpenMP thread in each test process (three run side by side, pytest-xdist) and
     in every process they start, as oodsim's workers have: OpenBLAS's second thread, on a
     machine whose cores are all busy, mostly waits. Set before xdist starts its processes,
-    which load numpy with it."""
+    which load numpy with it.
+
+    And every process points at the tests' S3 server (:func:`tests.s3_server.prepare`) before
+    it starts any: a fork server of a local cluster keeps the environment it started with."""
     if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
         signal.signal(signal.SIGINT, signal.default_int_handler)
     for name in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
         os.environ.setdefault(name, "1")
+    if hasattr(config, "workerinput") or not getattr(config.option, "numprocesses", 0):
+        s3_server.prepare()  # in each test process (not in xdist's, which runs none)
     if not hasattr(config, "workerinput"):  # once, in the process that starts xdist's
         byte_compile()
 
@@ -424,6 +429,18 @@ def cluster_address() -> Iterator[str]:
         ) as cluster,
     ):
         yield cluster.scheduler_address
+
+
+@pytest.fixture(scope="session")
+def s3_endpoint() -> Iterator[str]:
+    """The tests' S3-compatible server (:mod:`tests.s3_server`), started on the endpoint this
+    process points at unless one answers there (``.ci/run``'s)."""
+    endpoint = os.environ[s3_server.ENDPOINT_ENV]
+    server = None if s3_server.answers(endpoint) else s3_server.start(endpoint)
+    yield endpoint
+    if server is not None:
+        server.kill()
+        server.wait(10)
 
 
 @pytest.fixture

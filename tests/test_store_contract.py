@@ -24,7 +24,9 @@ from oodsim.protocols.open_set import entries
 from oodsim.store import Backend, CorruptEntryWarning, LocalBackend, Store, StoreError
 from oodsim.store.arrays import ARRAYS_ZIP, write_zip
 from oodsim.store.digests import file_checksums, file_sizes, write_meta
+from oodsim.store.objects import ObjectBackend
 from tests.conftest import ROOT
+from tests.s3_server import new_bucket
 
 pytestmark = pytest.mark.filterwarnings("ignore:The data type .* does not have a Zarr V3")
 
@@ -35,15 +37,18 @@ ARRAYS = {
     "names": np.array(["a", "bc"]),
 }
 
-#: every backend the contract runs on, made in an empty folder of the test's
-BACKENDS: dict[str, Callable[[Path], Backend]] = {
-    "local": lambda folder: LocalBackend(folder / "cache"),
+#: every backend the contract runs on, made empty for one test (its folder, its request)
+BACKENDS: dict[str, Callable[[Path, pytest.FixtureRequest], Backend]] = {
+    "local": lambda folder, _: LocalBackend(folder / "cache"),
+    "s3": lambda _, request: ObjectBackend(
+        f"s3://{new_bucket(request.getfixturevalue('s3_endpoint'))}/cache"
+    ),
 }
 
 
 @pytest.fixture(params=sorted(BACKENDS))
 def store(request: pytest.FixtureRequest, tmp_path: Path) -> Store:
-    return Store(BACKENDS[request.param](tmp_path))
+    return Store(BACKENDS[request.param](tmp_path, request))
 
 
 def key_of(n: int):

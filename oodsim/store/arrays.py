@@ -20,6 +20,7 @@ import io
 import json
 import os
 import struct
+import tempfile
 import zipfile
 import zlib
 from collections.abc import Mapping
@@ -166,12 +167,13 @@ def _simple(meta: Any) -> np.dtype | None:
     return dtype
 
 
-def read_zip(path: Path) -> dict[str, np.ndarray]:
-    """The arrays of a ZIP written by :func:`write_zip` (or any zarr v3 group in a ZIP).
+def read_zip(source: Path | bytes) -> dict[str, np.ndarray]:
+    """The arrays of a ZIP written by :func:`write_zip` (or any zarr v3 group in a ZIP), from
+    its file or its bytes.
 
     The file is read once; its stored (uncompressed) members are sliced out of those bytes
     rather than opened one by one (an entry of 32 arrays took 64 member opens)."""
-    raw = path.read_bytes()
+    raw = source if isinstance(source, bytes) else source.read_bytes()
     with zipfile.ZipFile(io.BytesIO(raw)) as archive:
         infos = {info.filename: info for info in archive.infolist()}
         arrays: dict[str, np.ndarray] = {}
@@ -182,7 +184,7 @@ def read_zip(path: Path) -> dict[str, np.ndarray]:
             meta = parse_json(bytes(_member(raw, archive, infos[key])), key)
             dtype = _simple(meta)
             if dtype is None:
-                return _read_by_zarr(path)
+                return _read_by_zarr(source)
             array = np.zeros(meta["shape"], dtype=dtype)
             chunk = _chunk_key(name, array.ndim)
             if array.size:  # write_zip writes the chunk of every non-empty array
@@ -255,12 +257,16 @@ def members_problem(path: Path | IO[bytes], shapes: Mapping[str, Any]) -> str:
     return ""
 
 
-def _read_by_zarr(path: Path) -> dict[str, np.ndarray]:
-    """Every array of a zarr v3 group in a ZIP, read by zarr."""
+def _read_by_zarr(source: Path | bytes) -> dict[str, np.ndarray]:
+    """Every array of a zarr v3 group in a ZIP (its file, or its bytes), read by zarr."""
     # only for metadata this module did not write (see write_zip)
     import zarr
 
-    store = zarr.storage.ZipStore(path, mode="r")
+    if isinstance(source, bytes):  # zarr reads a ZIP from a file only
+        with tempfile.TemporaryDirectory(prefix="oodsim-zip-") as folder:
+            (Path(folder) / ARRAYS_ZIP).write_bytes(source)
+            return _read_by_zarr(Path(folder) / ARRAYS_ZIP)
+    store = zarr.storage.ZipStore(source, mode="r")
     try:
         group = zarr.open_group(store, mode="r")
         return {name: np.asarray(group[name][...]) for name in group.array_keys()}

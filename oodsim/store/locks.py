@@ -109,6 +109,14 @@ def _state(path: Path) -> tuple[str, bool]:
         if isinstance(error, NotJSON) and age <= WRITE_GRACE_SECONDS:
             return "", False  # maybe a holder that has created the file and is writing it
         return f"unreadable lock file ({error})", True
+    return holder_gone(record, age)
+
+
+def holder_gone(record: Any, age: float) -> tuple[str, bool]:
+    """(why a lock holding ``record``, untouched for ``age`` seconds, may be taken over,
+    whether that is because it is no lock record at all); ("", False) while its holder lives:
+    on this host, its process runs (and is the one that took the lock); on another, it touched
+    the lock within :data:`STALE_LOCK_SECONDS`."""
     problem = record_problem(record)
     if problem:
         return f"not an oodsim lock: {problem}", True

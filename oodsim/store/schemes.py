@@ -24,12 +24,18 @@ ENTRY_POINT_GROUP = "oodsim.store_backends"
 _URL = re.compile(r"([A-Za-z][A-Za-z0-9+.-]*)://")
 
 BackendFactory = Callable[[str], Backend]
+#: the schemes of object stores fsspec opens (each needs its package: s3fs, gcsfs, adlfs;
+#: ``memory://`` is fsspec's own, one per process)
+OBJECT_SCHEMES = ("s3", "gs", "gcs", "az", "abfs", "memory")
 
 REGISTRY: Registry[BackendFactory] = Registry(
     "store_backend",
     field="cache",
     group=ENTRY_POINT_GROUP,
-    builtins={"file": "oodsim.store.schemes:local_at"},
+    builtins={
+        "file": "oodsim.store.schemes:local_at",
+        **{scheme: "oodsim.store.objects:ObjectBackend" for scheme in OBJECT_SCHEMES},
+    },
     from_entry_point=lambda name, loaded: loaded,
 )
 

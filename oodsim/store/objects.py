@@ -1,0 +1,450 @@
+"""The store's backend on object storage (S3, Google Cloud Storage, Azure Blob) through fsspec.
+
+Under the location ``scheme://bucket/prefix``::
+
+    <kind>/<key[:2]>/<key>/meta.json            the entry's record, written last and only if absent
+    <kind>/<key[:2]>/<key>/<v>/arrays.zarr.zip  its files; <v>: sha256 of the record's bytes, 16 hex
+    locks/<kind>-<key>.lock                     who computes the entry, touched while held
+    .oodsim-cache                               the mark of a store oodsim made
+
+An entry is committed by uploading its files into the folder its record names, then its record
+with a conditional put (``If-None-Match: *``): the record is the entry, so a reader sees a whole
+entry or none, and of two writers of one entry the first record wins; the other's files are
+removed. A writer killed before its record leaves files no record names, invisible to readers,
+which ``gc`` removes. A store whose service ignores the condition keeps the last record, still
+whole, and ``gc`` removes the files of the one it replaced.
+
+Locks only save work: a lock object is created only if absent, touched while held, and taken
+over once its holder is gone (a dead process on this host) or untouched for
+:data:`~oodsim.store.locks.STALE_LOCK_SECONDS`. Credentials come from the environment and
+fsspec's configuration (``FSSPEC_S3_ENDPOINT_URL``, ``~/.aws``), never from the location, and
+messages name the location only.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import io
+import json
+import shutil
+import tempfile
+import time
+import uuid
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+from typing import IO, Any
+
+import attrs
+import numpy as np
+
+from oodsim.errors import StoreError
+from oodsim.periodic import Periodic
+from oodsim.progress_notes import note_progress
+from oodsim.store.arrays import ARRAYS_ZIP, read_zip
+from oodsim.store.fs import parse_json
+from oodsim.store.layout import LOCKS, META, META_LIMIT, TMP_PREFIX, EntryInfo, belongs
+from oodsim.store.locks import (
+    LOCK_NOTICE_SECONDS,
+    STALE_LOCK_SECONDS,
+    TOUCH_SECONDS,
+    holder_gone,
+    owner,
+)
+from oodsim.store.maintenance import Collected
+from oodsim.store.migrate import Moved
+from oodsim.store.object_errors import no_bucket, plain_error
+
+#: the object that marks a prefix as a store oodsim made
+MARK = ".oodsim-cache"
+#: hex characters of the folder name of an entry's files
+VERSION_CHARS = 16
+
+
+def version_of(meta: bytes) -> str:
+    """The folder of an entry's files: named by its record's bytes."""
+    return hashlib.sha256(meta).hexdigest()[:VERSION_CHARS]
+
+
+def clean_location(location: str) -> str:
+    """``location`` without a trailing slash; one that carries credentials is refused."""
+    scheme, _, rest = str(location).partition("://")
+    if "@" in rest.split("/", 1)[0]:
+        raise StoreError(
+            f"the cache {scheme}://…@{rest.split('@', 1)[1]} names credentials: give them "
+            "through the environment or fsspec's configuration, never in a location"
+        )
+    return f"{scheme.lower()}://{rest.rstrip('/')}"
+
+
+@attrs.define
+class ObjectBackend:
+    """Entries as objects under ``location`` (see the module docstring)."""
+
+    location: str = attrs.field(converter=clean_location)
+    _fs: Any = attrs.field(default=None, init=False, repr=False, eq=False)
+    _root: str = attrs.field(default="", init=False, repr=False, eq=False)
+    _marked: bool = attrs.field(default=False, init=False, repr=False, eq=False)
+    _versions: dict[tuple[str, str], str] = attrs.field(factory=dict, init=False, repr=False)
+    _fetched: dict[str, bytes] = attrs.field(factory=dict, init=False, repr=False)
+
+    @property
+    def fs(self) -> Any:
+        """The fsspec file system (made on first use: a worker opens it itself)."""
+        if self._fs is None:
+            # fsspec and its protocol's package load with the first store that needs them
+            import fsspec
+
+            # listings are read fresh: other processes write the same prefix
+            fs, self._root = fsspec.core.url_to_fs(self.location, use_listings_cache=False)
+            self._fs = Guarded(fs, self.location)
+        return self._fs
+
+    @property
+    def root(self) -> str:
+        """The location as the file system names it (``bucket/prefix``)."""
+        return self._root if self.fs is not None else ""
+
+    def place(self, kind: str, key: str) -> str:
+        return f"{self.location}/{kind}/{key[:2]}/{key}"
+
+    def _entry(self, kind: str, key: str) -> str:
+        return f"{self.root}/{kind}/{key[:2]}/{key}"
+
+    # ------------------------------------------------------------ before any compute
+    def exists(self) -> bool:
+        return self.fs.exists(f"{self.root}/{MARK}")
+
+    def ensure_writable(self) -> None:
+        probe = f"{self.root}/{TMP_PREFIX}probe-{uuid.uuid4().hex}"
+
+        try:  # what the service refuses is a StoreError already (Guarded)
+            self.fs.pipe_file(probe, b"ok")
+            self.fs.rm_file(probe)
+        except OSError as error:
+            raise StoreError(
+                f"cannot use the cache {self.location}: {plain_error(error, self.location)}"
+            ) from None
+        self._mark()
+
+    def _mark(self) -> None:
+        """Before this store's first write: mark the prefix as a store oodsim made."""
+        if not self._marked:
+            with contextlib.suppress(FileExistsError):
+                self.fs.pipe_file(f"{self.root}/{MARK}", b"oodsim\n", mode="create")
+            self._marked = True
+
+    def ensure_present(self) -> None:
+        if not self.exists():
+            raise StoreError(
+                f"no cache at {self.location}: no store oodsim made is there (its mark {MARK} "
+                "is missing); pass the cache's location with --cache (or set $OODSIM_CACHE)"
+            )
+
+    def ensure_ours(self) -> None:
+        self.ensure_present()
+
+    def check_obstacles(self, kinds: Iterable[str]) -> None:
+        """Nothing stands in an entry's way on object storage: every name is free."""
+
+    # ------------------------------------------------------------ entries
+    def read_meta(self, kind: str, key: str) -> bytes | None:
+        try:
+            meta = self.fs.cat_file(f"{self._entry(kind, key)}/{META}")
+        except FileNotFoundError:
+            return None
+        if len(meta) > META_LIMIT:
+            raise ValueError(f"{META} is larger than {META_LIMIT} bytes")
+        self._versions[kind, key] = version_of(meta)
+        return meta
+
+    def _folder(self, kind: str, key: str) -> str:
+        """The folder of the files of the entry whose record was read last (read now if
+        none was)."""
+        if (kind, key) not in self._versions and self.read_meta(kind, key) is None:
+            raise FileNotFoundError(f"no entry {kind}/{key[:12]} in {self.location}")
+        return f"{self._entry(kind, key)}/{self._versions[kind, key]}"
+
+    def files(self, kind: str, key: str) -> dict[str, int | str]:
+        folder = self._folder(kind, key)
+        try:
+            found = self.fs.find(folder, detail=True)
+        except FileNotFoundError:
+            return {}
+        return {path[len(folder) + 1 :]: int(info["size"]) for path, info in found.items()}
+
+    def open(self, kind: str, key: str, name: str) -> IO[bytes]:
+        path = f"{self._folder(kind, key)}/{name}"
+        self._fetched = {path: self.fs.cat_file(path)}  # read once: checksum, then arrays
+        return io.BytesIO(self._fetched[path])
+
+    def read_arrays(self, kind: str, key: str) -> dict[str, np.ndarray]:
+        path = f"{self._folder(kind, key)}/{ARRAYS_ZIP}"
+        raw = self._fetched.pop(path, None)
+        return read_zip(raw if raw is not None else self.fs.cat_file(path))
+
+    @contextlib.contextmanager
+    def staging(self, kind: str, key: str) -> Iterator[Path]:
+        folder = Path(tempfile.mkdtemp(prefix=f"oodsim-{kind}-{key[:12]}-"))
+        try:
+            yield folder
+        finally:
+            shutil.rmtree(folder, ignore_errors=True)
+
+    def commit(self, kind: str, key: str, staged: Path) -> bool:
+        self._mark()
+        meta = (staged / META).read_bytes()
+        entry = self._entry(kind, key)
+        folder = f"{entry}/{version_of(meta)}"
+        for path in sorted(staged.rglob("*")):
+            if path.is_file() and path.name != META:
+                self.fs.put_file(str(path), f"{folder}/{path.relative_to(staged).as_posix()}")
+        try:
+            self.fs.pipe_file(f"{entry}/{META}", meta, mode="create")
+        except FileExistsError:  # another writer's record came first: theirs stays
+            with contextlib.suppress(FileNotFoundError):
+                self.fs.rm(folder, recursive=True)
+            return False
+        self._versions[kind, key] = version_of(meta)
+        return True
+
+    def remove(self, kind: str, key: str, reason: str = "removed") -> bool:
+        entry = self._entry(kind, key)
+        judged = self._versions.pop((kind, key), None)
+        try:
+            meta = self.fs.cat_file(f"{entry}/{META}")
+        except FileNotFoundError:
+            return False
+        if judged is not None and version_of(meta) != judged:
+            return False  # replaced meanwhile by another process: not the entry judged
+        try:
+            self.fs.rm_file(f"{entry}/{META}")  # out of sight first, then its files
+            with contextlib.suppress(FileNotFoundError):
+                self.fs.rm(f"{entry}/{version_of(meta)}", recursive=True)
+        except OSError as error:
+            raise StoreError(
+                f"corrupt cache entry {kind}/{key[:12]} at {self.place(kind, key)} ({reason}) "
+                f"cannot be removed: {plain_error(error, self.location)}; remove it (or let "
+                "your credentials delete objects there), then run again"
+            ) from None
+        return True
+
+    def entries(self) -> Iterator[EntryInfo]:
+        for kind, key, objects in self._entry_objects():
+            if META not in objects:
+                continue
+            try:
+                raw = self.fs.cat_file(f"{self._entry(kind, key)}/{META}")
+                meta = parse_json(raw, META)
+            except (OSError, ValueError):
+                raw, meta = b"", {}
+            meta = meta if isinstance(meta, dict) else {}
+            version = version_of(raw) if raw else ""
+            size = sum(s for name, s in objects.items() if name.split("/")[0] in (version, META))
+            created = meta.get("created", 0.0)
+            yield EntryInfo(
+                kind=kind,
+                key=key,
+                path=self.place(kind, key),  # type: ignore[arg-type]
+                size=size,
+                created=float(created) if isinstance(created, (int, float)) else 0.0,
+                describe=str(meta.get("describe", "")),
+            )
+
+    def _entry_objects(self) -> Iterator[tuple[str, str, dict[str, int]]]:
+        """(kind, key, {name inside the entry: size}) of every entry's place that holds
+        objects, a record or not."""
+        try:
+            found = self.fs.find(self.root, detail=True)
+        except FileNotFoundError:
+            return
+        grouped: dict[tuple[str, str], dict[str, int]] = {}
+        for path, info in found.items():
+            parts = path[len(self.root) + 1 :].split("/")
+            if len(parts) < 4 or not belongs(parts[0], "", 0) or not belongs(parts[1], "", 1):
+                continue
+            if not belongs(parts[2], parts[1], 2):
+                continue
+            grouped.setdefault((parts[0], parts[2]), {})["/".join(parts[3:])] = int(info["size"])
+        for (kind, key), objects in sorted(grouped.items()):
+            yield kind, key, objects
+
+    # ------------------------------------------------------------ locks
+    def _lock_path(self, kind: str, key: str) -> str:
+        return f"{self.root}/{LOCKS}/{kind}-{key}.lock"
+
+    def _stale(self, path: str) -> tuple[str, bool]:
+        """(why the lock object may be taken over, whether it is no lock at all)."""
+        try:
+            record = parse_json(self.fs.cat_file(path), "lock")
+        except FileNotFoundError:
+            return "", False  # released meanwhile
+        except ValueError as error:
+            return f"unreadable lock ({error})", True
+        touched = record.get("time") if isinstance(record, dict) else None
+        age = abs(time.time() - touched) if isinstance(touched, (int, float)) else 0.0
+        return holder_gone(record, age)
+
+    @contextlib.contextmanager
+    def lock(self, kind: str, key: str, *, poll: float = 0.5) -> Iterator[None]:
+        self._mark()  # (the first write of a computing process)
+        path = self._lock_path(kind, key)
+        record = owner()
+        told = time.monotonic()
+        while True:
+            try:
+                self.fs.pipe_file(path, json.dumps(record).encode(), mode="create")
+                break
+            except FileExistsError:
+                reason = self._stale(path)[0]
+                if reason:
+                    with contextlib.suppress(FileNotFoundError):
+                        self.fs.rm_file(path)  # two takers may both remove: work is done twice
+                    continue
+                if time.monotonic() - told >= LOCK_NOTICE_SECONDS:
+                    told = time.monotonic()
+                    note_progress(
+                        f"waiting for {kind} {key[:12]}: another process computes it (its lock "
+                        f"{self.location}/{LOCKS}/{kind}-{key}.lock is taken over once untouched "
+                        f"for {STALE_LOCK_SECONDS:.0f} s)"
+                    )
+                time.sleep(poll)
+        try:
+            with _Toucher(self.fs, path, record):
+                yield
+        finally:
+            with contextlib.suppress(OSError, ValueError):
+                held = parse_json(self.fs.cat_file(path), "lock")
+                ours = isinstance(held, dict) and held.get("pid") == record["pid"]
+                if ours and held.get("host") == record["host"]:
+                    self.fs.rm_file(path)
+
+    def _locks(self) -> list[tuple[str, tuple[str, bool]]]:
+        """Every lock object with why it may be taken over."""
+        try:
+            paths = self.fs.ls(f"{self.root}/{LOCKS}", detail=False)
+        except FileNotFoundError:
+            return []
+        return [(path, self._stale(path)) for path in sorted(paths)]
+
+    def stale_locks(self) -> list[Path | str]:
+        return [f"{self.location}/{p[len(self.root) + 1 :]}" for p, why in self._locks() if why[0]]
+
+    # ------------------------------------------------------------ records beside the entries
+    def read_record(self, name: str, limit: int) -> Any:
+        raw = self.fs.cat_file(f"{self.root}/{name}")
+        if len(raw) > limit:
+            raise ValueError(f"{name} is larger than {limit} bytes")
+        return parse_json(raw, name)
+
+    def write_record(self, name: str, record: Any) -> None:
+        self._mark()
+        self.fs.pipe_file(f"{self.root}/{name}", json.dumps(record).encode())
+
+    # ------------------------------------------------------------ maintenance
+    def layout_problems(self, *, repair: bool) -> list[tuple[EntryInfo, str]]:
+        problems = []
+        for path, (reason, malformed) in self._locks():
+            if reason and (malformed or repair):
+                if repair:
+                    with contextlib.suppress(FileNotFoundError):
+                        self.fs.rm_file(path)
+                if malformed:
+                    name = path.rsplit("/", 1)[1]
+                    info = EntryInfo(LOCKS, name, f"{self.location}/{LOCKS}/{name}", 0, 0.0, "")  # type: ignore[arg-type]
+                    problems.append((info, reason))
+        return problems
+
+    def gc(self, *, older_than: float) -> Collected:
+        collected = Collected()
+        for path, (reason, _) in self._locks():
+            if reason:
+                self.fs.rm_file(path)
+                collected.removed.append(f"{self.location}/{path[len(self.root) + 1 :]}")  # type: ignore[arg-type]
+        wait = max(older_than, STALE_LOCK_SECONDS)
+        for kind, key, objects in self._entry_objects():
+            current = self._current_version(kind, key)
+            for version in sorted({name.split("/")[0] for name in objects if "/" in name}):
+                if version == current or self._young(f"{self._entry(kind, key)}/{version}", wait):
+                    continue
+                if not self._stale(self._lock_path(kind, key))[0] and self.fs.exists(
+                    self._lock_path(kind, key)
+                ):
+                    continue  # its writer is at work
+                self.fs.rm(f"{self._entry(kind, key)}/{version}", recursive=True)
+                collected.removed.append(f"{self.place(kind, key)}/{version}")  # type: ignore[arg-type]
+        return collected
+
+    def _current_version(self, kind: str, key: str) -> str | None:
+        try:
+            return version_of(self.fs.cat_file(f"{self._entry(kind, key)}/{META}"))
+        except FileNotFoundError:
+            return None
+
+    def _young(self, folder: str, seconds: float) -> bool:
+        """Whether any object in ``folder`` was written less than ``seconds`` ago."""
+        for info in self.fs.find(folder, detail=True).values():
+            modified = info.get("LastModified") or info.get("mtime") or info.get("created")
+            if modified is None:
+                return False
+            stamp = modified.timestamp() if hasattr(modified, "timestamp") else float(modified)
+            if time.time() - stamp < seconds:
+                return True
+        return False
+
+    def holds_kind(self, kind: str) -> bool:
+        try:
+            return bool(self.fs.ls(f"{self.root}/{kind}", detail=False))
+        except FileNotFoundError:
+            return False
+
+    def move_kind(self, old: str, new: str, problem: Any, intact: Any) -> Moved:
+        """Object stores never held the kinds of older oodsim versions: nothing to move."""
+        return Moved()
+
+
+class Guarded:
+    """A file system whose calls raise what the service refused (credentials, a missing
+    bucket, an unreachable endpoint) as a :class:`~oodsim.errors.StoreError` of one line that
+    names the location, never a credential; a missing or existing object stays the
+    ``FileNotFoundError`` or ``FileExistsError`` the store reads as an answer."""
+
+    def __init__(self, fs: Any, location: str) -> None:
+        self._fs, self._location = fs, location
+
+    def __getattr__(self, name: str) -> Any:
+        attribute = getattr(self._fs, name)
+        if not callable(attribute):
+            return attribute
+
+        def call(*args: Any, **kwargs: Any) -> Any:
+            try:
+                return attribute(*args, **kwargs)
+            except FileExistsError:
+                raise
+            except FileNotFoundError as error:
+                if not no_bucket(error):
+                    raise
+                raise StoreError(
+                    f"cannot use the cache {self._location}: {plain_error(error, self._location)}"
+                ) from None
+            except Exception as error:  # botocore, aiohttp and fsspec raise many kinds
+                raise StoreError(
+                    f"cannot use the cache {self._location}: {plain_error(error, self._location)}"
+                ) from None
+
+        return call
+
+
+class _Toucher(Periodic):
+    """Rewrites a held lock object with the time every :data:`TOUCH_SECONDS`."""
+
+    thread_name = "oodsim-lock-touch"
+
+    def __init__(self, fs: Any, path: str, record: dict[str, Any]) -> None:
+        self.fs, self.path, self.record = fs, path, record
+        super().__init__(TOUCH_SECONDS)
+
+    def tick(self) -> None:
+        with contextlib.suppress(Exception):  # gone or unreachable: the holder finds out
+            self.fs.pipe_file(self.path, json.dumps({**self.record, "time": time.time()}).encode())
