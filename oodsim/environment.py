@@ -12,6 +12,7 @@ other ``OODSIM_*`` names (a test's own) are left alone.
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
@@ -71,6 +72,11 @@ def _folder_to_be(text: str) -> Path:
     return path
 
 
+def _cache_location(text: str) -> str | Path:
+    """An object store's URL (``s3://bucket/prefix``) as it is, else :func:`_folder_to_be`."""
+    return text if re.match(r"[A-Za-z][A-Za-z0-9+.-]*://", text) else _folder_to_be(text)
+
+
 def _existing_folder(text: str) -> Path:
     path = Path(text).expanduser()
     if not path.is_dir():
@@ -91,9 +97,10 @@ VARIABLES: dict[str, Variable] = {
     for variable in (
         Variable(
             "OODSIM_CACHE",
-            "the store root of runs and of `oodsim cache` unless --cache is given",
-            "a folder path: a folder, or where one can be made (not a file, nor below one)",
-            _folder_to_be,
+            "the store of runs and of `oodsim cache` unless --cache is given",
+            "a folder path (a folder, or where one can be made: not a file, nor below one), or "
+            "an object store's URL (s3://bucket/prefix)",
+            _cache_location,
         ),
         Variable(
             "OODSIM_RESULTS",

@@ -108,7 +108,7 @@ def test_a_run_finds_its_cache_from_its_spec_file_else_its_script(
     assert cache_root(spec_file, script=None) == CacheRoot(
         project / "cache", f"the project of the spec file {spec_file}"
     )
-    assert cache_root(spec_file, script=loose / "x.py").path == project / "cache"
+    assert cache_root(spec_file, script=loose / "x.py").location == project / "cache"
     assert cache_root(None, script=script) == CacheRoot(
         project / "cache", f"the project of the script {script}"
     )
@@ -116,7 +116,7 @@ def test_a_run_finds_its_cache_from_its_spec_file_else_its_script(
         user_cache(), "the user cache: the working folder is in no project"
     )
     monkeypatch.chdir(project / "scripts")
-    assert cache_root(None, script=None).path == project / "cache"
+    assert cache_root(None, script=None).location == project / "cache"
     assert cache_root(None, script=loose / "x.py").why.startswith("the user cache")
     monkeypatch.setenv("OODSIM_CACHE", str(tmp_path / "env"))
     assert cache_root(spec_file, script=script) == CacheRoot(tmp_path / "env", "$OODSIM_CACHE")

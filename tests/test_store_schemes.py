@@ -10,6 +10,7 @@ import pytest
 
 from oodsim import plugins
 from oodsim.engine.work import Shipped
+from oodsim.errors import SpecError
 from oodsim.keys import digest
 from oodsim.store import LocalBackend, Store, StoreError, register_backend
 from oodsim.store.schemes import REGISTRY, backend_at, scheme_of
@@ -51,3 +52,51 @@ def test_a_registered_scheme_opens_its_stores_and_is_shipped_to_workers(lab_sche
     assert "store_backend" not in Shipped.of(small_digits(1), str(lab_scheme)).by_kind
     with pytest.raises(ValueError, match="already registered"):
         register_backend("lab", LocalBackend)
+
+
+def test_a_cache_location_is_a_url_from_the_spec_the_environment_or_the_option(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from oodsim.store import cache_root
+
+    spec_file = tmp_path / "specs" / "x.toml"
+    assert cache_root(spec_file, None, "s3://b/cache").location == "s3://b/cache"
+    assert cache_root(spec_file, None, "here").location == tmp_path / "specs" / "here"
+    monkeypatch.setenv("OODSIM_CACHE", "gs://b/env-cache")
+    assert cache_root(spec_file, None).location == "gs://b/env-cache"
+    assert cache_root(spec_file, None, "s3://b/cache").why.startswith("the cache of the spec")
+    spec = small_digits(1, cache="s3://b/spec-cache")
+    assert spec.key == small_digits(1).key  # where the cache is never enters the key
+    with pytest.raises(SpecError, match="cache"):
+        small_digits(1, cache=" ")
+
+
+def test_a_location_with_credentials_is_refused_and_messages_hide_secrets(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from oodsim.store.object_errors import plain_error
+
+    with pytest.raises(StoreError, match="names credentials") as raised:
+        Store("s3://AKIDEXAMPLE:wJalrXUtnFEMI@bucket/cache")
+    assert "wJalrXUtnFEMI" not in str(raised.value) and "AKIDEXAMPLE" not in str(raised.value)
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "s3cr3t-value-123")
+    said = plain_error(PermissionError("denied for s3cr3t-value-123 (key=abc)"), "s3://b/c")
+    assert "s3cr3t-value-123" not in said and "key=abc" not in said and "access denied" in said
+
+
+def test_oodsim_cache_ls_verify_and_gc_work_on_an_object_store(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    from oodsim.cli import main as cli_main
+
+    url = "memory://cli-bucket/cache"
+    store = Store(url)
+    key = digest("cli_entry", 1, {"n": 1})
+    store.put("outputs", key, {"x": np.arange(3)}, {"describe": "an entry"})
+    assert cli_main(["cache", "ls", "--cache", url]) == 0
+    assert cli_main(["cache", "verify", "--cache", url]) == 0
+    assert cli_main(["cache", "gc", "--cache", url]) == 0
+    printed = capsys.readouterr().out
+    assert f"outputs      {key[:16]}" in printed and "an entry" in printed
+    assert "0 corrupt entries" in printed and f"in {url}" in printed
+    assert cli_main(["cache", "ls", "--cache", "memory://cli-bucket/elsewhere"]) != 0

@@ -90,9 +90,10 @@ def cmd_report(args: argparse.Namespace) -> int:
         progress(f"reading {args.results}")
         # loaded by the command that needs it, so `oodsim --help` stays fast
         from oodsim.report.folder import TABLE_FILES, named, report_folder
-        from oodsim.results import open_results
+        from oodsim.results import is_remote, open_results
 
-        source = named(args.results)  # `oodsim report .` inside r.zarr: its name, r.zarr
+        # `oodsim report .` inside r.zarr: its name, r.zarr (a URL is read as it is)
+        source = args.results if is_remote(args.results) else named(args.results)
         results = open_results(source, trust=args.trust)
         out = Path(args.out) if args.out else report_folder(source)
         path = write_report_telling(

@@ -87,15 +87,16 @@ def cmd_run(args: argparse.Namespace) -> int:
         from oodsim.clusters import signals
         from oodsim.engine import run
         from oodsim.store import CacheRoot, cache_root, default_results
+        from oodsim.store.defaults import as_location
 
         # one cache and results folder per project, from any folder: the spec file's project
         # (a shipped spec by name: the working folder's), as oodsim.run finds it from Python
         cache = (
-            CacheRoot(Path(args.cache), "--cache")
+            CacheRoot(args.cache, "--cache")
             if args.cache
-            else cache_root(spec.source, script=None)
+            else cache_root(spec.source, script=None, spec_cache=spec.cache)
         )
-        out = Path(args.out) if args.out else default_results(spec.name, _folder(spec))
+        out = as_location(args.out) if args.out else default_results(spec.name, _folder(spec))
         if args.report:  # refused before any compute, not after it
             # the report package (0.3 s of imports) loads here or after the run: a cached
             # rerun starts scoring without it

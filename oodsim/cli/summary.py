@@ -117,11 +117,11 @@ def print_win_probabilities(results, metric: str, k: int = 5) -> None:
     print("\n".join("  " + line for line in table.splitlines()))
 
 
-def last_line(results, seconds: float, out: Path) -> str:
+def last_line(results, seconds: float, out: str | Path) -> str:
     """The run in one sentence: its seeds computed, reused from the cache and left out of the
     estimates (excluded as degenerate, or failed), the store entries it computed, and where
     its results went (with the earlier results of the spec's name, when there are some)."""
-    from oodsim.results import failure_kind  # (fast --help)
+    from oodsim.results import failure_kind, is_remote  # (fast --help)
     from oodsim.results.access import as_text
     from oodsim.results.history import versions
     from oodsim.store import shown
@@ -137,9 +137,9 @@ def last_line(results, seconds: float, out: Path) -> str:
     computed = json.loads(results.attrs.get("store", "{}")).get("computed", {})
     entries = ", ".join(f"{count} {kind}" for kind, count in computed.items())
     made = f"; store entries computed: {entries}" if entries else "; nothing computed"
-    earlier = len(versions(out)) - 1
+    earlier = 0 if is_remote(out) else len(versions(out)) - 1
     history = (
-        f" ({earlier} earlier result{'s' if earlier > 1 else ''} of {out.name}: "
+        f" ({earlier} earlier result{'s' if earlier > 1 else ''} of {Path(out).name}: "
         f"oodsim results ls {shown(out)})"
         if earlier > 0
         else ""

@@ -15,15 +15,19 @@ from oodsim.store import CacheRoot, Store, shown
 from oodsim.store.layout import TMP_PREFIX, is_cache
 
 
-def opening_line(job: Protocol, store: Store, root: CacheRoot, out: Path | None) -> str:
+def opening_line(job: Protocol, store: Store, root: CacheRoot, out: str | Path | None) -> str:
     """What a run is about to do: the spec and its protocol, the plan (seeds in the cache,
     seeds to compute), the store it reads (why that one, and how many entries it holds) and
     where the results go."""
     spec = job.spec
-    cache = root.path
-    entries = sum(not p.parent.name.startswith(TMP_PREFIX) for p in cache.glob("*/*/*/meta.json"))
+    cache = root.location
+    if isinstance(cache, Path):  # a glob of the layout: cheaper than reading every entry
+        metas = cache.glob("*/*/*/meta.json")
+        entries = sum(not p.parent.name.startswith(TMP_PREFIX) for p in metas)
+    else:
+        entries = sum(1 for _ in store.entries())
     held = f"{entries} entries" if entries else "empty: everything is computed"
-    if cache.is_dir() and not is_cache(cache) and any(cache.iterdir()):
+    if isinstance(cache, Path) and cache.is_dir() and not is_cache(cache) and any(cache.iterdir()):
         held += "; a folder of other files, used but not marked: `oodsim cache` refuses it"
     plan = count_cached(job, store, spec.seeds.all()[: spec.max_seeds]).describe(job.unit)
     rule = "" if spec.stopping.rule == "fixed" else f", stopping rule {spec.stopping.rule}"
@@ -32,7 +36,7 @@ def opening_line(job: Protocol, store: Store, root: CacheRoot, out: Path | None)
     )
     return (
         f"oodsim: {spec.name} ({job.name}; {plan}{rule}); "
-        f"cache {cache.resolve()} ({root.why}; {held}); {where}"
+        f"cache {store.location} ({root.why}; {held}); {where}"
     )
 
 

@@ -41,6 +41,8 @@ from oodsim.results import (
     check_not_results,
     check_output,
     failure_kind,
+    is_remote,
+    read_pointer,
     save_results,
 )
 from oodsim.results.history import Saved, read_saved
@@ -80,8 +82,9 @@ def run(
     ``"in-process"``) that replaces
     the kind of the spec's ``[cluster]`` table, a whole table (a ``ClusterSpec`` or a dict),
     or a scheduler address (like ``address``, which may not be given with it). ``cache``: the
-    store root (default ``$OODSIM_CACHE``, else the ``cache/`` of the project of the spec's
-    file, else of the running script, else the user cache: :func:`oodsim.store.cache_root`);
+    store, a folder or an object store's URL (``s3://bucket/prefix``; default: the spec's
+    ``cache``, else ``$OODSIM_CACHE``, else the ``cache/`` of the project of the spec's file,
+    else of the running script, else the user cache: :func:`oodsim.store.cache_root`);
     ``out``: also save the results there (zarr).
     ``progress``: print what the run will do (the cache and why, seeds cached and to compute,
     where results go) and then a status line, to stderr (or the given stream). ``worker_timeout``:
@@ -114,15 +117,17 @@ def run(
     # a silent run still tells a stall (no worker, a scheduler that does not answer), once
     tracker = Progress(len(seeds), stream, unit=job.unit, notices=None if stream else sys.stderr)
     located = _cache_root(cache, spec)
-    root = located.path
+    root = located.location
+    folder = root if isinstance(root, Path) else None  # (an object store is no folder)
     with tracker.telling(f"interrupted before any of its {job.unit} started; nothing was computed"):
-        earlier = check_out(out, spec, overwrite, root) if out is not None else None
-        check_not_results(root)
-        if where.address is not None and not root.exists():  # all to compute: it is needed
-            check_scheduler(where.address)  # before the store's folder is made
+        earlier = check_out(out, spec, overwrite, folder) if out is not None else None
+        if folder is not None:
+            check_not_results(folder)
         store = Store(root)
+        if where.address is not None and not store.exists():  # all to compute: it is needed
+            check_scheduler(where.address)  # before the store's folder is made
         if stream is not None:
-            saved_to = None if out is None else Path(out)
+            saved_to = None if out is None else out if is_remote(out) else Path(out)
             print(opening_line(job, store, located, saved_to), file=stream, flush=True)
             if earlier is not None:
                 print(follows_line(spec, earlier, Path(out)), file=stream, flush=True)
@@ -187,7 +192,7 @@ def run(
     ):
         result = build(spec, job.name, layout, results, events, extra)
         if out is not None:
-            _check_out_again(out, spec, overwrite, root)
+            _check_out_again(out, spec, overwrite, folder)
             save_results(result, out)
     return result
 
@@ -198,13 +203,17 @@ def _cache_root(cache: str | Path | CacheRoot | None, spec: Any) -> CacheRoot:
     if isinstance(cache, CacheRoot):
         return cache
     if cache is None:
-        return cache_root(getattr(spec, "source", None), main_script())
+        return cache_root(
+            getattr(spec, "source", None), main_script(), getattr(spec, "cache", None)
+        )
     if not str(cache).strip():  # an unset variable: not "the default"
-        raise SpecError("cache", cache, "a folder path (None for the default)")
-    return CacheRoot(Path(cache), "given")
+        raise SpecError("cache", cache, "a folder path or URL (None for the default)")
+    return CacheRoot(cache, "given")
 
 
-def check_out(out: str | Path, spec: Any, overwrite: bool, cache: str | Path) -> Saved | None:
+def check_out(
+    out: str | Path, spec: Any, overwrite: bool, cache: str | Path | None
+) -> Saved | None:
     """Before any compute: ``out`` must be absent (in a folder that takes new files), an empty
     folder, or results oodsim wrote: of this spec, of an earlier version of it (the same
     ``name``: an edited spec, whose results then move beside ``out`` by key; returned, so that
@@ -212,27 +221,33 @@ def check_out(out: str | Path, spec: Any, overwrite: bool, cache: str | Path) ->
     Anything else (see :func:`~oodsim.results.check_output`, which also keeps ``out`` apart
     from the ``cache`` root) raises :class:`OutputExists` whatever ``overwrite`` says, and an
     output path that cannot be written raises :class:`~oodsim.results.OutputError`."""
-    path = Path(out)
     try:
-        key = check_output(path, cache=cache)
+        if is_remote(out):  # results under an object store's URL: no history kept beside
+            pointer = read_pointer(str(out)) or {}
+            key, earlier, name = pointer.get("key"), None, pointer.get("name")
+            if name == spec.name:
+                return None
+        else:
+            key = check_output(Path(out), cache=cache)
+            earlier = read_saved(Path(out)) if key not in (None, spec.key) else None
+            name = earlier.name if earlier is not None else None
     except ForeignOutput as error:  # oodsim replaces only what it wrote
         raise OutputExists(str(error)) from None
     if key is None or key == spec.key:
         return None
-    earlier = read_saved(path)
     if earlier is not None and earlier.name == spec.name:
         return earlier
     if overwrite:
         return None
-    named = f" named {earlier.name!r}" if earlier is not None and earlier.name else ""
+    named = f" named {name!r}" if name else ""
     raise OutputExists(
-        f"{path} holds results of another spec{named} (key {key[:12]}), not of {spec.name!r}: "
+        f"{out} holds results of another spec{named} (key {key[:12]}), not of {spec.name!r}: "
         "choose another output path, or pass overwrite=True (`oodsim run --overwrite`) to "
         "replace them"
     )
 
 
-def _check_out_again(out: str | Path, spec: Any, overwrite: bool, cache: str | Path) -> None:
+def _check_out_again(out: str | Path, spec: Any, overwrite: bool, cache: str | Path | None) -> None:
     """:func:`check_out` once more before the results are written: another run may have
     written there while this one computed (two runs of one name started together)."""
     try:

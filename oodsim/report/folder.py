@@ -26,7 +26,7 @@ import xarray as xr
 
 from oodsim.errors import OodsimError
 from oodsim.protocols import protocol_of
-from oodsim.results import MANIFEST, check_writable
+from oodsim.results import MANIFEST, check_writable, is_remote
 from oodsim.stats import as_score
 from oodsim.store.fs import owned, read_json, what_is, write_replacing
 
@@ -70,7 +70,10 @@ def named(path: str | Path) -> Path:
 def report_folder(results_path: str | Path) -> Path:
     """Where ``oodsim report`` writes the report of the results at ``results_path`` by default:
     ``results/foo.zarr`` → ``results/foo.report`` (another name gets ``.report`` appended);
-    ``.`` inside ``foo.zarr`` → ``../foo.report`` (:func:`named`)."""
+    ``.`` inside ``foo.zarr`` → ``../foo.report`` (:func:`named`); results on object storage
+    (``s3://bucket/results/foo.zarr``) → ``foo.report`` in the working folder."""
+    if is_remote(results_path):
+        results_path = str(results_path).rstrip("/").rsplit("/", 1)[-1]
     path = named(results_path)
     name = path.stem if path.suffix == ".zarr" else path.name
     return path.with_name(f"{name}.report")
@@ -285,7 +288,8 @@ def check_report_folder(
     :class:`~oodsim.results.OutputError` if ``folder`` cannot be written (a file on the way,
     a read-only folder)."""
     marker = {"results_key": spec.key, "experiment": spec.name, "protocol": protocol_of(spec).name}
-    _check(Path(folder), marker, overwrite, Path(results) if results is not None else None)
+    on_disk = results is not None and not is_remote(results)
+    _check(Path(folder), marker, overwrite, Path(results) if on_disk else None)
 
 
 def claim(folder: Path, marker: dict[str, Any], overwrite: bool) -> list[str]:

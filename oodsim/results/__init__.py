@@ -20,14 +20,14 @@ from oodsim.results.failures import (
     failure_kind,
 )
 from oodsim.results.manifest import MANIFEST
-from oodsim.results.read import REPLACED_PATIENCE, ResultsCorrupt, ResultsNotFound, open_results
+from oodsim.results.read import REPLACED_PATIENCE, ResultsCorrupt, ResultsNotFound
+from oodsim.results.remote import is_remote, open_results, read_pointer, save_results
 from oodsim.results.save import (
     ForeignOutput,
     OutputError,
     check_not_results,
     check_output,
     check_writable,
-    save_results,
 )
 from oodsim.results.schema import (
     DESIGN_PREFIX,
@@ -76,6 +76,8 @@ __all__ = [
     "open_results",
     "package_versions",
     "save_results",
+    "is_remote",
+    "read_pointer",
     "score_view",
     "select",
     "store_counts",

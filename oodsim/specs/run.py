@@ -23,7 +23,7 @@ from oodsim.specs.detector import DetectorSpec, detector_specs
 from oodsim.specs.keyed import KeyedSpec
 from oodsim.specs.plugins import plugin
 from oodsim.specs.seeded import Seeded, SeedsSpec, StoppingSpec
-from oodsim.specs.types import one_of, safe_name, spec_class
+from oodsim.specs.types import one_of, path_string, safe_name, spec_class
 
 
 def _default_name(spec: RunSpec) -> str:
@@ -45,10 +45,17 @@ def check_labels(field: str, labels: Sequence[str]) -> None:
         raise SpecError(field, list(labels), "a non-empty list with distinct labels")
 
 
+def _cache_location(instance: Any, attribute: attrs.Attribute, value: Any) -> None:
+    if value is not None and not (isinstance(value, str) and value.strip()):
+        raise SpecError("cache", value, "a folder or an object store's URL (s3://bucket/prefix)")
+
+
 @spec_class
 class RunSpec(Seeded, KeyedSpec):
     """What every protocol's spec has: ``name``, ``detectors``, ``metrics``, ``seeds``,
-    ``stopping``, ``on_failure`` and ``cluster`` (execution only: never in the key), and
+    ``stopping``, ``on_failure``, ``cluster`` and ``cache`` (where the store is: a folder,
+    relative to the spec file's, or an object store's URL ``s3://bucket/prefix``; execution
+    only, like ``cluster``: never in the key), and
     ``source``: the spec file it was read from (set by :func:`oodsim.load`, kept by
     ``attrs.evolve``; None for a spec built in Python or a shipped spec loaded by name). A run
     finds its default cache and results folder from it (:mod:`oodsim.store.defaults`); it is
@@ -78,6 +85,9 @@ class RunSpec(Seeded, KeyedSpec):
     stopping: StoppingSpec = attrs.field(factory=StoppingSpec)
     on_failure: str = attrs.field(default="record", validator=one_of("record", "abort"))
     cluster: ClusterSpec | None = attrs.field(default=None, metadata=no_key())
+    cache: str | None = attrs.field(
+        default=None, converter=path_string, validator=_cache_location, metadata=no_key()
+    )
     source: str | None = attrs.field(
         default=None, eq=False, repr=False, metadata=no_key(data=False)
     )

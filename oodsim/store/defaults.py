@@ -17,6 +17,7 @@ import attrs
 
 from oodsim.environment import read
 from oodsim.store.layout import is_cache
+from oodsim.store.schemes import scheme_of
 
 #: Environment variables that move the default store and the default results folder.
 PROJECT_DEFAULTS_ENV = ("OODSIM_CACHE", "OODSIM_RESULTS")
@@ -59,12 +60,19 @@ def default_results(name: str, near: str | Path | None = None) -> Path:
     return (project if project is not None else Path.cwd()) / "results" / f"{name}.zarr"
 
 
+def as_location(where: str | Path) -> str | Path:
+    """A store's location as given: an object store's URL (``s3://...``) stays text, anything
+    else is a path."""
+    return where if isinstance(where, str) and scheme_of(where) else Path(where)
+
+
 @attrs.frozen
 class CacheRoot:
-    """A run's store root and why it is that one, in words (the opening line says both):
-    ``"--cache"``, ``"$OODSIM_CACHE"``, ``"the project of specs/digits.toml"``, ..."""
+    """A run's store location (a folder, or an object store's URL) and why it is that one, in
+    words (the opening line says both): ``"--cache"``, ``"$OODSIM_CACHE"``, ``"the project of
+    specs/digits.toml"``, ..."""
 
-    path: Path
+    location: str | Path = attrs.field(converter=as_location)
     why: str
 
 
@@ -90,12 +98,20 @@ def run_folder(source: str | Path | None, script: Path | None) -> tuple[Path, st
     return Path.cwd(), "the working folder"
 
 
-def cache_root(source: str | Path | None, script: Path | None) -> CacheRoot:
-    """The default store root of a run (:func:`run_folder` says where it is found from):
-    ``$OODSIM_CACHE``, else the ``cache/`` of that folder's project, else :func:`user_cache`."""
+def cache_root(
+    source: str | Path | None, script: Path | None, spec_cache: str | None = None
+) -> CacheRoot:
+    """The default store of a run (:func:`run_folder` says where it is found from): the
+    spec's ``cache`` (a folder relative to the spec file's, or a URL), else ``$OODSIM_CACHE``,
+    else the ``cache/`` of that folder's project, else :func:`user_cache`."""
+    folder, what = run_folder(source, script)
+    if spec_cache is not None:
+        location = as_location(spec_cache)
+        if isinstance(location, Path):
+            location = folder / location.expanduser()
+        return CacheRoot(location, f"the cache of {what}")
     if (cache := read("OODSIM_CACHE")) is not None:
         return CacheRoot(cache, "$OODSIM_CACHE")
-    folder, what = run_folder(source, script)
     project = project_folder(folder)
     if project is None:
         return CacheRoot(user_cache(), f"the user cache: {what} is in no project")
@@ -104,7 +120,9 @@ def cache_root(source: str | Path | None, script: Path | None) -> CacheRoot:
 
 def shown(path: str | Path) -> str:
     """``path`` as a user reads it in a message: relative to the working folder where it lies
-    inside it, else absolute."""
+    inside it, else absolute; an object store's URL as it is."""
+    if isinstance(path, str) and scheme_of(path):
+        return path
     path = Path(path).absolute()
     try:
         return str(path.relative_to(Path.cwd()))
