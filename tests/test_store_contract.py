@@ -102,15 +102,20 @@ def test_two_processes_putting_one_entry_both_finish_and_one_copy_stays(store: S
     np.testing.assert_array_equal(store.get(KIND, key_of(3)).arrays["x"], np.full(1000, 3))
 
 
-def test_a_corrupt_entry_is_removed_and_computed_again(store: Store) -> None:
-    key = key_of(4)
-    backend = store.backend
-    with backend.staging(KIND, key) as folder:  # an entry whose record lies about its bytes
+def commit_lying_entry(store: Store, key) -> None:
+    """Commit an entry whose record lies about its bytes (their checksum), sizes right."""
+    with store.backend.staging(KIND, key) as folder:
         write_zip(folder / ARRAYS_ZIP, {"x": np.arange(3)})
         files = {ARRAYS_ZIP: hashlib.sha256(b"other bytes").hexdigest()}
         record = {"kind": KIND, "key": str(key), "key_inputs": key.inputs, "files": files}
         write_meta(folder, {**record, "sizes": file_sizes(folder)})
-        assert backend.commit(KIND, key, folder)
+        assert store.backend.commit(KIND, key, folder)
+
+
+def test_a_corrupt_entry_is_removed_and_computed_again(store: Store) -> None:
+    key = key_of(4)
+    backend = store.backend
+    commit_lying_entry(store, key)
     assert store.has(KIND, key)  # sizes agree: the cheap check passes
     (problem,) = store.verify()
     assert problem[0].key == key and "checksum mismatch" in problem[1]
@@ -119,6 +124,21 @@ def test_a_corrupt_entry_is_removed_and_computed_again(store: Store) -> None:
     assert backend.read_meta(KIND, key) is None and list(store.entries()) == []
     assert store.ensure(KIND, key, lambda: store.put(KIND, key, {"x": np.arange(3)}))
     assert store.verify_entry(KIND, key) and store.verify() == []
+
+
+def test_a_run_counts_an_entry_done_by_its_checksums_where_reading_is_cheap(
+    store: Store,
+) -> None:
+    """A local disk: checksums before a cached entry counts as done. Object storage: record
+    and sizes (checksums would download every entry); the read checks the rest."""
+    key = key_of(9)
+    commit_lying_entry(store, key)
+    with pytest.warns(CorruptEntryWarning, match="checksum mismatch"):
+        done = store.counts_as_done(KIND, key)
+        if done:  # (object storage) the read finds it
+            assert store.get(KIND, key) is None
+    assert done is not store.backend.reading_is_cheap
+    assert store.backend.read_meta(KIND, key) is None  # removed either way
 
 
 def test_verify_repair_removes_corrupt_entries(store: Store) -> None:

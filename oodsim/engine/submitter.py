@@ -104,15 +104,15 @@ class Submitter(contextlib.ExitStack):
             return 1
 
     def _done(self, task: Task) -> bool:
-        """Whether a task's entries are all intact, checksums included: a corrupt entry is
+        """Whether a task's entries are all intact, checksums included on a local disk
+        (:meth:`~oodsim.store.Store.counts_as_done`): a corrupt entry is
         quarantined here, while planning, and its task submitted, so that scoring never finds
         it (checksumming costs about a tenth of reading the entries, see docs/caching.md). The
         arrays ZIP's members are left to the read, which checks the arrays it reads against
         the entry's record (a resealed ZIP then heals, see :meth:`heal`): checking them here
         too cost more than the checksums (0.4 ms an outputs entry, 0.9 ms a checkpoint)."""
         if task.key not in self.cached and all(
-            self.store.verify_entry(*entry, members=False)
-            for entry in dict.fromkeys(task.entries + task.verify)
+            self.store.counts_as_done(*entry) for entry in dict.fromkeys(task.entries + task.verify)
         ):
             if len(self.cached) >= _MAX_CACHED:  # bounded: a key forgotten is checked again
                 self.cached.clear()

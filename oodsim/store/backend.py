@@ -46,6 +46,12 @@ class CorruptEntryWarning(UserWarning):
 class Backend(Protocol):
     """Where a store's entries live; see the module docstring for the contract."""
 
+    #: whether reading a whole entry to check its checksums costs little next to using it (a
+    #: local disk: a run checks every cached entry so before counting it done), or is a
+    #: download of each (object storage: a run checks records and sizes, and what it then
+    #: reads is checked as it is read)
+    reading_is_cheap: bool
+
     @property
     def location(self) -> str:
         """Where the entries are, as text that names them from any folder or machine: for

@@ -173,6 +173,15 @@ class Store:
         resealed after an edit) that every read repeats on the arrays it reads."""
         return self._intact(kind, key, full=True, members=members)
 
+    def counts_as_done(self, kind: str, key: str) -> bool:
+        """Whether a run may count the entry as computed: :meth:`verify_entry` (without the
+        members check, which every read repeats) where reading is cheap, else :meth:`has`
+        (object storage, where checksums would download every entry: what a run reads is
+        checked as it is read)."""
+        if self.backend.reading_is_cheap:
+            return self.verify_entry(kind, key, members=False)
+        return self.has(kind, key)
+
     def _intact(self, kind: str, key: str, *, full: bool, members: bool = True) -> bool:
         try:
             problem = self.problem(kind, key, full=full, members=members)

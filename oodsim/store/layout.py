@@ -40,7 +40,7 @@ class EntryInfo:
 
     kind: str
     key: str
-    path: Path
+    path: Path | str  # a folder, or an object store's URL
     size: int
     created: float
     describe: str

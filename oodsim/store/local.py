@@ -63,6 +63,7 @@ class LocalBackend(Maintenance, Migration):
 
     root: Path = attrs.field(converter=store_root)
     _marked: bool = attrs.field(default=False, init=False, repr=False)
+    reading_is_cheap = True
 
     @property
     def location(self) -> str:

@@ -232,8 +232,8 @@ class Maintenance:
 class Collected:
     """What :meth:`Maintenance.gc` removed, and what it could not remove with the reason."""
 
-    removed: list[Path] = attrs.field(factory=list)
-    left: list[tuple[Path, str]] = attrs.field(factory=list)
+    removed: list[Path | str] = attrs.field(factory=list)
+    left: list[tuple[Path | str, str]] = attrs.field(factory=list)
 
     def drop(self, path: Path, how: Callable[[Path], None] = remove) -> None:
         """Remove ``path`` with ``how``, recording it as removed or left (a path already gone

@@ -87,6 +87,7 @@ class ObjectBackend:
     _marked: bool = attrs.field(default=False, init=False, repr=False, eq=False)
     _versions: dict[tuple[str, str], str] = attrs.field(factory=dict, init=False, repr=False)
     _fetched: dict[str, bytes] = attrs.field(factory=dict, init=False, repr=False)
+    reading_is_cheap = False
 
     @property
     def fs(self) -> Any:
@@ -245,7 +246,7 @@ class ObjectBackend:
             yield EntryInfo(
                 kind=kind,
                 key=key,
-                path=self.place(kind, key),  # type: ignore[arg-type]
+                path=self.place(kind, key),
                 size=size,
                 created=float(created) if isinstance(created, (int, float)) else 0.0,
                 describe=str(meta.get("describe", "")),
@@ -351,7 +352,7 @@ class ObjectBackend:
                         self.fs.rm_file(path)
                 if malformed:
                     name = path.rsplit("/", 1)[1]
-                    info = EntryInfo(LOCKS, name, f"{self.location}/{LOCKS}/{name}", 0, 0.0, "")  # type: ignore[arg-type]
+                    info = EntryInfo(LOCKS, name, f"{self.location}/{LOCKS}/{name}", 0, 0.0, "")
                     problems.append((info, reason))
         return problems
 
@@ -360,7 +361,7 @@ class ObjectBackend:
         for path, (reason, _) in self._locks():
             if reason:
                 self.fs.rm_file(path)
-                collected.removed.append(f"{self.location}/{path[len(self.root) + 1 :]}")  # type: ignore[arg-type]
+                collected.removed.append(f"{self.location}/{path[len(self.root) + 1 :]}")
         wait = max(older_than, STALE_LOCK_SECONDS)
         for kind, key, objects in self._entry_objects():
             current = self._current_version(kind, key)
@@ -372,7 +373,7 @@ class ObjectBackend:
                 ):
                     continue  # its writer is at work
                 self.fs.rm(f"{self._entry(kind, key)}/{version}", recursive=True)
-                collected.removed.append(f"{self.place(kind, key)}/{version}")  # type: ignore[arg-type]
+                collected.removed.append(f"{self.place(kind, key)}/{version}")
         return collected
 
     def _current_version(self, kind: str, key: str) -> str | None:
