@@ -1,10 +1,14 @@
-"""What an object store refused, said in one line that names no credential."""
+"""What an object store refused, said in one line that names no credential, and a file system
+whose calls say it so (:class:`Guarded`)."""
 
 from __future__ import annotations
 
 import os
 import re
 from collections.abc import Mapping
+from typing import Any
+
+from oodsim.errors import StoreError
 
 #: environment variables whose values are secrets (their names hold one of these words)
 SECRET_WORDS = ("SECRET", "TOKEN", "PASSWORD", "CREDENTIAL", "ACCESS_KEY", "ACCOUNT_KEY", "SAS")
@@ -50,3 +54,36 @@ def plain_error(error: BaseException, location: str) -> str:
     else:
         said = f"{name}: {text}"
     return redacted(said, os.environ)
+
+
+class Guarded:
+    """A file system whose calls raise what the service refused (credentials, a missing
+    bucket, an unreachable endpoint) as a :class:`~oodsim.errors.StoreError` of one line that
+    names the location, never a credential; a missing or existing object stays the
+    ``FileNotFoundError`` or ``FileExistsError`` the store reads as an answer."""
+
+    def __init__(self, fs: Any, location: str) -> None:
+        self._fs, self._location = fs, location
+
+    def __getattr__(self, name: str) -> Any:
+        attribute = getattr(self._fs, name)
+        if not callable(attribute):
+            return attribute
+
+        def call(*args: Any, **kwargs: Any) -> Any:
+            try:
+                return attribute(*args, **kwargs)
+            except FileExistsError:
+                raise
+            except FileNotFoundError as error:
+                if not no_bucket(error):
+                    raise
+                raise StoreError(
+                    f"cannot use the cache {self._location}: {plain_error(error, self._location)}"
+                ) from None
+            except Exception as error:  # botocore, aiohttp and fsspec raise many kinds
+                raise StoreError(
+                    f"cannot use the cache {self._location}: {plain_error(error, self._location)}"
+                ) from None
+
+        return call

@@ -53,7 +53,7 @@ from oodsim.store.locks import (
 )
 from oodsim.store.maintenance import Collected
 from oodsim.store.migrate import Moved
-from oodsim.store.object_errors import no_bucket, plain_error
+from oodsim.store.object_errors import Guarded, plain_error
 
 #: the object that marks a prefix as a store oodsim made
 MARK = ".oodsim-cache"
@@ -89,9 +89,8 @@ class ObjectBackend:
     _fetched: dict[str, bytes] = attrs.field(factory=dict, init=False, repr=False)
     reading_is_cheap = False
 
-    @property
-    def fs(self) -> Any:
-        """The fsspec file system (made on first use: a worker opens it itself)."""
+    def _connect(self) -> None:
+        """Open the fsspec file system on first use (a worker opens its own)."""
         if self._fs is None:
             # fsspec and its protocol's package load with the first store that needs them
             import fsspec
@@ -99,12 +98,18 @@ class ObjectBackend:
             # listings are read fresh: other processes write the same prefix
             fs, self._root = fsspec.core.url_to_fs(self.location, use_listings_cache=False)
             self._fs = Guarded(fs, self.location)
+
+    @property
+    def fs(self) -> Any:
+        """The file system (:class:`Guarded`)."""
+        self._connect()
         return self._fs
 
     @property
     def root(self) -> str:
         """The location as the file system names it (``bucket/prefix``)."""
-        return self._root if self.fs is not None else ""
+        self._connect()
+        return self._root
 
     def place(self, kind: str, key: str) -> str:
         return f"{self.location}/{kind}/{key[:2]}/{key}"
@@ -118,7 +123,6 @@ class ObjectBackend:
 
     def ensure_writable(self) -> None:
         probe = f"{self.root}/{TMP_PREFIX}probe-{uuid.uuid4().hex}"
-
         try:  # what the service refuses is a StoreError already (Guarded)
             self.fs.pipe_file(probe, b"ok")
             self.fs.rm_file(probe)
@@ -402,39 +406,6 @@ class ObjectBackend:
     def move_kind(self, old: str, new: str, problem: Any, intact: Any) -> Moved:
         """Object stores never held the kinds of older oodsim versions: nothing to move."""
         return Moved()
-
-
-class Guarded:
-    """A file system whose calls raise what the service refused (credentials, a missing
-    bucket, an unreachable endpoint) as a :class:`~oodsim.errors.StoreError` of one line that
-    names the location, never a credential; a missing or existing object stays the
-    ``FileNotFoundError`` or ``FileExistsError`` the store reads as an answer."""
-
-    def __init__(self, fs: Any, location: str) -> None:
-        self._fs, self._location = fs, location
-
-    def __getattr__(self, name: str) -> Any:
-        attribute = getattr(self._fs, name)
-        if not callable(attribute):
-            return attribute
-
-        def call(*args: Any, **kwargs: Any) -> Any:
-            try:
-                return attribute(*args, **kwargs)
-            except FileExistsError:
-                raise
-            except FileNotFoundError as error:
-                if not no_bucket(error):
-                    raise
-                raise StoreError(
-                    f"cannot use the cache {self._location}: {plain_error(error, self._location)}"
-                ) from None
-            except Exception as error:  # botocore, aiohttp and fsspec raise many kinds
-                raise StoreError(
-                    f"cannot use the cache {self._location}: {plain_error(error, self._location)}"
-                ) from None
-
-        return call
 
 
 class _Toucher(Periodic):
