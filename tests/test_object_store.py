@@ -13,6 +13,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -29,7 +30,6 @@ from oodsim.store import Store
 from oodsim.store.arrays import ARRAYS_ZIP
 from tests import s3_server
 from tests.conftest import ROOT, digits_toml, in_thread, small_digits, wait_for
-
 
 #: result attributes that tell how a run went (what it computed, its seconds), not what it found
 RUN_ATTRS = {"store", "simulation_seconds", "wall_seconds"}
@@ -256,10 +256,16 @@ def test_gc_keeps_a_write_in_progress_and_removes_a_dead_holders_lock(s3_endpoin
     )
     record = {"host": os.uname().nodename, "pid": int(dead.stdout), "start": None, "time": 0.0}
     fs.pipe_file(f"{root}/locks/outputs-{key}.lock", json.dumps(record).encode())
+    other = {"host": "another-host", "pid": 1, "start": None}  # a holder on another machine
+    for name, touched in (("old", time.time() - 1000), ("live", time.time())):
+        lock = {**other, "time": touched}
+        fs.pipe_file(f"{root}/locks/outputs-{name}.lock", json.dumps(lock).encode())
     assert list(store.entries()) == [] and store.verify() == []  # no record: no entry
-    assert len(store.stale_locks()) == 1
+    expired = [f"{store.location}/locks/outputs-{name}.lock" for name in (key, "old")]
+    assert sorted(store.stale_locks()) == sorted(expired)  # dead, or untouched for 1000 s
     collected = store.gc(older_than=0)
-    assert collected.removed == [f"{store.location}/locks/outputs-{key}.lock"]
+    assert sorted(collected.removed) == sorted(expired)
+    assert fs.exists(f"{root}/locks/outputs-live.lock")
     assert fs.exists(leftover)  # younger than a lock's touch window: maybe being written
     assert store.ensure("outputs", key, lambda: store.put("outputs", key, {"x": np.arange(2)}))
     assert store.verify() == []
