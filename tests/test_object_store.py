@@ -269,3 +269,21 @@ def test_gc_keeps_a_write_in_progress_and_removes_a_dead_holders_lock(s3_endpoin
     assert fs.exists(leftover)  # younger than a lock's touch window: maybe being written
     assert store.ensure("outputs", key, lambda: store.put("outputs", key, {"x": np.arange(2)}))
     assert store.verify() == []
+
+
+def test_an_entry_removed_by_another_process_is_read_again_not_from_memory(
+    s3_endpoint: str,
+) -> None:
+    """A process remembers the records it has read (an entry never changes once committed):
+    one that another process removed meanwhile is found gone at the read of its files."""
+    url = f"s3://{s3_server.new_bucket(s3_endpoint)}/cache"
+    store, key = Store(url), digest("seen_entry", 1, {"n": 1})
+    store.put("outputs", key, {"x": np.arange(3)})
+    assert store.has("outputs", key)  # remembered here
+    code = "import sys; from oodsim.store import Store; "
+    code += "print(Store(sys.argv[1]).backend.remove('outputs', sys.argv[2], 'a test'))"
+    other = subprocess.run([sys.executable, "-c", code, url, key], capture_output=True, text=True)
+    assert other.stdout.strip() == "True", other.stderr
+    assert store.get("outputs", key) is None and not store.has("outputs", key)
+    store.put("outputs", key, {"x": np.arange(4)})
+    np.testing.assert_array_equal(Store(url).get("outputs", key).arrays["x"], np.arange(4))

@@ -14,11 +14,12 @@ removed. A writer killed before its record leaves files no record names, invisib
 which ``gc`` removes. A store whose service ignores the condition keeps the last record, still
 whole, and ``gc`` removes the files of the one it replaced.
 
-Locks only save work: a lock object is created only if absent, touched while held, and taken
-over once its holder is gone (a dead process on this host) or untouched for
-:data:`~oodsim.store.locks.STALE_LOCK_SECONDS`. Credentials come from the environment and
-fsspec's configuration (``FSSPEC_S3_ENDPOINT_URL``, ``~/.aws``), never from the location, and
-messages name the location only.
+Locks only save work (:mod:`oodsim.store.object_locks`): a lock object is created only if
+absent, touched while held, and taken over once its holder is gone (a dead process on this
+host) or untouched for :data:`~oodsim.store.locks.STALE_LOCK_SECONDS`. A process remembers
+the records it has read (:data:`SEEN`), so a cached rerun reads each once. Credentials come
+from the environment and fsspec's configuration (``FSSPEC_S3_ENDPOINT_URL``, ``~/.aws``),
+never from the location, and messages name the location only.
 """
 
 from __future__ import annotations
@@ -39,26 +40,29 @@ import attrs
 import numpy as np
 
 from oodsim.errors import StoreError
-from oodsim.periodic import Periodic
-from oodsim.progress_notes import note_progress
 from oodsim.store.arrays import ARRAYS_ZIP, read_zip
 from oodsim.store.fs import parse_json
 from oodsim.store.layout import LOCKS, META, META_LIMIT, TMP_PREFIX, EntryInfo, belongs
 from oodsim.store.locks import (
-    LOCK_NOTICE_SECONDS,
     STALE_LOCK_SECONDS,
-    TOUCH_SECONDS,
-    holder_gone,
-    owner,
 )
 from oodsim.store.maintenance import Collected
 from oodsim.store.migrate import Moved
 from oodsim.store.object_errors import Guarded, plain_error
+from oodsim.store.object_locks import hold, stale
 
 #: the object that marks a prefix as a store oodsim made
 MARK = ".oodsim-cache"
 #: hex characters of the folder name of an entry's files
 VERSION_CHARS = 16
+
+
+#: entries this process has seen whole, by (location, kind, key): their record and file sizes.
+#: An entry never changes once committed; one removed meanwhile (``verify --repair``, another
+#: process's quarantine) fails the read of its files, which forgets it here. A cached rerun so
+#: reads each record once, not at planning and again at scoring.
+SEEN: dict[tuple[str, str, str], tuple[bytes, dict[str, int]]] = {}
+SEEN_LIMIT = 100_000
 
 
 def version_of(meta: bytes) -> str:
@@ -85,7 +89,7 @@ class ObjectBackend:
     _fs: Any = attrs.field(default=None, init=False, repr=False, eq=False)
     _root: str = attrs.field(default="", init=False, repr=False, eq=False)
     _marked: bool = attrs.field(default=False, init=False, repr=False, eq=False)
-    _versions: dict[tuple[str, str], str] = attrs.field(factory=dict, init=False, repr=False)
+    _records: dict[tuple[str, str], bytes] = attrs.field(factory=dict, init=False, repr=False)
     _fetched: dict[str, bytes] = attrs.field(factory=dict, init=False, repr=False)
     reading_is_cheap = False
 
@@ -154,39 +158,63 @@ class ObjectBackend:
 
     # ------------------------------------------------------------ entries
     def read_meta(self, kind: str, key: str) -> bytes | None:
-        try:
-            meta = self.fs.cat_file(f"{self._entry(kind, key)}/{META}")
-        except FileNotFoundError:
-            return None
-        if len(meta) > META_LIMIT:
-            raise ValueError(f"{META} is larger than {META_LIMIT} bytes")
-        self._versions[kind, key] = version_of(meta)
+        known = SEEN.get((self.location, kind, key))
+        if known is not None:
+            meta = known[0]
+        else:
+            try:
+                meta = self.fs.cat_file(f"{self._entry(kind, key)}/{META}")
+            except FileNotFoundError:
+                return None
+            if len(meta) > META_LIMIT:
+                raise ValueError(f"{META} is larger than {META_LIMIT} bytes")
+        self._records[kind, key] = meta
         return meta
 
     def _folder(self, kind: str, key: str) -> str:
         """The folder of the files of the entry whose record was read last (read now if
         none was)."""
-        if (kind, key) not in self._versions and self.read_meta(kind, key) is None:
+        record = self._records.get((kind, key)) or self.read_meta(kind, key)
+        if record is None:
             raise FileNotFoundError(f"no entry {kind}/{key[:12]} in {self.location}")
-        return f"{self._entry(kind, key)}/{self._versions[kind, key]}"
+        return f"{self._entry(kind, key)}/{version_of(record)}"
 
     def files(self, kind: str, key: str) -> dict[str, int | str]:
+        known = SEEN.get((self.location, kind, key))
+        if known is not None and known[0] == self._records.get((kind, key)):
+            return dict(known[1])
         folder = self._folder(kind, key)
         try:
             found = self.fs.find(folder, detail=True)
         except FileNotFoundError:
             return {}
-        return {path[len(folder) + 1 :]: int(info["size"]) for path, info in found.items()}
+        sizes = {path[len(folder) + 1 :]: int(info["size"]) for path, info in found.items()}
+        if sizes:
+            self._seen(kind, key, sizes)
+        return dict(sizes)
+
+    def _seen(self, kind: str, key: str, sizes: dict[str, int]) -> None:
+        """Remember the entry whose record this backend read or wrote last, and its files."""
+        if len(SEEN) >= SEEN_LIMIT:
+            SEEN.clear()
+        SEEN[self.location, kind, key] = (self._records[kind, key], sizes)
+
+    def _read(self, kind: str, key: str, name: str) -> bytes:
+        """One of the entry's files; an entry whose file is gone is forgotten (see SEEN)."""
+        try:
+            return self.fs.cat_file(f"{self._folder(kind, key)}/{name}")
+        except FileNotFoundError:
+            SEEN.pop((self.location, kind, key), None)
+            raise
 
     def open(self, kind: str, key: str, name: str) -> IO[bytes]:
-        path = f"{self._folder(kind, key)}/{name}"
-        self._fetched = {path: self.fs.cat_file(path)}  # read once: checksum, then arrays
-        return io.BytesIO(self._fetched[path])
+        data = self._read(kind, key, name)
+        self._fetched = {f"{kind}/{key}/{name}": data}  # read once: checksum, then arrays
+        return io.BytesIO(data)
 
     def read_arrays(self, kind: str, key: str) -> dict[str, np.ndarray]:
-        path = f"{self._folder(kind, key)}/{ARRAYS_ZIP}"
-        raw = self._fetched.pop(path, None)
-        return read_zip(raw if raw is not None else self.fs.cat_file(path))
+        raw = self._fetched.pop(f"{kind}/{key}/{ARRAYS_ZIP}", None)
+        return read_zip(raw if raw is not None else self._read(kind, key, ARRAYS_ZIP))
 
     @contextlib.contextmanager
     def staging(self, kind: str, key: str) -> Iterator[Path]:
@@ -201,26 +229,31 @@ class ObjectBackend:
         meta = (staged / META).read_bytes()
         entry = self._entry(kind, key)
         folder = f"{entry}/{version_of(meta)}"
+        sizes = {}
         for path in sorted(staged.rglob("*")):
             if path.is_file() and path.name != META:
-                self.fs.put_file(str(path), f"{folder}/{path.relative_to(staged).as_posix()}")
+                name = path.relative_to(staged).as_posix()
+                self.fs.put_file(str(path), f"{folder}/{name}")
+                sizes[name] = path.stat().st_size
         try:
             self.fs.pipe_file(f"{entry}/{META}", meta, mode="create")
         except FileExistsError:  # another writer's record came first: theirs stays
             with contextlib.suppress(FileNotFoundError):
                 self.fs.rm(folder, recursive=True)
             return False
-        self._versions[kind, key] = version_of(meta)
+        self._records[kind, key] = meta
+        self._seen(kind, key, sizes)
         return True
 
     def remove(self, kind: str, key: str, reason: str = "removed") -> bool:
         entry = self._entry(kind, key)
-        judged = self._versions.pop((kind, key), None)
+        judged = self._records.pop((kind, key), None)
+        SEEN.pop((self.location, kind, key), None)
         try:
             meta = self.fs.cat_file(f"{entry}/{META}")
         except FileNotFoundError:
             return False
-        if judged is not None and version_of(meta) != judged:
+        if judged is not None and meta != judged:
             return False  # replaced meanwhile by another process: not the entry judged
         try:
             self.fs.rm_file(f"{entry}/{META}")  # out of sight first, then its files
@@ -280,49 +313,14 @@ class ObjectBackend:
 
     def _stale(self, path: str) -> tuple[str, bool]:
         """(why the lock object may be taken over, whether it is no lock at all)."""
-        try:
-            record = parse_json(self.fs.cat_file(path), "lock")
-        except FileNotFoundError:
-            return "", False  # released meanwhile
-        except ValueError as error:
-            return f"unreadable lock ({error})", True
-        touched = record.get("time") if isinstance(record, dict) else None
-        age = abs(time.time() - touched) if isinstance(touched, (int, float)) else 0.0
-        return holder_gone(record, age)
+        return stale(self.fs, path)
 
-    @contextlib.contextmanager
-    def lock(self, kind: str, key: str, *, poll: float = 0.5) -> Iterator[None]:
+    def lock(
+        self, kind: str, key: str, *, poll: float = 0.5
+    ) -> contextlib.AbstractContextManager[None]:
         self._mark()  # (the first write of a computing process)
-        path = self._lock_path(kind, key)
-        record = owner()
-        told = time.monotonic()
-        while True:
-            try:
-                self.fs.pipe_file(path, json.dumps(record).encode(), mode="create")
-                break
-            except FileExistsError:
-                reason = self._stale(path)[0]
-                if reason:
-                    with contextlib.suppress(FileNotFoundError):
-                        self.fs.rm_file(path)  # two takers may both remove: work is done twice
-                    continue
-                if time.monotonic() - told >= LOCK_NOTICE_SECONDS:
-                    told = time.monotonic()
-                    note_progress(
-                        f"waiting for {kind} {key[:12]}: another process computes it (its lock "
-                        f"{self.location}/{LOCKS}/{kind}-{key}.lock is taken over once untouched "
-                        f"for {STALE_LOCK_SECONDS:.0f} s)"
-                    )
-                time.sleep(poll)
-        try:
-            with _Toucher(self.fs, path, record):
-                yield
-        finally:
-            with contextlib.suppress(OSError, ValueError):
-                held = parse_json(self.fs.cat_file(path), "lock")
-                ours = isinstance(held, dict) and held.get("pid") == record["pid"]
-                if ours and held.get("host") == record["host"]:
-                    self.fs.rm_file(path)
+        where = f"{self.location}/{LOCKS}/{kind}-{key}.lock"
+        return hold(self.fs, self._lock_path(kind, key), f"{kind} {key[:12]}", where, poll)
 
     def _locks(self) -> list[tuple[str, tuple[str, bool]]]:
         """Every lock object with why it may be taken over."""
@@ -406,17 +404,3 @@ class ObjectBackend:
     def move_kind(self, old: str, new: str, problem: Any, intact: Any) -> Moved:
         """Object stores never held the kinds of older oodsim versions: nothing to move."""
         return Moved()
-
-
-class _Toucher(Periodic):
-    """Rewrites a held lock object with the time every :data:`TOUCH_SECONDS`."""
-
-    thread_name = "oodsim-lock-touch"
-
-    def __init__(self, fs: Any, path: str, record: dict[str, Any]) -> None:
-        self.fs, self.path, self.record = fs, path, record
-        super().__init__(TOUCH_SECONDS)
-
-    def tick(self) -> None:
-        with contextlib.suppress(Exception):  # gone or unreachable: the holder finds out
-            self.fs.pipe_file(self.path, json.dumps({**self.record, "time": time.time()}).encode())
