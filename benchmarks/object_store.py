@@ -7,7 +7,8 @@ mode, started here; ``--endpoint URL`` uses another). Then the same spec is reru
 cached, from each cache in turn (``--repeats`` rounds, alternating): ``oodsim.run`` in this
 process with 2 local workers, so both pay the same cluster start. Printed: each rerun's wall
 seconds, its milliseconds a seed, and the ratio object storage / local disk (median of the
-rounds). moto keeps objects in memory on this machine: a real service adds its network's
+rounds). Each rerun starts remembering nothing of the bucket, as a new process would. moto
+keeps objects in memory on this machine: a real service adds its network's
 latency to every request (an entry's record, its listing and its arrays: 3 requests).
 
     python benchmarks/object_store.py [--seeds 400] [--repeats 3] [--endpoint URL]
@@ -29,6 +30,7 @@ import attrs
 import oodsim
 from oodsim.results import store_counts
 from oodsim.store import Store
+from oodsim.store.objects import SEEN
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT), str(ROOT / "benchmarks")]
@@ -49,6 +51,7 @@ def copy_entries(source: Store, target: Store) -> int:
 
 
 def timed_rerun(spec: oodsim.specs.ExperimentSpec, cache: str | Path) -> float:
+    SEEN.clear()  # what a new process remembers of object storage: nothing
     started = time.perf_counter()
     results = oodsim.run(spec, cache=cache, n_workers=2, progress=False)
     seconds = time.perf_counter() - started

@@ -287,3 +287,18 @@ def test_an_entry_removed_by_another_process_is_read_again_not_from_memory(
     assert store.get("outputs", key) is None and not store.has("outputs", key)
     store.put("outputs", key, {"x": np.arange(4)})
     np.testing.assert_array_equal(Store(url).get("outputs", key).arrays["x"], np.arange(4))
+
+
+def test_prefetch_reads_the_records_and_sizes_of_many_entries_ahead(s3_endpoint: str) -> None:
+    from oodsim.store.objects import SEEN
+
+    url = f"s3://{s3_server.new_bucket(s3_endpoint)}/cache"
+    keys = [digest("prefetched", 1, {"n": n}) for n in range(5)]
+    for key in keys[:4]:  # the last one is never written
+        Store(url).put("outputs", key, {"x": np.arange(3)})
+    SEEN.clear()  # (as a new process)
+    reader = Store(url)
+    reader.prefetch([("outputs", key) for key in keys])
+    assert [(reader.location, "outputs", key) in SEEN for key in keys] == [True] * 4 + [False]
+    assert [reader.has("outputs", key) for key in keys] == [True] * 4 + [False]
+    assert reader.get("outputs", keys[0]) is not None

@@ -154,6 +154,8 @@ class Submitter(contextlib.ExitStack):
     def _submit(self, seeds: Sequence[int]) -> dict[int, Any]:
         """A scoring future per seed with missing tasks; None for seeds scored from the cache."""
         futures: dict[int, Any] = {}
+        tasks = [t for seed in seeds for t in self._plan(seed).values() if t.key not in self.cached]
+        self.store.prefetch(e for t in tasks for e in (*t.entries, *t.verify))
         for seed in seeds:
             planned = self._plan(seed)
             missing = [t for t in planned.values() if not self._done(t)]

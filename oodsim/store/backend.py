@@ -96,6 +96,10 @@ class Backend(Protocol):
     def read_arrays(self, kind: str, key: str) -> dict[str, np.ndarray]:
         """The entry's arrays."""
 
+    def prefetch(self, entries: Iterable[tuple[str, str]]) -> None:
+        """Read ahead, all at once, what :meth:`read_meta` and :meth:`files` will be asked of
+        ``entries`` (kind, key) soon: a no-op where each read is cheap."""
+
     def staging(self, kind: str, key: str) -> contextlib.AbstractContextManager[Path]:
         """A new local folder to write the entry (kind, key) into, removed when the context
         ends (what :meth:`commit` took is not there any more)."""

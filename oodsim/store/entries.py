@@ -173,6 +173,11 @@ class Store:
         resealed after an edit) that every read repeats on the arrays it reads."""
         return self._intact(kind, key, full=True, members=members)
 
+    def prefetch(self, entries: Iterable[tuple[str, str]]) -> None:
+        """Read ahead what checking ``entries`` (kind, key) will read, all at once where each
+        read is a request (object storage; :meth:`Backend.prefetch`)."""
+        self.backend.prefetch(entries)
+
     def counts_as_done(self, kind: str, key: str) -> bool:
         """Whether a run may count the entry as computed: :meth:`verify_entry` (without the
         members check, which every read repeats) where reading is cheap, else :meth:`has`

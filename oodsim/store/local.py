@@ -154,6 +154,9 @@ class LocalBackend(Maintenance, Migration):
     def read_arrays(self, kind: str, key: str) -> dict[str, np.ndarray]:
         return read_arrays(self.place(kind, key))
 
+    def prefetch(self, entries: Iterable[tuple[str, str]]) -> None:
+        """Each read of a local disk is cheap: nothing to read ahead."""
+
     @contextlib.contextmanager
     def staging(self, kind: str, key: str) -> Iterator[Path]:
         self._mark()

@@ -90,6 +90,9 @@ class ObjectBackend:
     _root: str = attrs.field(default="", init=False, repr=False, eq=False)
     _marked: bool = attrs.field(default=False, init=False, repr=False, eq=False)
     _records: dict[tuple[str, str], bytes] = attrs.field(factory=dict, init=False, repr=False)
+    _listed: dict[str, dict[str, dict[str, int]]] = attrs.field(
+        factory=dict, init=False, repr=False
+    )
     _fetched: dict[str, bytes] = attrs.field(factory=dict, init=False, repr=False)
     reading_is_cheap = False
 
@@ -192,6 +195,36 @@ class ObjectBackend:
         if sizes:
             self._seen(kind, key, sizes)
         return dict(sizes)
+
+    def prefetch(self, entries: Iterable[tuple[str, str]]) -> None:
+        """The records of ``entries`` not seen yet, read concurrently, and their files' sizes
+        from one listing of each kind (a page per thousand objects), into :data:`SEEN`: a
+        rerun's planning then asks nothing more of them, where each entry cost two requests
+        one after another."""
+        wanted = [
+            (k, key) for k, key in dict.fromkeys(entries) if (self.location, k, key) not in SEEN
+        ]
+        if not wanted:
+            return
+        paths = {f"{self._entry(kind, key)}/{META}": (kind, key) for kind, key in wanted}
+        records = self.fs.cat(list(paths), on_error="return")
+        for kind in {kind for kind, _ in wanted} - set(self._listed):
+            try:  # once a backend: an entry's folder never changes (named by its record)
+                listed = self.fs.find(f"{self.root}/{kind}", detail=True)
+            except FileNotFoundError:
+                listed = {}
+            folders = self._listed[kind] = {}
+            for path, info in listed.items():
+                folder, _, name = path.rpartition("/")
+                folders.setdefault(folder, {})[name] = int(info["size"])
+        for path, meta in records.items():
+            if not isinstance(meta, bytes) or len(meta) > META_LIMIT:
+                continue  # none, or unreadable: read as usual, and judged
+            kind, key = paths[path]
+            folder = self._listed[kind].get(f"{self._entry(kind, key)}/{version_of(meta)}")
+            if folder:
+                self._records[kind, key] = meta
+                self._seen(kind, key, folder)
 
     def _seen(self, kind: str, key: str, sizes: dict[str, int]) -> None:
         """Remember the entry whose record this backend read or wrote last, and its files."""
