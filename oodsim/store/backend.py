@@ -26,13 +26,13 @@ backend is :class:`~oodsim.store.local.LocalBackend`.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import IO, Any, Protocol, runtime_checkable
 
 import numpy as np
 
-from oodsim.store.layout import EntryInfo
+from oodsim.store.layout import EntryInfo, EntryIntact, EntryProblem
 from oodsim.store.maintenance import Collected
 from oodsim.store.migrate import Moved
 
@@ -143,13 +143,7 @@ class Backend(Protocol):
     def holds_kind(self, kind: str) -> bool:
         """Whether any entry of ``kind`` may be in the store (a cheap look)."""
 
-    def move_kind(
-        self,
-        old: str,
-        new: str,
-        problem: Callable[[str, str], str | None],
-        intact: Callable[[str, str], bool],
-    ) -> Moved:
+    def move_kind(self, old: str, new: str, problem: EntryProblem, intact: EntryIntact) -> Moved:
         """Move every intact entry of kind ``old`` to kind ``new``: ``problem(kind, key)`` says
         what is wrong with an entry ("" when nothing, None when it is gone), ``intact(kind,
         key)`` whether one is there whole (removing a corrupt one)."""

@@ -4,6 +4,7 @@ shows of an entry. Shared by the store, its maintenance and its locks."""
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +23,12 @@ GITIGNORE = "*\n!.gitignore\n"
 META_LIMIT = 256 << 20
 KIND_PATTERN = re.compile(r"[a-z][a-z0-9_]*\Z")
 PREFIX_PATTERN = re.compile(r"[0-9a-f]{2}\Z")
+
+
+#: what is wrong with the entry (kind, key): "" when nothing, None when there is none
+EntryProblem = Callable[[str, str], "str | None"]
+#: whether the entry (kind, key) is there whole (a corrupt one is removed)
+EntryIntact = Callable[[str, str], bool]
 
 
 @attrs.frozen

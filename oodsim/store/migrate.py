@@ -25,7 +25,7 @@ import attrs
 
 from oodsim.store.digests import meta_problem, write_meta
 from oodsim.store.fs import listing, read_json, remove
-from oodsim.store.layout import META, META_LIMIT, TMP_PREFIX
+from oodsim.store.layout import META, META_LIMIT, TMP_PREFIX, EntryIntact, EntryProblem
 
 
 @attrs.frozen
@@ -54,13 +54,7 @@ class Migration:
         read)."""
         return any(listing(prefix) for prefix in listing(self.root / kind))
 
-    def move_kind(
-        self,
-        old: str,
-        new: str,
-        problem: Callable[[str, str], str | None],
-        intact: Callable[[str, str], bool],
-    ) -> Moved:
+    def move_kind(self, old: str, new: str, problem: EntryProblem, intact: EntryIntact) -> Moved:
         """Move every intact entry of kind ``old`` to kind ``new`` (same key, same files), in a
         cache oodsim made (:meth:`~oodsim.store.maintenance.Maintenance.ensure_ours`).
         ``problem(kind, key)`` says what is wrong with an entry ("" when nothing, None when it

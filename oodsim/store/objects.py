@@ -42,7 +42,16 @@ import numpy as np
 from oodsim.errors import StoreError
 from oodsim.store.arrays import ARRAYS_ZIP, read_zip
 from oodsim.store.fs import parse_json
-from oodsim.store.layout import LOCKS, META, META_LIMIT, TMP_PREFIX, EntryInfo, belongs
+from oodsim.store.layout import (
+    LOCKS,
+    META,
+    META_LIMIT,
+    TMP_PREFIX,
+    EntryInfo,
+    EntryIntact,
+    EntryProblem,
+    belongs,
+)
 from oodsim.store.locks import (
     STALE_LOCK_SECONDS,
 )
@@ -434,6 +443,6 @@ class ObjectBackend:
         except FileNotFoundError:
             return False
 
-    def move_kind(self, old: str, new: str, problem: Any, intact: Any) -> Moved:
+    def move_kind(self, old: str, new: str, problem: EntryProblem, intact: EntryIntact) -> Moved:
         """Object stores never held the kinds of older oodsim versions: nothing to move."""
         return Moved()
