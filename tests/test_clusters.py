@@ -625,3 +625,18 @@ def test_ctrl_c_while_local_jobs_start_is_one_resume_line(tmp_path: Path) -> Non
     assert output.count("run the same spec again to resume.") == 1, output
     assert "Traceback" not in output and "never retrieved" not in output, output
     wait_for(lambda: not any(Path(f"/proc/{pid}").exists() for pid in jobs), 60, "jobs to end")
+
+
+def test_a_local_job_closed_before_its_worker_started_or_after_it_ended_closes_quietly() -> None:
+    """dask-jobqueue's local job closed with no id yet (its worker still starting) raised
+    ``int(None)`` from the cluster's reconciliation, which stopped the run; one whose worker
+    had ended raised ``ProcessLookupError``. Both close quietly, the starting worker killed."""
+    job = object.__new__(jobqueue.job_class("local-jobs"))
+    starting = subprocess.Popen(["sleep", "60"], start_new_session=True)
+    job.job_id, job.process = None, starting  # (what _submit_job has set so far)
+    asyncio.run(job.close())
+    assert starting.wait(10) == -signal.SIGKILL
+    job.job_id = str(starting.pid)  # ended: nothing left to kill
+    asyncio.run(job.close())
+    job.job_id, job.process = None, None  # closed before its worker was started at all
+    asyncio.run(job.close())

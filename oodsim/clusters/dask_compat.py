@@ -2,8 +2,9 @@
 methods oodsim overrides or calls, and the versions they were tested with.
 
 - :class:`CommandsInOwnSession` and :class:`WorkerInOwnSession` override dask-jobqueue's
-  ``Job._call``, ``_job_id_from_submit_output``, ``_close_job`` and ``LocalJob._submit_job``:
-  batch commands bounded in time and in a session of their own, a local job's worker too.
+  ``Job._call``, ``_job_id_from_submit_output``, ``_close_job``, ``LocalJob._submit_job`` and a
+  local job's ``close``: batch commands bounded in time and in a session of their own, a local
+  job's worker too, closed even before its id is known.
 - :func:`correct_state` calls distributed's ``SpecCluster._correct_state`` (start what the spec
   lacks), which ``scale`` would schedule with a reconciliation oodsim does not want.
 - :func:`worker_os_process` reads the operating system's process of a nanny's worker.
@@ -15,8 +16,11 @@ names, nothing else in oodsim touches a private name of either package (a test g
 
 from __future__ import annotations
 
+import contextlib
 import functools
+import os
 import shlex
+import signal
 import warnings
 from importlib.metadata import PackageNotFoundError, version
 from typing import Any
@@ -116,6 +120,7 @@ class WorkerInOwnSession:
     ``LocalJob._submit_job`` (0.9), with ``start_new_session``."""
 
     process: Any
+    job_id: str | None
 
     async def _submit_job(self, script_filename: str) -> str:
         # a local job's class exists, so dask-jobqueue (and tornado) are installed
@@ -133,3 +138,13 @@ class WorkerInOwnSession:
                 return str(self.process.pid)
             if b"error" in line.lower():
                 raise RuntimeError("Worker failed\n\n" + "".join(lines))
+
+    async def close(self) -> None:
+        """dask-jobqueue's ``Job.close`` with ``LocalJob._close_job`` (0.9), also for a job
+        closed while its worker starts (no id yet: their ``int(None)`` stopped the run) or
+        after it ended: the worker's session is killed, if there is one."""
+        process = getattr(self, "process", None)
+        pid = int(self.job_id) if self.job_id else getattr(process, "pid", None)
+        if pid is not None:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(pid, signal.SIGKILL)  # the worker leads a session of its own

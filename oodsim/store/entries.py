@@ -167,10 +167,11 @@ class Store:
 
     def verify_entry(self, kind: str, key: str, *, members: bool = True) -> bool:
         """Whether an entry exists and every file matches its checksum, without loading arrays
-        or recording an event; a corrupt entry is removed like in :meth:`get`. The engine
-        checks every entry of a seed this way before it counts the seed's tasks as done,
-        without ``members``: the check of the arrays ZIP's members against the record (a ZIP
-        resealed after an edit) that every read repeats on the arrays it reads."""
+        or recording an event; a corrupt entry is removed like in :meth:`get`. Where reading
+        is cheap the engine checks every entry of a seed this way before it counts the seed's
+        tasks as done (:meth:`counts_as_done`), without ``members``: the check of the arrays
+        ZIP's members against the record (a ZIP resealed after an edit) that every read
+        repeats on the arrays it reads."""
         return self._intact(kind, key, full=True, members=members)
 
     def prefetch(self, entries: Iterable[tuple[str, str]]) -> None:

@@ -250,9 +250,10 @@ class ObjectBackend:
             raise
 
     def open(self, kind: str, key: str, name: str) -> IO[bytes]:
-        data = self._read(kind, key, name)
-        self._fetched = {f"{kind}/{key}/{name}": data}  # read once: checksum, then arrays
-        return io.BytesIO(data)
+        last = f"{kind}/{key}/{name}"  # the file read last is read once: checksum, then arrays
+        if last not in self._fetched:
+            self._fetched = {last: self._read(kind, key, name)}
+        return io.BytesIO(self._fetched[last])
 
     def read_arrays(self, kind: str, key: str) -> dict[str, np.ndarray]:
         raw = self._fetched.pop(f"{kind}/{key}/{ARRAYS_ZIP}", None)
