@@ -13,6 +13,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -220,12 +221,26 @@ def test_results_on_object_storage_are_written_whole_read_back_and_reported(
     assert uploaded["files"] == on_disk["files"]  # the same zarr files, byte for byte
     assert pointer["key"] == spec.key and pointer["name"] == spec.name
 
-    versions = [pointer["version"]]
+    versions, written = [pointer["version"]], {spec.key: first}
+    read: list[xr.Dataset] = []
+    writing = threading.Event()
+
+    def reader() -> None:  # reads while the results are replaced, until the last write
+        while not writing.is_set():
+            read.append(oodsim.open_results(url))
+
+    thread = threading.Thread(target=reader)
+    thread.start()
     for detectors in (("msp", "odin"), ("msp", "energy")):  # the spec edited, run again
         edited = attrs.evolve(spec, detectors=detectors)
-        oodsim.run(edited, cache=tmp_path / "cache", out=url, progress=False)
+        written[edited.key] = oodsim.run(edited, cache=tmp_path / "cache", out=url, progress=False)
         versions.append(read_pointer(url)["version"])
         assert oodsim.open_results(url).attrs["spec_key"] == edited.key
+    writing.set()
+    thread.join(60)
+    assert len(read) > 2
+    for results in read:  # each read is one of the written results, whole
+        xr.testing.assert_identical(results, written[results.attrs["spec_key"]])
     held = sorted(p.rsplit("/", 1)[1] for p in fs.ls(f"{bucket}/results/digits.zarr"))
     assert held == sorted([POINTER, *versions[1:]])  # the current and the one before
 
