@@ -180,6 +180,7 @@ def test_a_missing_bucket_or_refused_credentials_is_one_line_before_any_compute(
         assert secret not in run.stdout + run.stderr
 
 
+@pytest.mark.slow
 def test_credentials_are_never_stored_in_entries_or_results(
     s3_endpoint: str, tmp_path: Path
 ) -> None:
@@ -198,6 +199,7 @@ def test_credentials_are_never_stored_in_entries_or_results(
     assert results.attrs  # (what was searched holds the run's provenance)
 
 
+@pytest.mark.slow
 def test_results_on_object_storage_are_written_whole_read_back_and_reported(
     s3_endpoint: str, tmp_path: Path
 ) -> None:
