@@ -8,6 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+import oodsim
 from oodsim import plugins
 from oodsim.engine.work import Shipped
 from oodsim.errors import SpecError
@@ -100,3 +101,14 @@ def test_oodsim_cache_ls_verify_and_gc_work_on_an_object_store(
     assert f"outputs      {key[:16]}" in printed and "an entry" in printed
     assert "0 corrupt entries" in printed and f"in {url}" in printed
     assert cli_main(["cache", "ls", "--cache", "memory://cli-bucket/elsewhere"]) != 0
+
+
+def test_a_memory_store_serves_a_run_in_this_process_only() -> None:
+    """``memory://`` lives in one process: a run on a cluster is refused before any compute
+    (its workers would each write into their own memory); a run in this process uses it."""
+    with pytest.raises(SpecError, match="memory:// lives in one process"):
+        oodsim.run(small_digits(2), cache="memory://run-bucket/c", n_workers=2, progress=False)
+    assert list(Store("memory://run-bucket/c").entries()) == []
+    results = oodsim.run(small_digits(1), cache="memory://run-bucket/c", progress=False)
+    assert results.sizes["seed"] == 1
+    assert {e.kind for e in Store("memory://run-bucket/c").entries()} == {"checkpoint", "outputs"}

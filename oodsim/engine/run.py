@@ -49,6 +49,7 @@ from oodsim.results.history import Saved, read_saved
 from oodsim.specs.cluster import ClusterSpec
 from oodsim.store import CacheRoot, Store, cache_root, main_script
 from oodsim.store.plugin_sources import check_sources, record_sources
+from oodsim.store.schemes import scheme_of
 
 
 class RunAborted(OodsimError):
@@ -124,6 +125,13 @@ def run(
         if folder is not None:
             check_not_results(folder)
         store = Store(root)
+        if not where.in_process and scheme_of(str(root)) == "memory":
+            raise SpecError(
+                "cache",
+                str(root),
+                "a store other processes can reach: memory:// lives in one process "
+                "(run in this process, n_workers=1, or give a folder or a bucket)",
+            )
         if where.address is not None and not store.exists():  # all to compute: it is needed
             check_scheduler(where.address)  # before the store's folder is made
         if stream is not None:
