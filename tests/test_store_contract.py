@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import pickle
 import threading
 import time
 import warnings
@@ -234,3 +235,12 @@ def test_local_keys_and_entries_are_byte_identical_to_before_the_seam(tmp_path: 
         "sizes": {ARRAYS_ZIP: 2195},
     }
     assert list(meta) == sorted(meta)  # written with sorted keys, as before
+
+
+def test_a_store_pickles_to_one_that_reads_the_same_entries(store: Store) -> None:
+    """What a Dask task may receive: a copy opens its own connection to the same entries."""
+    key = key_of(10)
+    store.put(KIND, key, {"x": np.arange(3)})
+    copy = pickle.loads(pickle.dumps(store))
+    assert copy.location == store.location and copy.has(KIND, key)
+    np.testing.assert_array_equal(copy.get(KIND, key).arrays["x"], np.arange(3))

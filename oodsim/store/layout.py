@@ -3,6 +3,7 @@ shows of an entry. Shared by the store, its maintenance and its locks."""
 
 from __future__ import annotations
 
+import hashlib
 import re
 from collections.abc import Callable
 from pathlib import Path
@@ -29,6 +30,15 @@ PREFIX_PATTERN = re.compile(r"[0-9a-f]{2}\Z")
 EntryProblem = Callable[[str, str], "str | None"]
 #: whether the entry (kind, key) is there whole (a corrupt one is removed)
 EntryIntact = Callable[[str, str], bool]
+
+
+#: hex characters of the folder name of an entry's files
+VERSION_CHARS = 16
+
+
+def version_of(meta: bytes) -> str:
+    """The folder of an entry's files on object storage: named by its record's bytes."""
+    return hashlib.sha256(meta).hexdigest()[:VERSION_CHARS]
 
 
 @attrs.frozen

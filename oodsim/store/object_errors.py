@@ -66,6 +66,8 @@ class Guarded:
         self._fs, self._location = fs, location
 
     def __getattr__(self, name: str) -> Any:
+        if name.startswith("__") or name in ("_fs", "_location"):  # (pickle, copy: none here)
+            raise AttributeError(name)
         attribute = getattr(self._fs, name)
         if not callable(attribute):
             return attribute

@@ -25,12 +25,10 @@ never from the location, and messages name the location only.
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import io
 import json
 import shutil
 import tempfile
-import time
 import uuid
 from collections.abc import Iterable, Iterator
 from pathlib import Path
@@ -51,19 +49,15 @@ from oodsim.store.layout import (
     EntryIntact,
     EntryProblem,
     belongs,
+    version_of,
 )
-from oodsim.store.locks import (
-    STALE_LOCK_SECONDS,
-)
-from oodsim.store.maintenance import Collected
 from oodsim.store.migrate import Moved
 from oodsim.store.object_errors import Guarded, plain_error
 from oodsim.store.object_locks import hold, stale
+from oodsim.store.object_maintenance import ObjectMaintenance
 
 #: the object that marks a prefix as a store oodsim made
 MARK = ".oodsim-cache"
-#: hex characters of the folder name of an entry's files
-VERSION_CHARS = 16
 
 
 #: entries this process has seen whole, by (location, kind, key): their record and file sizes.
@@ -72,11 +66,6 @@ VERSION_CHARS = 16
 #: reads each record once, not at planning and again at scoring.
 SEEN: dict[tuple[str, str, str], tuple[bytes, dict[str, int]]] = {}
 SEEN_LIMIT = 100_000
-
-
-def version_of(meta: bytes) -> str:
-    """The folder of an entry's files: named by its record's bytes."""
-    return hashlib.sha256(meta).hexdigest()[:VERSION_CHARS]
 
 
 def clean_location(location: str) -> str:
@@ -91,7 +80,7 @@ def clean_location(location: str) -> str:
 
 
 @attrs.define
-class ObjectBackend:
+class ObjectBackend(ObjectMaintenance):
     """Entries as objects under ``location`` (see the module docstring)."""
 
     location: str = attrs.field(converter=clean_location)
@@ -104,6 +93,14 @@ class ObjectBackend:
     )
     _fetched: dict[str, bytes] = attrs.field(factory=dict, init=False, repr=False)
     reading_is_cheap = False
+
+    def __getstate__(self) -> dict[str, Any]:
+        """What a pickle of this backend holds: its location (a copy opens its own file system
+        and remembers nothing of this one's reads)."""
+        return {"location": self.location}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__init__(state["location"])  # type: ignore[misc]
 
     def _connect(self) -> None:
         """Open the fsspec file system on first use (a worker opens its own)."""
@@ -386,57 +383,6 @@ class ObjectBackend:
     def write_record(self, name: str, record: Any) -> None:
         self._mark()
         self.fs.pipe_file(f"{self.root}/{name}", json.dumps(record).encode())
-
-    # ------------------------------------------------------------ maintenance
-    def layout_problems(self, *, repair: bool) -> list[tuple[EntryInfo, str]]:
-        problems = []
-        for path, (reason, malformed) in self._locks():
-            if reason and (malformed or repair):
-                if repair:
-                    with contextlib.suppress(FileNotFoundError):
-                        self.fs.rm_file(path)
-                if malformed:
-                    name = path.rsplit("/", 1)[1]
-                    info = EntryInfo(LOCKS, name, f"{self.location}/{LOCKS}/{name}", 0, 0.0, "")
-                    problems.append((info, reason))
-        return problems
-
-    def gc(self, *, older_than: float) -> Collected:
-        collected = Collected()
-        for path, (reason, _) in self._locks():
-            if reason:
-                self.fs.rm_file(path)
-                collected.removed.append(f"{self.location}/{path[len(self.root) + 1 :]}")
-        wait = max(older_than, STALE_LOCK_SECONDS)
-        for kind, key, objects in self._entry_objects():
-            current = self._current_version(kind, key)
-            for version in sorted({name.split("/")[0] for name in objects if "/" in name}):
-                if version == current or self._young(f"{self._entry(kind, key)}/{version}", wait):
-                    continue
-                if not self._stale(self._lock_path(kind, key))[0] and self.fs.exists(
-                    self._lock_path(kind, key)
-                ):
-                    continue  # its writer is at work
-                self.fs.rm(f"{self._entry(kind, key)}/{version}", recursive=True)
-                collected.removed.append(f"{self.place(kind, key)}/{version}")
-        return collected
-
-    def _current_version(self, kind: str, key: str) -> str | None:
-        try:
-            return version_of(self.fs.cat_file(f"{self._entry(kind, key)}/{META}"))
-        except FileNotFoundError:
-            return None
-
-    def _young(self, folder: str, seconds: float) -> bool:
-        """Whether any object in ``folder`` was written less than ``seconds`` ago."""
-        for info in self.fs.find(folder, detail=True).values():
-            modified = info.get("LastModified") or info.get("mtime") or info.get("created")
-            if modified is None:
-                return False
-            stamp = modified.timestamp() if hasattr(modified, "timestamp") else float(modified)
-            if time.time() - stamp < seconds:
-                return True
-        return False
 
     def holds_kind(self, kind: str) -> bool:
         try:
