@@ -36,6 +36,12 @@ from tests.conftest import ROOT, digits_toml, in_thread, small_digits, wait_for
 RUN_ATTRS = {"store", "simulation_seconds", "wall_seconds"}
 
 
+@pytest.fixture
+def url(s3_endpoint: str) -> str:
+    """A cache's location in a new bucket of the tests' S3 server."""
+    return f"s3://{s3_server.new_bucket(s3_endpoint)}/cache"
+
+
 def entry_digests(store: Store) -> dict[tuple[str, str], str]:
     """The sha256 of every entry's arrays, by (kind, key)."""
     found = {}
@@ -62,13 +68,10 @@ def live_lock(store: Store, kind: str) -> tuple[str, dict[str, Any]] | None:
 
 
 @pytest.mark.slow
-def test_a_run_on_object_storage_is_the_local_run_byte_for_byte(
-    s3_endpoint: str, tmp_path: Path
-) -> None:
+def test_a_run_on_object_storage_is_the_local_run_byte_for_byte(url: str, tmp_path: Path) -> None:
     from oodsim.engine import cluster_client
 
     spec = small_digits(3)
-    url = f"s3://{s3_server.new_bucket(s3_endpoint)}/cache"
     store = Store(url)
     with cluster_client(n_workers=2) as client:
         workers = set(client.run(os.getpid).values())
@@ -120,9 +123,8 @@ store.ensure("outputs", key, lambda: store.put("outputs", key, {"x": np.ones(60_
 
 
 def test_a_writer_killed_mid_entry_leaves_nothing_visible_and_a_rerun_completes(
-    s3_endpoint: str, tmp_path: Path
+    url: str, tmp_path: Path
 ) -> None:
-    url = f"s3://{s3_server.new_bucket(s3_endpoint)}/cache"
     staging = tmp_path / "tmp"
     staging.mkdir()
     writer = subprocess.Popen(
@@ -181,11 +183,8 @@ def test_a_missing_bucket_or_refused_credentials_is_one_line_before_any_compute(
 
 
 @pytest.mark.slow
-def test_credentials_are_never_stored_in_entries_or_results(
-    s3_endpoint: str, tmp_path: Path
-) -> None:
+def test_credentials_are_never_stored_in_entries_or_results(url: str, tmp_path: Path) -> None:
     spec = small_digits(1)
-    url = f"s3://{s3_server.new_bucket(s3_endpoint)}/cache"
     results = oodsim.run(spec, cache=url, out=tmp_path / "r.zarr", n_workers=1, progress=False)
     secret = s3_server.CREDENTIALS["AWS_SECRET_ACCESS_KEY"].encode()
     key_id = s3_server.CREDENTIALS["AWS_ACCESS_KEY_ID"].encode()
@@ -261,8 +260,8 @@ def test_results_on_object_storage_are_written_whole_read_back_and_reported(
     assert (tmp_path / "digits.report" / "summary.md").is_file()
 
 
-def test_gc_keeps_a_write_in_progress_and_removes_a_dead_holders_lock(s3_endpoint: str) -> None:
-    store = Store(f"s3://{s3_server.new_bucket(s3_endpoint)}/cache")
+def test_gc_keeps_a_write_in_progress_and_removes_a_dead_holders_lock(url: str) -> None:
+    store = Store(url)
     store.ensure_writable()
     fs, root = store.backend.fs, store.backend.root
     key = digest("gc_entry", 1, {"n": 1})
@@ -289,11 +288,10 @@ def test_gc_keeps_a_write_in_progress_and_removes_a_dead_holders_lock(s3_endpoin
 
 
 def test_an_entry_removed_by_another_process_is_read_again_not_from_memory(
-    s3_endpoint: str,
+    url: str,
 ) -> None:
     """A process remembers the records it has read (an entry never changes once committed):
     one that another process removed meanwhile is found gone at the read of its files."""
-    url = f"s3://{s3_server.new_bucket(s3_endpoint)}/cache"
     store, key = Store(url), digest("seen_entry", 1, {"n": 1})
     store.put("outputs", key, {"x": np.arange(3)})
     assert store.has("outputs", key)  # remembered here
@@ -306,10 +304,9 @@ def test_an_entry_removed_by_another_process_is_read_again_not_from_memory(
     np.testing.assert_array_equal(Store(url).get("outputs", key).arrays["x"], np.arange(4))
 
 
-def test_prefetch_reads_the_records_and_sizes_of_many_entries_ahead(s3_endpoint: str) -> None:
+def test_prefetch_reads_the_records_and_sizes_of_many_entries_ahead(url: str) -> None:
     from oodsim.store.objects import SEEN
 
-    url = f"s3://{s3_server.new_bucket(s3_endpoint)}/cache"
     keys = [digest("prefetched", 1, {"n": n}) for n in range(5)]
     for key in keys[:4]:  # the last one is never written
         Store(url).put("outputs", key, {"x": np.arange(3)})
