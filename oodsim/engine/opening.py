@@ -12,7 +12,7 @@ from oodsim.engine.cache_count import count_cached
 from oodsim.protocols.base import Protocol
 from oodsim.results.history import Saved, kept_path, spec_changes
 from oodsim.store import CacheRoot, Store, shown
-from oodsim.store.layout import TMP_PREFIX, is_cache
+from oodsim.store.layout import is_cache
 
 
 def opening_line(job: Protocol, store: Store, root: CacheRoot, out: str | Path | None) -> str:
@@ -21,11 +21,7 @@ def opening_line(job: Protocol, store: Store, root: CacheRoot, out: str | Path |
     where the results go."""
     spec = job.spec
     cache = root.location
-    if isinstance(cache, Path):  # a glob of the layout: cheaper than reading every entry
-        metas = cache.glob("*/*/*/meta.json")
-        entries = sum(not p.parent.name.startswith(TMP_PREFIX) for p in metas)
-    else:
-        entries = sum(1 for _ in store.entries())
+    entries = store.count()
     held = f"{entries} entries" if entries else "empty: everything is computed"
     if isinstance(cache, Path) and cache.is_dir() and not is_cache(cache) and any(cache.iterdir()):
         held += "; a folder of other files, used but not marked: `oodsim cache` refuses it"

@@ -120,6 +120,9 @@ class Backend(Protocol):
     def entries(self) -> Iterator[EntryInfo]:
         """Every entry, an unreadable one included (with an empty description)."""
 
+    def count(self) -> int:
+        """How many entries there are, without reading any (a run's opening line)."""
+
     # ------------------------------------------------------------ records beside the entries
     def read_record(self, name: str, limit: int) -> Any:
         """The JSON record ``name`` (a relative path) beside the entries. Raises

@@ -306,6 +306,10 @@ class Store:
         that :meth:`verify` can report it)."""
         return self.backend.entries()
 
+    def count(self) -> int:
+        """How many entries the store holds, without reading any."""
+        return self.backend.count()
+
     def verify(self, *, repair: bool = False) -> list[tuple[EntryInfo, str]]:
         """Check every entry (record, sizes, checksums) and what the backend keeps beside them
         (objects out of place, malformed locks). Returns the problems; with ``repair``, removes

@@ -154,6 +154,11 @@ class LocalBackend(Maintenance, Migration):
     def read_arrays(self, kind: str, key: str) -> dict[str, np.ndarray]:
         return read_arrays(self.place(kind, key))
 
+    def count(self) -> int:
+        """Entry folders holding a record (a glob of the layout: no record is read)."""
+        metas = self.root.glob(f"*/*/*/{META}")
+        return sum(not path.parent.name.startswith(TMP_PREFIX) for path in metas)
+
     def prefetch(self, entries: Iterable[tuple[str, str]]) -> None:
         """Each read of a local disk is cheap: nothing to read ahead."""
 

@@ -329,6 +329,10 @@ class ObjectBackend(ObjectMaintenance):
                 describe=str(meta.get("describe", "")),
             )
 
+    def count(self) -> int:
+        """Entries holding a record, from one listing (a page per thousand objects)."""
+        return sum(META in objects for _, _, objects in self._entry_objects())
+
     def _entry_objects(self) -> Iterator[tuple[str, str, dict[str, int]]]:
         """(kind, key, {name inside the entry: size}) of every entry's place that holds
         objects, a record or not."""
