@@ -72,9 +72,14 @@ def _folder_to_be(text: str) -> Path:
     return path
 
 
+#: ``scheme://`` at the start of a location (RFC 3986's scheme characters): an object store's
+#: URL, not a path (:func:`oodsim.store.schemes.scheme_of`)
+URL_SCHEME = re.compile(r"([A-Za-z][A-Za-z0-9+.-]*)://")
+
+
 def _cache_location(text: str) -> str | Path:
     """An object store's URL (``s3://bucket/prefix``) as it is, else :func:`_folder_to_be`."""
-    return text if re.match(r"[A-Za-z][A-Za-z0-9+.-]*://", text) else _folder_to_be(text)
+    return text if URL_SCHEME.match(text) else _folder_to_be(text)
 
 
 def _existing_folder(text: str) -> Path:

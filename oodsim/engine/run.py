@@ -125,7 +125,7 @@ def run(
         if folder is not None:
             check_not_results(folder)
         store = Store(root)
-        if not where.in_process and scheme_of(str(root)) == "memory":
+        if not where.in_process and scheme_of(root) == "memory":
             raise SpecError(
                 "cache",
                 str(root),

@@ -47,7 +47,7 @@ def open_results(path: str | Path, *, trust: bool = False) -> xr.Dataset:
 
 def is_remote(path: str | Path) -> bool:
     """Whether ``path`` is an object store's URL rather than a path."""
-    return isinstance(path, str) and scheme_of(path) is not None
+    return scheme_of(path) is not None
 
 
 def _fs(url: str) -> tuple[Any, str]:

@@ -63,7 +63,7 @@ def default_results(name: str, near: str | Path | None = None) -> Path:
 def as_location(where: str | Path) -> str | Path:
     """A store's location as given: an object store's URL (``s3://...``) stays text, anything
     else is a path."""
-    return where if isinstance(where, str) and scheme_of(where) else Path(where)
+    return where if scheme_of(where) else Path(where)
 
 
 @attrs.frozen
@@ -121,8 +121,8 @@ def cache_root(
 def shown(path: str | Path) -> str:
     """``path`` as a user reads it in a message: relative to the working folder where it lies
     inside it, else absolute; an object store's URL as it is."""
-    if isinstance(path, str) and scheme_of(path):
-        return path
+    if scheme_of(path):
+        return str(path)
     path = Path(path).absolute()
     try:
         return str(path.relative_to(Path.cwd()))

@@ -135,12 +135,14 @@ class Store:
                 return f"{name} has {size} bytes, not {meta['sizes'][name]}", meta
         if not full:
             return "", meta
-        odd = [(name, what) for name, what in found.items() if isinstance(what, str)]
-        odd = [(name, what) for name, what in odd if what != "a folder"]
+        odd = [
+            (n, what) for n, what in found.items() if isinstance(what, str) and what != "a folder"
+        ]
         if odd:
             return f"{odd[0][0]} is {odd[0][1]}", meta
-        extra = sorted(name for name, size in found.items() if isinstance(size, int))
-        extra = [name for name in extra if name not in meta["files"]]
+        extra = sorted(
+            n for n, size in found.items() if isinstance(size, int) and n not in meta["files"]
+        )
         if extra:
             return f"files differ from meta: not recorded {extra}", meta
         bad = [n for n, digest in meta["files"].items() if self._sha256(kind, key, n) != digest]

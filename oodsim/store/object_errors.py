@@ -77,13 +77,9 @@ class Guarded:
                 return attribute(*args, **kwargs)
             except FileExistsError:
                 raise
-            except FileNotFoundError as error:
-                if not no_bucket(error):
-                    raise
-                raise StoreError(
-                    f"cannot use the cache {self._location}: {plain_error(error, self._location)}"
-                ) from None
             except Exception as error:  # botocore, aiohttp and fsspec raise many kinds
+                if isinstance(error, FileNotFoundError) and not no_bucket(error):
+                    raise  # an object that is not there: an answer, not a refusal
                 raise StoreError(
                     f"cannot use the cache {self._location}: {plain_error(error, self._location)}"
                 ) from None

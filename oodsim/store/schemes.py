@@ -10,18 +10,16 @@ it to the workers, which open the store by its location), or the entry-point gro
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable
 from pathlib import Path
 
+from oodsim.environment import URL_SCHEME
 from oodsim.errors import StoreError
 from oodsim.plugins import Registry
 from oodsim.store.backend import Backend
 from oodsim.store.local import LocalBackend
 
 ENTRY_POINT_GROUP = "oodsim.store_backends"
-#: ``scheme://`` at the start of a location (RFC 3986's scheme characters)
-_URL = re.compile(r"([A-Za-z][A-Za-z0-9+.-]*)://")
 
 BackendFactory = Callable[[str], Backend]
 #: the schemes of object stores fsspec opens (each needs its package: s3fs, gcsfs, adlfs;
@@ -44,7 +42,7 @@ def scheme_of(location: str | Path) -> str | None:
     """The URL scheme of ``location`` (lower case), or None for a path."""
     if isinstance(location, Path):
         return None
-    found = _URL.match(location)
+    found = URL_SCHEME.match(location)
     return found.group(1).lower() if found else None
 
 
